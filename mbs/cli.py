@@ -1,0 +1,1 @@
+"""Hydra entry points (placeholder while the stages land)."""

@@ -1,0 +1,154 @@
+"""The one small LLM interface every backend implements.
+
+A backend turns a batch of :class:`ChatRequest` into one list of :class:`Completion` per
+request (``n`` samples each). Backends are built from config with ``hydra.utils.instantiate``
+(each backend config carries its ``_target_``); no code dispatches on a backend name.
+
+Sampling identity: sample ``i`` of a request with seed ``s`` is fully determined by
+``(model, rendered messages, sampling params, s, i)``. Backends that draw one sample per call
+use :func:`sample_seed` to derive a distinct, reproducible seed per sample index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+Message = dict[str, str]
+
+
+class BackendError(RuntimeError):
+    """A backend failed to produce a completion after its retries (names backend and cause)."""
+
+
+@dataclass
+class ChatRequest:
+    """One chat request: ``n`` samples of a response to ``messages``.
+
+    Attributes:
+        messages: Chat messages, each ``{"role": ..., "content": ...}``.
+        n: Number of samples (rollouts) to draw.
+        max_tokens: Response budget L in tokens.
+        temperature: Sampling temperature.
+        top_p: Nucleus sampling mass.
+        seed: Base seed; sample ``i`` uses ``sample_seed(seed, i)`` where a backend samples singly.
+        stop: Stop strings.
+        first_index: Index of the first sample to draw (samples ``first_index .. first_index+n-1``);
+            lets callers draw rollouts in batches (sequential early stopping) without repeats.
+    """
+
+    messages: list[Message]
+    n: int = 1
+    max_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int = 0
+    stop: tuple[str, ...] = ()
+    first_index: int = 0
+
+    def sampling_params(self) -> dict[str, Any]:
+        """Every sampling parameter that decides an output (part of the cache key)."""
+        return {
+            "max_tokens": int(self.max_tokens),
+            "temperature": float(self.temperature),
+            "top_p": float(self.top_p),
+            "stop": list(self.stop),
+        }
+
+    @property
+    def indices(self) -> range:
+        """Sample indices this request covers."""
+        return range(self.first_index, self.first_index + self.n)
+
+
+@dataclass
+class Completion:
+    """One sampled completion.
+
+    Attributes:
+        text: Generated text.
+        prompt_tokens: Prompt length in tokens.
+        completion_tokens: Generated tokens.
+        finish_reason: ``stop`` or ``length`` (normalised by :func:`normalise_finish_reason`).
+        latency_s: Seconds the backend spent on it (for batched calls: the batch time divided
+            evenly); 0.0 for cache hits.
+        sample_index: Index of this sample among the request's samples.
+        cached: True when served by the cache.
+    """
+
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: str = "stop"
+    latency_s: float = 0.0
+    sample_index: int = 0
+    cached: bool = False
+
+
+@dataclass
+class BackendStats:
+    """Counters a backend (or the cache in front of it) keeps; written to manifests."""
+
+    calls: int = 0
+    samples: int = 0
+    cache_hits: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+    retries: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = {k: v for k, v in self.__dict__.items() if k != "extra"}
+        d.update(self.extra)
+        total = self.samples + self.cache_hits
+        d["cache_hit_rate"] = (self.cache_hits / total) if total else 0.0
+        d["tokens_per_s"] = (self.completion_tokens / self.seconds) if self.seconds > 0 else 0.0
+        return d
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What every backend provides.
+
+    Attributes:
+        name: Backend kind (``llamacpp``, ``openai``, ``vllm``, ...), part of the cache key.
+        model_id: Model identity for the cache key: a file hash or a name plus revision.
+        stats: Counters for manifests.
+    """
+
+    name: str
+    stats: BackendStats
+
+    @property
+    def model_id(self) -> str: ...
+
+    def generate(self, requests: Sequence[ChatRequest]) -> list[list[Completion]]:
+        """Draw ``request.n`` samples for each request.
+
+        Returns:
+            One list per request, in request order, of ``request.n`` completions ordered by
+            sample index (``first_index`` ..).
+
+        Raises:
+            BackendError: When a sample cannot be produced after retries.
+        """
+        ...
+
+    def close(self) -> None: ...
+
+
+def sample_seed(seed: int, index: int) -> int:
+    """A distinct, reproducible 31-bit seed for sample ``index`` of a request seeded ``seed``."""
+    h = hashlib.blake2b(f"{int(seed)}:{int(index)}".encode(), digest_size=8).digest()
+    return int.from_bytes(h, "little") & 0x7FFFFFFF
+
+
+def normalise_finish_reason(reason: str | None) -> str:
+    """Map backend finish reasons onto ``stop`` / ``length``.
+
+    ``length`` and ``max_tokens`` mean the budget L was hit; everything else (``stop``,
+    ``eos``, ``stop_sequence``, ``None`` from servers that omit it) means the response ended.
+    """
+    return "length" if reason in ("length", "max_tokens", "max_length") else "stop"

@@ -1,0 +1,265 @@
+"""Typed records that flow between stages, with one schema version.
+
+Every stage reads and writes these records as JSONL shards (see :mod:`mbs.io`). Only
+:func:`to_dict` / :func:`from_dict` convert between records and plain dicts; nothing else
+in the code base builds record dicts by hand.
+
+Record types (DESIGN.md, "Records"):
+
+* :class:`Problem`: one problem with its ground truth and answer type.
+* :class:`Rollout`: one sampled response of a policy to a problem under a budget L.
+* :class:`Calibration`: the per-(problem, policy, budget) summary of N rollouts.
+* :class:`TreeNode`: one node of a MagicBeanStalk decomposition tree.
+* :class:`MCQ`: one Golden Goose fill-in-the-middle multiple-choice item.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+#: Bumped whenever a field is added, removed or changes meaning.
+SCHEMA_VERSION = 1
+
+#: Bands of the zero-advantage trap (seed paper, "Background"): all N rollouts correct,
+#: mixed (non-zero GRPO advantage), or all wrong.
+BANDS = ("solved_all", "goldilocks", "failed_all")
+
+FinishReason = Literal["stop", "length"]
+
+
+class RecordError(ValueError):
+    """A record dict is missing a field or has a field of the wrong kind."""
+
+
+@dataclass
+class Problem:
+    """A problem with a verifiable answer.
+
+    Attributes:
+        id: Stable identifier, unique within a run (e.g. ``champ/P_Combinatorics_1``).
+        data_source: Name written into exported rows, ``mbs/<verifier>/<origin>``.
+        prompt: The problem statement shown to the policy (plain text / LaTeX).
+        ground_truth: The answer the verifier checks against (LaTeX for ``math``, a letter
+            for ``mcq``); ``None`` when the answer is not auto-verifiable.
+        answer_type: ``math`` or ``mcq``, or ``unverifiable:<why>`` for answers that no
+            verifier can check (prose, proofs, ...). Names the verifier for ``math``/``mcq``.
+        reference_solution: Optional worked solution (a verified trace for MBS stage 1).
+        metadata: Free-form source fields (category, hints, concepts, raw answer, ...).
+        parents: Provenance: ids of the problems this one was derived from.
+    """
+
+    id: str
+    data_source: str
+    prompt: str
+    ground_truth: str | None
+    answer_type: str = "math"
+    reference_solution: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    parents: list[str] = field(default_factory=list)
+
+    @property
+    def verifiable(self) -> bool:
+        """True when a verifier can grade responses to this problem."""
+        return self.ground_truth is not None and not self.answer_type.startswith("unverifiable")
+
+
+@dataclass
+class Rollout:
+    """One sampled response of policy ``policy`` to problem ``problem_id`` under budget L.
+
+    Attributes:
+        problem_id: :attr:`Problem.id`.
+        policy: Student/policy name from the ``students`` config group.
+        budget: Response budget L in tokens (``max_tokens``); ``None`` for recorded answers.
+        sample_index: 0-based index among the N rollouts of this (problem, policy, budget).
+        text: The response text.
+        prompt_tokens: Prompt length in tokens (0 when unknown).
+        completion_tokens: Generated tokens (<= budget).
+        finish_reason: ``stop`` (ended on its own) or ``length`` (hit the budget L).
+        reward: 1.0, 0.0, or ``None`` when the verifier could not grade.
+        extracted: The answer the verifier extracted, if any.
+        reason: The verifier's reason for the reward.
+        latency_s: Wall-clock seconds the backend spent on this sample (0 for cache hits).
+        cached: True when the completion came from the LLM cache.
+        setting: For recorded policies, the prompt setting the answer was recorded under.
+    """
+
+    problem_id: str
+    policy: str
+    budget: int | None
+    sample_index: int
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: str = "stop"
+    reward: float | None = None
+    extracted: str | None = None
+    reason: str = ""
+    latency_s: float = 0.0
+    cached: bool = False
+    setting: str | None = None
+
+    @property
+    def key(self) -> tuple:
+        """Identity used to resume and deduplicate: (problem, policy, budget, sample)."""
+        return (self.problem_id, self.policy, self.budget, self.sample_index)
+
+    @property
+    def complete_correct(self) -> bool:
+        """Correct and complete within L (finish reason ``stop``), seed paper's usability rule."""
+        return self.reward == 1.0 and self.finish_reason == "stop"
+
+
+@dataclass
+class Calibration:
+    """Pass rate and trap band of one problem for one (policy, budget L).
+
+    Attributes:
+        problem_id: :attr:`Problem.id`.
+        policy: Policy name.
+        budget: Budget L in tokens, ``None`` for recorded answers.
+        n: Rollouts drawn (may be < ``n_target`` with early stopping).
+        n_target: Rollouts the configuration asked for (N).
+        successes: Rollouts with reward 1.
+        ungraded: Rollouts the verifier could not grade (counted as failures).
+        pass_rate: successes / n.
+        band: ``solved_all``, ``goldilocks`` or ``failed_all`` (for N rollouts; with early
+            stopping this is the band drawing all N would give).
+        complete_correct: At least one correct rollout finished with ``stop`` within L.
+        truncated: Rollouts that hit the budget (finish reason ``length``).
+        completion_tokens: Tokens generated over all drawn rollouts.
+        early_stopped: True when sequential early stopping settled the decision before N.
+    """
+
+    problem_id: str
+    policy: str
+    budget: int | None
+    n: int
+    n_target: int
+    successes: int
+    ungraded: int
+    pass_rate: float
+    band: str
+    complete_correct: bool
+    truncated: int = 0
+    completion_tokens: int = 0
+    early_stopped: bool = False
+
+    @property
+    def key(self) -> tuple:
+        return (self.problem_id, self.policy, self.budget)
+
+    @property
+    def usable(self) -> bool:
+        """Goldilocks band and a complete correct response within L (seed paper)."""
+        return self.band == "goldilocks" and self.complete_correct
+
+
+@dataclass
+class TreeNode:
+    """One node of a MagicBeanStalk tree (seed paper, Stages 2 and 3).
+
+    Attributes:
+        node_id: Unique id, ``<seed id>/<path>`` (e.g. ``champ/P_1/0.2``).
+        seed_id: Root problem id.
+        depth: 0 for the root, up to D.
+        problem: The node's problem.
+        trace: Verified solution trace (teacher or reference).
+        answer: Verified final answer.
+        children: Child node ids (K <= 3).
+        effectivity: Per student: {"acc": ..., "acc_cond": ..., "passed": ...}.
+        variants: Synthetic problems grown from this node with their calibration.
+        status: ``verified``, ``decomposed``, ``leaf``, ``synthesized``, ``rejected``, ...
+        reject_reason: Why the node was rejected, if it was.
+    """
+
+    node_id: str
+    seed_id: str
+    depth: int
+    problem: Problem
+    trace: str | None = None
+    answer: str | None = None
+    children: list[str] = field(default_factory=list)
+    effectivity: dict[str, Any] = field(default_factory=dict)
+    variants: list[dict[str, Any]] = field(default_factory=list)
+    status: str = "new"
+    reject_reason: str | None = None
+
+
+@dataclass
+class MCQ:
+    """A Golden Goose fill-in-the-middle multiple-choice item.
+
+    Attributes:
+        id: Item id.
+        source_id: Id of the passage it was built from.
+        masked_passage: The passage with the removed span replaced by ``[MASK]``.
+        span: The removed span (the correct option's text).
+        span_offsets: (start, end) character offsets of the span in the source passage.
+        distractors: Wrong options, each with its origin in ``distractor_origins``.
+        options: All options in presented order.
+        answer: The correct option's letter (``A``.. ).
+        distractor_origins: How each distractor was made (perturbation kind, real wrong step, teacher).
+        checks: Validation checks passed, name -> bool.
+    """
+
+    id: str
+    source_id: str
+    masked_passage: str
+    span: str
+    span_offsets: tuple[int, int]
+    distractors: list[str]
+    options: list[str]
+    answer: str
+    distractor_origins: list[str] = field(default_factory=list)
+    checks: dict[str, bool] = field(default_factory=dict)
+
+
+RECORD_TYPES: dict[str, type] = {
+    "problem": Problem,
+    "rollout": Rollout,
+    "calibration": Calibration,
+    "tree_node": TreeNode,
+    "mcq": MCQ,
+}
+
+
+def to_dict(record: Any) -> dict[str, Any]:
+    """Convert a record to a JSON-ready dict (nested records included)."""
+    return dataclasses.asdict(record)
+
+
+def from_dict(cls: type, data: dict[str, Any], *, where: str = "") -> Any:
+    """Build a record of type ``cls`` from a dict, checking required fields.
+
+    Args:
+        cls: One of the record dataclasses.
+        data: The dict (e.g. one parsed JSONL line).
+        where: Location for error messages, e.g. ``"rollouts.jsonl line 12"``.
+
+    Raises:
+        RecordError: A required field is missing, a field is unknown, or ``data`` is not a dict.
+    """
+    if not isinstance(data, dict):
+        raise RecordError(f"{where}: expected a JSON object for a {cls.__name__}, got {type(data).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = set(data) - set(fields)
+    if unknown:
+        raise RecordError(f"{where}: unknown field(s) {sorted(unknown)} for {cls.__name__}")
+    missing = [
+        name
+        for name, f in fields.items()
+        if name not in data
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING  # type: ignore[misc]
+    ]
+    if missing:
+        raise RecordError(f"{where}: missing field(s) {missing} for {cls.__name__}")
+    kwargs = dict(data)
+    if cls is TreeNode and isinstance(kwargs.get("problem"), dict):
+        kwargs["problem"] = from_dict(Problem, kwargs["problem"], where=where + " .problem")
+    if cls is MCQ and isinstance(kwargs.get("span_offsets"), list):
+        kwargs["span_offsets"] = tuple(kwargs["span_offsets"])
+    return cls(**kwargs)
