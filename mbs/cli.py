@@ -1,1 +1,53 @@
-"""Hydra entry points (placeholder while the stages land)."""
+"""Thin Hydra entry points: each composes its config and calls a plain ``run(cfg)``.
+
+Run ``mbs-calibrate --help`` (or any other entry) for the config groups; ``--cfg job`` prints
+the composed config. The configs live in the repository's ``conf/`` folder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+
+def config_dir() -> str:
+    """Absolute path of the ``conf/`` folder (the repository root of an editable install).
+
+    Raises:
+        FileNotFoundError: mbs is installed without its ``conf/`` folder (use ``pip install -e .``).
+    """
+    path = Path(__file__).resolve().parent.parent / "conf"
+    if not (path / "base.yaml").is_file():
+        raise FileNotFoundError(
+            f"mbs configs not found at {path}: install mbs from a checkout with `pip install -e .`"
+        )
+    return str(path)
+
+
+CONF = config_dir()
+
+
+@hydra.main(version_base="1.3", config_path=CONF, config_name="calibrate")
+def calibrate(cfg: DictConfig) -> None:
+    """mbs-calibrate: N rollouts per problem, pass rates, trap bands, hard seeds."""
+    from mbs.stages.calibrate import run
+
+    run(cfg)
+
+
+@hydra.main(version_base="1.3", config_path=CONF, config_name="figures")
+def figures(cfg: DictConfig) -> None:
+    """mbs-figures: regenerate figures, tables and the report of run directories."""
+    from mbs.stages.figures import run
+
+    run(cfg)
+
+
+@hydra.main(version_base="1.3", config_path=CONF, config_name="pipeline")
+def pipeline(cfg: DictConfig) -> None:
+    """mbs-pipeline: the main job (calibrate -> synthesize -> export -> figures)."""
+    from mbs.stages.pipeline import run
+
+    run(cfg)

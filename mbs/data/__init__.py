@@ -1,0 +1,268 @@
+"""Problem loaders, chosen by ``data.loader`` through the :data:`LOADERS` registry.
+
+* ``champ``: CHAMP from the installed ``champ-dataset`` package (:mod:`mbs.data.champ`).
+* ``jsonl`` / ``parquet`` / ``hf_disk``: any file or local Hugging Face dataset folder, with a
+  configurable field mapping (``data.fields``).
+
+Every loader returns :class:`mbs.records.Problem` records. Bad input raises
+:class:`DataError` naming the file, line (or row) and field; with ``data.on_error=skip`` the
+record is skipped and counted instead (:class:`LoadReport`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+from mbs.records import Problem
+
+log = logging.getLogger(__name__)
+
+KNOWN_ANSWER_TYPES = ("math", "mcq")
+
+
+class DataError(ValueError):
+    """A bad input record; the message names file, line/row and field."""
+
+
+@dataclass
+class LoadReport:
+    """What a loader read and skipped (written into the stage manifest)."""
+
+    loaded: int = 0
+    skipped: int = 0
+    unverifiable: int = 0
+    errors: list[str] = field(default_factory=list)
+    by_answer_type: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "loaded": self.loaded,
+            "skipped": self.skipped,
+            "unverifiable_dropped": self.unverifiable,
+            "by_answer_type": dict(sorted(self.by_answer_type.items())),
+            "errors": self.errors[:50],
+        }
+
+
+LOADERS: dict[str, Callable[[Any, LoadReport], list[Problem]]] = {}
+
+
+def register_loader(name: str) -> Callable:
+    """Decorator adding a loader ``fn(data_cfg, report) -> list[Problem]`` to :data:`LOADERS`."""
+
+    def deco(fn: Callable) -> Callable:
+        LOADERS[name] = fn
+        return fn
+
+    return deco
+
+
+def stable_hash(text: str) -> int:
+    """A 64-bit hash of ``text`` that is the same in every process and Python version."""
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little")
+
+
+def in_shard(problem_id: str, index: int, count: int) -> bool:
+    """Whether ``problem_id`` belongs to shard ``index`` of ``count`` (stable hash assignment)."""
+    return count <= 1 or stable_hash(problem_id) % count == index
+
+
+def load_problems(data_cfg: Any, shard_index: int = 0, shard_count: int = 1) -> tuple[list[Problem], LoadReport]:
+    """Load, filter, shard and limit the problems a stage works on.
+
+    Args:
+        data_cfg: The ``data`` config node (``loader``, ``limit``, ``on_error``, ...).
+        shard_index: This process's shard.
+        shard_count: Number of shards (problems are assigned by a stable hash of their id).
+
+    Returns:
+        The problems (first ``data.limit`` after filtering and sharding) and a load report.
+
+    Raises:
+        DataError: Bad input with ``on_error=raise``, or an empty input file.
+        KeyError: Unknown ``data.loader`` (lists the valid names).
+    """
+    name = data_cfg.loader
+    if name not in LOADERS:
+        raise KeyError(f"data.loader={name!r} is not a registered loader; valid: {sorted(LOADERS)}")
+    report = LoadReport()
+    problems = LOADERS[name](data_cfg, report)
+    if not bool(data_cfg.get("include_unverifiable", False)):
+        kept = [p for p in problems if p.verifiable]
+        report.unverifiable += len(problems) - len(kept)
+        problems = kept
+    problems = [p for p in problems if in_shard(p.id, shard_index, shard_count)]
+    limit = data_cfg.get("limit")
+    if limit is not None:
+        problems = problems[: int(limit)]
+    report.loaded = len(problems)
+    for p in problems:
+        report.by_answer_type[p.answer_type] = report.by_answer_type.get(p.answer_type, 0) + 1
+    return problems, report
+
+
+# --------------------------------------------------------------------------------------
+# CHAMP
+# --------------------------------------------------------------------------------------
+
+
+@register_loader("champ")
+def _load_champ(data_cfg: Any, report: LoadReport) -> list[Problem]:
+    from mbs.data.champ import load_champ
+
+    problems = load_champ(include_unverifiable=True)
+    split = data_cfg.get("split", "all") or "all"
+    if split != "all":
+        frac = float(data_cfg.get("heldout_fraction", 0.2))
+        if split not in ("train", "heldout"):
+            raise DataError(f"data.split={split!r}: valid values are all, train, heldout")
+        problems = [p for p in problems if (champ_is_heldout(p.id, frac)) == (split == "heldout")]
+    return problems
+
+
+def champ_is_heldout(problem_id: str, fraction: float) -> bool:
+    """Stable-hash train/heldout split of CHAMP used by export (train) and evaluation (heldout)."""
+    return (stable_hash("heldout:" + problem_id) % 10_000) < fraction * 10_000
+
+
+# --------------------------------------------------------------------------------------
+# Generic files with a field mapping
+# --------------------------------------------------------------------------------------
+
+
+def _records_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield f"{path} line {lineno}", json.loads(line)
+            except json.JSONDecodeError as err:
+                yield f"{path} line {lineno}", DataError(f"{path} line {lineno}: invalid JSON ({err.msg})")
+
+
+def _records_parquet(path: Path) -> Iterator[tuple[str, Any]]:
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    for i, row in enumerate(table.to_pylist()):
+        yield f"{path} row {i}", row
+
+
+def _records_hf_disk(path: Path, split: str | None) -> Iterator[tuple[str, Any]]:
+    from datasets import DatasetDict, load_from_disk
+
+    ds = load_from_disk(str(path))
+    if isinstance(ds, DatasetDict):
+        if split not in ds:
+            raise DataError(f"{path}: split {split!r} not in the dataset; splits: {list(ds)}")
+        ds = ds[split]
+    for i, row in enumerate(ds):
+        yield f"{path} [{split}] row {i}", row
+
+
+def problems_from_records(records: Iterable[tuple[str, Any]], data_cfg: Any, report: LoadReport, source: str) -> list[Problem]:
+    """Map raw records onto :class:`Problem` with ``data.fields``; handle bad records per ``on_error``.
+
+    Raises:
+        DataError: A bad record with ``on_error=raise``, or no record at all in ``source``.
+    """
+    fields = data_cfg.fields
+    origin = data_cfg.get("origin", "custom")
+    on_error = data_cfg.get("on_error", "raise")
+    if on_error not in ("raise", "skip"):
+        raise DataError(f"data.on_error={on_error!r}: valid values are raise, skip")
+    out: list[Problem] = []
+    seen = 0
+    for i, (where, rec) in enumerate(records):
+        seen += 1
+        try:
+            if isinstance(rec, Exception):
+                raise rec
+            out.append(_problem_from_record(rec, i, where, fields, origin, data_cfg.get("answer_type", "math")))
+        except DataError as err:
+            if on_error == "raise":
+                raise
+            report.skipped += 1
+            report.errors.append(str(err))
+            log.warning("skipping bad record: %s", err)
+    if seen == 0:
+        raise DataError(f"{source}: no records (empty input)")
+    return out
+
+
+def _problem_from_record(rec: Any, i: int, where: str, fields: Any, origin: str, default_type: str) -> Problem:
+    if not isinstance(rec, dict):
+        raise DataError(f"{where}: expected an object, got {type(rec).__name__}")
+
+    def get(attr: str, required: bool) -> Any:
+        name = fields.get(attr)
+        if name is None:
+            return None
+        if name not in rec or rec[name] is None:
+            if required:
+                raise DataError(f"{where}: missing field {name!r} (data.fields.{attr})")
+            return None
+        return rec[name]
+
+    prompt = get("prompt", True)
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise DataError(f"{where}: field {fields.prompt!r} (data.fields.prompt) must be a non-empty string")
+    gt = get("ground_truth", True)
+    answer_type = get("answer_type", False) or default_type
+    if answer_type not in KNOWN_ANSWER_TYPES and not str(answer_type).startswith("unverifiable"):
+        raise DataError(
+            f"{where}: unknown answer type {answer_type!r} in field {fields.get('answer_type') or 'data.answer_type'}; "
+            f"valid: {list(KNOWN_ANSWER_TYPES)} or unverifiable:<why>"
+        )
+    rid = get("id", False)
+    pid = f"{origin}/{rid if rid is not None else i}"
+    solution = get("solution", False)
+    meta = {k: v for k, v in rec.items() if k not in {fields.get(a) for a in ("prompt", "ground_truth", "id", "solution")}}
+    return Problem(
+        id=pid,
+        data_source=f"mbs/{answer_type if not str(answer_type).startswith('unverifiable') else 'none'}/{origin}",
+        prompt=prompt,
+        ground_truth=str(gt),
+        answer_type=str(answer_type),
+        reference_solution=str(solution) if solution is not None else None,
+        metadata=_jsonable(meta),
+    )
+
+
+def _jsonable(obj: Any) -> Any:
+    try:
+        json.dumps(obj)
+        return obj
+    except TypeError:
+        return json.loads(json.dumps(obj, default=str))
+
+
+def _file(data_cfg: Any) -> Path:
+    path = Path(str(data_cfg.path)).expanduser()
+    if not path.exists():
+        raise DataError(f"data.path: {path} does not exist")
+    return path
+
+
+@register_loader("jsonl")
+def _load_jsonl(data_cfg: Any, report: LoadReport) -> list[Problem]:
+    path = _file(data_cfg)
+    return problems_from_records(_records_jsonl(path), data_cfg, report, str(path))
+
+
+@register_loader("parquet")
+def _load_parquet(data_cfg: Any, report: LoadReport) -> list[Problem]:
+    path = _file(data_cfg)
+    return problems_from_records(_records_parquet(path), data_cfg, report, str(path))
+
+
+@register_loader("hf_disk")
+def _load_hf_disk(data_cfg: Any, report: LoadReport) -> list[Problem]:
+    path = _file(data_cfg)
+    return problems_from_records(_records_hf_disk(path, data_cfg.get("split")), data_cfg, report, str(path))

@@ -58,8 +58,9 @@ class LlamaCppBackend:
     """Runs any GGUF chat model in-process with its own chat template.
 
     Samples are drawn one at a time (llama.cpp's high-level API decodes one sequence); sample
-    ``i`` of a request seeded ``s`` uses seed :func:`mbs.llm.base.sample_seed` ``(s, i)``, so
-    the N rollouts of a prompt are distinct and reproducible.
+    ``i`` of a request seeded ``s`` uses seed :func:`mbs.llm.base.sample_seed` ``(s, i)`` and a
+    freshly evaluated prompt, so the N rollouts of a prompt are distinct and reproducible
+    (same text for the same model file, thread count and seed).
 
     Args:
         model_path: GGUF file; ``None`` means the embedded SmolLM2-135M-Instruct.
@@ -129,6 +130,10 @@ class LlamaCppBackend:
                 comps = []
                 for idx in req.indices:
                     t0 = time.perf_counter()
+                    # Evaluate the whole prompt afresh: reusing a cached prefix changes the batch
+                    # shapes of prompt evaluation and with them the logits, so the same seed could
+                    # give a different sample depending on what ran before.
+                    llm.reset()
                     try:
                         res = llm.create_chat_completion(
                             messages=req.messages,

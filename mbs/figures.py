@@ -1,0 +1,193 @@
+"""Paper figures from run directories, in one consistent style.
+
+Every figure function reads a run directory through the public readers of :mod:`mbs.io`
+(never stage internals), draws with matplotlib, and writes each configured format (vector
+PDF and PNG by default) with fixed metadata, so regenerating from the same run directory
+gives byte-identical files. Sizes follow a one-column (3.4 in) or two-column (7.0 in) layout.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from mbs.io import read_summary  # noqa: E402
+
+log = logging.getLogger(__name__)
+logging.getLogger("fontTools").setLevel(logging.WARNING)  # PDF font subsetting logs every table at INFO
+
+#: Band colours: solved_all (too easy), goldilocks (learnable), failed_all (too hard).
+BAND_COLORS = {"solved_all": "#4C72B0", "goldilocks": "#55A868", "failed_all": "#C44E52"}
+BAND_LABELS = {"solved_all": "solved_all", "goldilocks": "Goldilocks", "failed_all": "failed_all"}
+WIDTHS_IN = {"single": 3.4, "double": 7.0}
+
+STYLE = {
+    "font.size": 8,
+    "axes.titlesize": 8,
+    "axes.labelsize": 8,
+    "legend.fontsize": 7,
+    "xtick.labelsize": 7,
+    "ytick.labelsize": 7,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "figure.dpi": 150,
+    "savefig.dpi": 200,
+    "savefig.bbox": "tight",
+    "pdf.fonttype": 42,
+    "svg.hashsalt": "mbs",
+}
+
+
+def figure(width: str = "single", aspect: float = 0.7, ncols: int = 1):
+    """A new figure sized for a one- or two-column layout.
+
+    Args:
+        width: ``single`` (3.4 in) or ``double`` (7.0 in).
+        aspect: Height / width.
+        ncols: Subplot columns.
+
+    Raises:
+        KeyError: Unknown width.
+    """
+    w = WIDTHS_IN[width]
+    plt.rcParams.update(STYLE)
+    fig, axes = plt.subplots(1, ncols, figsize=(w, w * aspect), squeeze=False)
+    return fig, axes[0]
+
+
+def save(fig, out_dir: str | Path, stem: str, formats: Sequence[str] = ("png", "pdf")) -> list[Path]:
+    """Write ``fig`` as ``out_dir/stem.<fmt>`` for each format with fixed metadata; close it."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for fmt in formats:
+        path = out_dir / f"{stem}.{fmt}"
+        meta = {"pdf": {"CreationDate": None, "ModDate": None, "Producer": "mbs"}, "png": {"Software": "mbs"}}.get(fmt)
+        fig.savefig(path, format=fmt, metadata=meta)
+        paths.append(path)
+    plt.close(fig)
+    return paths
+
+
+def _budget_label(key: str) -> str:
+    if key == "recorded":
+        return "recorded"
+    n = int(key)
+    return f"{n // 1024}K" if n >= 1024 and n % 1024 == 0 else str(n)
+
+
+def trap_bands(summary: dict[str, Any], out_dir: Path, formats: Sequence[str], width: str = "single") -> list[Path]:
+    """Stacked band shares (solved_all / Goldilocks / failed_all) per (policy, budget L)."""
+    bands = summary.get("bands") or {}
+    rows = [(p, b, bands[p][b]) for p in bands for b in bands[p]]
+    if not rows:
+        raise ValueError("summary has no bands")
+    fig, (ax,) = figure(width, aspect=0.45 + 0.06 * len(rows))
+    labels = [f"{p} @ {_budget_label(b)}" for p, b, _ in rows]
+    left = [0.0] * len(rows)
+    for band in ("solved_all", "goldilocks", "failed_all"):
+        vals = [100 * r[2][band] for r in rows]
+        ax.barh(labels, vals, left=left, color=BAND_COLORS[band], label=BAND_LABELS[band], height=0.7)
+        for i, v in enumerate(vals):
+            if v >= 8:
+                ax.text(left[i] + v / 2, i, f"{v:.0f}", ha="center", va="center", fontsize=6, color="white")
+        left = [a + b for a, b in zip(left, vals)]
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("share of problems (%)")
+    ax.invert_yaxis()
+    ax.legend(ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.18 - 0.4 / len(rows)), frameon=False)
+    n = next(iter(summary.get("counts", {}).values()), {})
+    total = next(iter(n.values()), {}).get("n_problems") if n else None
+    ax.set_title(f"Zero-advantage trap ({total} problems)" if total else "Zero-advantage trap")
+    return save(fig, out_dir, "trap_bands", formats)
+
+
+def failed_all_vs_budget(summary: dict[str, Any], out_dir: Path, formats: Sequence[str], width: str = "single") -> list[Path]:
+    """failed_all share against the budget L (tokens), one line per live policy."""
+    bands = summary.get("bands") or {}
+    series = {
+        p: sorted((int(b), 100 * v["failed_all"]) for b, v in bands[p].items() if b != "recorded") for p in bands
+    }
+    series = {p: s for p, s in series.items() if s}
+    if not series:
+        raise ValueError("no live-policy budgets in the summary (recorded policies have no budget L)")
+    fig, (ax,) = figure(width)
+    for p, pts in series.items():
+        xs, ys = zip(*pts)
+        ax.plot(xs, ys, marker="o", label=p)
+    ax.set_xscale("log", base=2)
+    ticks = sorted({x for s in series.values() for x, _ in s})
+    ax.set_xticks(ticks, [_budget_label(str(t)) for t in ticks])
+    ax.set_xlabel("response budget L (tokens)")
+    ax.set_ylabel("failed_all share (%)")
+    ax.set_ylim(0, 105)
+    ax.legend(frameon=False)
+    ax.set_title("failed_all share against budget")
+    return save(fig, out_dir, "failed_all_vs_budget", formats)
+
+
+def reclassification_heatmap(summary: dict[str, Any], out_dir: Path, formats: Sequence[str], width: str = "single") -> list[Path]:
+    """Share of problems whose band changes between each pair of policies (at the budget
+    shared by most policies); with a single policy, between each pair of budgets."""
+    recl = summary.get("reclassification") or {}
+    pol = recl.get("policies") or {}
+    if pol:
+        budget = max(pol, key=lambda b: len(pol[b]))
+        pairs, title = pol[budget], f"Band reclassification between policies (L={_budget_label(budget)})"
+    else:
+        bud = recl.get("budgets") or {}
+        if not bud:
+            raise ValueError("no reclassification data (needs two policies or two budgets)")
+        policy = max(bud, key=lambda p: len(bud[p]))
+        pairs = {"|".join(_budget_label(x) for x in k.split("|")): v for k, v in bud[policy].items()}
+        title = f"Band reclassification between budgets ({policy})"
+    names = sorted({n for k in pairs for n in k.split("|")}, key=_natural)
+    idx = {n: i for i, n in enumerate(names)}
+    m = [[0.0] * len(names) for _ in names]
+    for k, v in pairs.items():
+        a, b = k.split("|")
+        m[idx[a]][idx[b]] = m[idx[b]][idx[a]] = 100 * v
+    fig, (ax,) = figure(width, aspect=0.85)
+    im = ax.imshow(m, cmap="viridis", vmin=0, vmax=max(50.0, max(max(r) for r in m)))
+    ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
+    ax.set_yticks(range(len(names)), names)
+    for i in range(len(names)):
+        for j in range(len(names)):
+            if i != j:
+                ax.text(j, i, f"{m[i][j]:.1f}", ha="center", va="center", fontsize=6, color="white" if m[i][j] < 30 else "black")
+    fig.colorbar(im, ax=ax, label="problems reclassified (%)")
+    ax.set_title(title)
+    return save(fig, out_dir, "reclassification_heatmap", formats)
+
+
+def _natural(s: str) -> tuple:
+    digits = "".join(ch for ch in s if ch.isdigit())
+    return (0, int(digits), s) if digits and s.rstrip("K").isdigit() else (1, 0, s)
+
+
+CALIBRATION_FIGURES = (trap_bands, failed_all_vs_budget, reclassification_heatmap)
+
+
+def calibration_figures(run_dir: str | Path, out_dir: str | Path, formats: Sequence[str] = ("png", "pdf"), width: str = "single") -> dict[str, Any]:
+    """Draw the calibration figures of a run directory.
+
+    Returns:
+        ``{"written": [paths], "skipped": {figure: reason}}``; a figure whose input is missing
+        is skipped with the reason named, never crashes the caller.
+    """
+    summary = read_summary(run_dir)
+    written: list[str] = []
+    skipped: dict[str, str] = {}
+    for fn in CALIBRATION_FIGURES:
+        try:
+            written += [str(p) for p in fn(summary, Path(out_dir), formats, width)]
+        except (ValueError, KeyError) as err:
+            skipped[fn.__name__] = str(err)
+            log.info("figure %s skipped: %s", fn.__name__, err)
+    return {"written": written, "skipped": skipped}

@@ -1,0 +1,308 @@
+"""Run directories: resolved config, git revision, append-only record shards, manifest last.
+
+Layout of a stage's run directory (``hydra.run.dir``)::
+
+    config.yaml            resolved config (secrets are never resolved: env lookups stay as written)
+    git.json               git revision and dirty flag of the code that ran
+    <name>.<shard>.jsonl   append-only record shards (one JSON record per line)
+    summary.json           the stage's headline numbers
+    manifest.json          written last: counts, timings, backend calls, cache hits, files
+
+A stage killed at any point and run again with the same config and ``hydra.run.dir`` resumes:
+:meth:`Shard.read` drops a torn last line (a write cut off by the kill) and returns the
+finished records, so nothing finished is recomputed or lost and nothing is duplicated.
+
+The readers at the bottom (:func:`read_summary`, :func:`read_records`, ...) are the public
+interface that ``analysis/`` and ``mbs-figures`` use; they never import stage internals.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from mbs.records import SCHEMA_VERSION, RecordError, from_dict, to_dict
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+SUMMARY = "summary.json"
+
+
+def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
+    """Write ``data`` as pretty JSON to ``path`` via a temporary file and rename (never torn)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, sort_keys=True, ensure_ascii=False, default=_json_default)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    if hasattr(obj, "item"):  # numpy scalars
+        return obj.item()
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def git_revision(cwd: str | os.PathLike | None = None) -> dict[str, Any]:
+    """The git commit and dirty flag of the code in ``cwd`` (the mbs source tree by default)."""
+    cwd = cwd or Path(__file__).resolve().parent
+    try:
+        rev = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = bool(
+            subprocess.run(
+                ["git", "status", "--porcelain", "--untracked-files=no"],
+                cwd=cwd,
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.strip()
+        )
+        return {"commit": rev, "dirty": dirty}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+
+
+class Shard:
+    """An append-only JSONL file of records of one type.
+
+    Args:
+        path: The ``.jsonl`` file.
+        record_type: Record class for :meth:`read` (``None`` returns plain dicts).
+    """
+
+    def __init__(self, path: str | os.PathLike, record_type: type | None = None):
+        self.path = Path(path)
+        self.record_type = record_type
+        self._fh = None
+
+    def read(self) -> list[Any]:
+        """All complete records; a torn last line (killed mid-write) is cut off the file.
+
+        Raises:
+            RecordError: A complete line that is not valid JSON or not a valid record
+                (names the file and line).
+        """
+        if not self.path.exists():
+            return []
+        out = []
+        with open(self.path, "rb") as f:
+            data = f.read()
+        good_end = 0
+        lines = data.split(b"\n")
+        for lineno, raw in enumerate(lines, 1):
+            is_last = lineno == len(lines)
+            if not raw.strip():
+                good_end += len(raw) + (0 if is_last else 1)
+                continue
+            if is_last:  # no trailing newline: the write of this line never finished
+                log.warning("%s: dropping torn last line %d (interrupted write)", self.path, lineno)
+                break
+            try:
+                obj = json.loads(raw)
+            except json.JSONDecodeError as err:
+                raise RecordError(f"{self.path} line {lineno}: invalid JSON ({err.msg})") from err
+            out.append(from_dict(self.record_type, obj, where=f"{self.path} line {lineno}") if self.record_type else obj)
+            good_end += len(raw) + 1
+        if good_end < len(data):
+            with open(self.path, "r+b") as f:
+                f.truncate(good_end)
+        return out
+
+    def append(self, records: Iterable[Any]) -> int:
+        """Append records (dataclasses or dicts), one line each, flushed to disk. Returns the count."""
+        if self._fh is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = open(self.path, "a", encoding="utf-8")
+        n = 0
+        for rec in records:
+            obj = rec if isinstance(rec, dict) else to_dict(rec)
+            self._fh.write(json.dumps(obj, ensure_ascii=False, default=_json_default) + "\n")
+            n += 1
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        return n
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+    def __enter__(self) -> "Shard":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class RunDir:
+    """A stage's output folder.
+
+    Args:
+        path: The folder (created if missing).
+        stage: Stage name written into the manifest.
+        shard_index: This process's shard (files are named ``<name>.<index>-of-<count>.jsonl``).
+        shard_count: Number of shards.
+    """
+
+    def __init__(self, path: str | os.PathLike, stage: str, shard_index: int = 0, shard_count: int = 1):
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.stage = stage
+        self.shard_index = int(shard_index)
+        self.shard_count = int(shard_count)
+        self.started = time.time()
+        self.timings: dict[str, float] = {}
+
+    def shard(self, name: str, record_type: type | None = None) -> Shard:
+        """The shard file of record set ``name`` for this process."""
+        return Shard(self.path / f"{name}.{self.shard_index:05d}-of-{self.shard_count:05d}.jsonl", record_type)
+
+    def write_config(self, cfg: Any) -> None:
+        """Save the config (interpolations of environment variables are left unresolved) and git revision."""
+        from omegaconf import OmegaConf
+
+        write_text_atomic(self.path / "config.yaml", OmegaConf.to_yaml(safe_resolved(cfg)))
+        write_json_atomic(self.path / "git.json", git_revision())
+
+    def write_summary(self, summary: dict[str, Any]) -> Path:
+        """Write ``summary.json`` (the stage's headline numbers)."""
+        return write_json_atomic(self.path / SUMMARY, {"schema_version": SCHEMA_VERSION, "stage": self.stage, **summary})
+
+    def write_manifest(self, counts: dict[str, Any], **extra: Any) -> Path:
+        """Write ``manifest.json`` last: counts, timings, files and their sizes."""
+        files = {
+            str(p.relative_to(self.path)): p.stat().st_size
+            for p in sorted(self.path.rglob("*"))
+            if p.is_file() and p.name != MANIFEST and not p.name.startswith(".")
+        }
+        return write_json_atomic(
+            self.path / MANIFEST,
+            {
+                "schema_version": SCHEMA_VERSION,
+                "stage": self.stage,
+                "shard": {"index": self.shard_index, "count": self.shard_count},
+                "started": self.started,
+                "finished": time.time(),
+                "seconds": round(time.time() - self.started, 3),
+                "timings_s": {k: round(v, 3) for k, v in self.timings.items()},
+                "counts": counts,
+                "git": git_revision(),
+                "files": files,
+                **extra,
+            },
+        )
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write text via a temporary file and rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+    return path
+
+
+def safe_resolved(cfg: Any) -> Any:
+    """A resolved copy of ``cfg`` in which ``${oc.env:...}`` values stay as written.
+
+    mbs never puts secrets into configs (API keys are read from the environment variable a
+    config names), and this keeps a user's own ``${oc.env:...}`` out of saved files as well.
+    Values that cannot be resolved outside a Hydra run (``${hydra:...}``) stay as written.
+    """
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    def rec(node: Any, path: str) -> Any:
+        if isinstance(node, dict):
+            return {k: rec(v, f"{path}.{k}" if path else str(k)) for k, v in node.items()}
+        if isinstance(node, list):
+            return [rec(v, f"{path}[{i}]") for i, v in enumerate(node)]
+        if isinstance(node, str) and "${" in node and "oc.env" not in node:
+            try:
+                value = OmegaConf.select(cfg, path, throw_on_missing=False)
+            except Exception:  # noqa: BLE001 - e.g. ${hydra:...} outside a Hydra run
+                return node
+            if isinstance(value, (DictConfig, ListConfig)):
+                return rec(OmegaConf.to_container(value, resolve=False), path)
+            return value
+        return node
+
+    return OmegaConf.create(rec(OmegaConf.to_container(cfg, resolve=False), ""))
+
+
+# --------------------------------------------------------------------------------------
+# Public readers (used by analysis/ and mbs-figures)
+# --------------------------------------------------------------------------------------
+
+
+def read_json(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a JSON file.
+
+    Raises:
+        FileNotFoundError: The file is missing (the message names it).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found")
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def read_summary(run_dir: str | os.PathLike) -> dict[str, Any]:
+    """``summary.json`` of a run directory."""
+    return read_json(Path(run_dir) / SUMMARY)
+
+
+def read_manifest(run_dir: str | os.PathLike) -> dict[str, Any]:
+    """``manifest.json`` of a run directory (present only when the stage finished)."""
+    return read_json(Path(run_dir) / MANIFEST)
+
+
+def shard_files(run_dir: str | os.PathLike, name: str) -> list[Path]:
+    """All shard files of record set ``name`` in a run directory, in shard order."""
+    return sorted(Path(run_dir).glob(f"{name}.*-of-*.jsonl"))
+
+
+def read_records(run_dir: str | os.PathLike, name: str, record_type: type | None = None) -> list[Any]:
+    """Every record of set ``name`` across all shards of a run directory."""
+    out: list[Any] = []
+    for path in shard_files(run_dir, name):
+        out.extend(Shard(path, record_type).read())
+    return out
+
+
+def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
+    """Yield ``(line number, parsed object)`` of a JSONL file, skipping blank lines.
+
+    Raises:
+        RecordError: Invalid JSON (names file and line).
+    """
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield lineno, json.loads(line)
+            except json.JSONDecodeError as err:
+                raise RecordError(f"{path} line {lineno}: invalid JSON ({err.msg})") from err

@@ -1,0 +1,348 @@
+"""Any OpenAI-compatible chat-completions server (vLLM serve, SGLang, llama-cpp-python, OpenAI).
+
+Requests go out concurrently (at most ``max_concurrency`` in flight) through
+``openai.AsyncOpenAI``; the client's own retry loop backs off exponentially on 408/409/429/5xx,
+timeouts and refused or dropped connections, and a request that still fails raises
+:class:`mbs.llm.base.BackendError` naming the backend, URL, model and cause. A call returns every
+requested sample or raises: never a silently shorter list.
+
+The ``n`` samples of a request are asked for in one call with ``n`` and seed
+:func:`mbs.llm.base.sample_seed` ``(seed, first_index)``. Some servers ignore ``n`` (the
+llama-cpp-python server answers ``n=3`` with one choice); when fewer choices come back, the
+missing samples are drawn singly with seeds ``sample_seed(seed, i)``, and the backend remembers
+that the server ignores ``n`` so later requests go straight to single-sample calls. The first
+sample's seed is the same in both paths, so a server that ignores ``n`` gives the same sample
+``first_index`` either way.
+
+The API key is read from the environment variable named by ``api_key_env`` when a call starts;
+it is never stored on the backend, logged, or written anywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from mbs.llm.base import (
+    BackendError,
+    BackendStats,
+    ChatRequest,
+    Completion,
+    normalise_finish_reason,
+    sample_seed,
+)
+
+log = logging.getLogger(__name__)
+
+#: Key sent when ``api_key_env`` is unset or names an unset variable (local servers ignore it).
+DUMMY_API_KEY = "EMPTY"
+
+
+class OpenAIBackend:
+    """Chat completions from an OpenAI-compatible HTTP server, many requests in flight at once.
+
+    Args:
+        base_url: Server URL including the API prefix, e.g. ``http://127.0.0.1:8000/v1``.
+        model: Served model name (the ``model`` field of each request).
+        api_key_env: Name of the environment variable holding the API key (the key itself is
+            never a config value); when ``None`` or unset, the dummy key ``EMPTY`` is sent.
+        max_concurrency: Most HTTP requests in flight at once; also ``preferred_batch``, the
+            number of requests the cache hands over per call.
+        timeout_s: Per-request timeout in seconds (each attempt).
+        max_retries: Retries per request after the first attempt (exponential backoff by the
+            openai client: 0.5 s doubling up to 8 s, with jitter; honours ``Retry-After``).
+        revision: Identifies the served weights in the cache key (e.g. a checkpoint hash);
+            ``None`` falls back to ``base_url``.
+        use_n: Ask for the ``n`` samples of a request in one call; ``False`` always draws
+            single samples.
+        name: Backend kind for the cache key.
+        extra_body: Extra JSON fields merged into every request body (server-specific options,
+            e.g. ``{"top_k": 20}`` for vLLM).
+
+    Raises:
+        ValueError: ``max_concurrency`` < 1, ``max_retries`` < 0 or ``timeout_s`` <= 0.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key_env: str | None = "OPENAI_API_KEY",
+        max_concurrency: int = 64,
+        timeout_s: float = 600.0,
+        max_retries: int = 5,
+        revision: str | None = None,
+        use_n: bool = True,
+        name: str = "openai",
+        extra_body: dict[str, Any] | None = None,
+    ):
+        if int(max_concurrency) < 1:
+            raise ValueError(f"backend.max_concurrency must be >= 1, got {max_concurrency}")
+        if int(max_retries) < 0:
+            raise ValueError(f"backend.max_retries must be >= 0, got {max_retries}")
+        if float(timeout_s) <= 0:
+            raise ValueError(f"backend.timeout_s must be > 0, got {timeout_s}")
+        self.base_url = str(base_url).rstrip("/")
+        self.model = str(model)
+        self.api_key_env = api_key_env
+        self.max_concurrency = int(max_concurrency)
+        self.timeout_s = float(timeout_s)
+        self.max_retries = int(max_retries)
+        self.revision = revision
+        self.use_n = bool(use_n)
+        self.name = name
+        self.extra_body = dict(extra_body) if extra_body else None
+        self.preferred_batch = self.max_concurrency
+        self.stats = BackendStats(extra={"n_ignored": 0, "peak_in_flight": 0})
+        self._server_ignores_n = False
+        self._in_flight = 0
+        self._lock = threading.Lock()  # stats may be updated from several generate() threads
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(name={self.name!r}, base_url={self.base_url!r}, model={self.model!r}, "
+            f"revision={self.revision!r}, api_key_env={self.api_key_env!r}, "
+            f"max_concurrency={self.max_concurrency})"
+        )
+
+    @property
+    def model_id(self) -> str:
+        return f"{self.model}@{self.revision or self.base_url}"
+
+    @property
+    def server_ignores_n(self) -> bool:
+        """True once the server answered a request with fewer choices than its ``n``."""
+        return self._server_ignores_n
+
+    # -- public API -------------------------------------------------------------------------
+
+    def generate(self, requests: Sequence[ChatRequest]) -> list[list[Completion]]:
+        """Draw ``n`` samples per request, all requests concurrently.
+
+        Works from any thread; when the calling thread already runs an event loop, the work runs
+        on a helper thread (this call still blocks until done).
+
+        Returns:
+            One list per request of ``request.n`` completions ordered by sample index.
+
+        Raises:
+            BackendError: A request still failed after ``max_retries`` retries, or the server
+                answered with no choices; no partial result is returned.
+        """
+        requests = list(requests)
+        if not requests:
+            return []
+        t0 = time.perf_counter()
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # the usual case: no loop in this thread
+            out = asyncio.run(self._generate_all(requests))
+        else:
+            with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mbs-openai") as pool:
+                out = pool.submit(asyncio.run, self._generate_all(requests)).result()
+        with self._lock:
+            self.stats.seconds += time.perf_counter() - t0
+        return out
+
+    def close(self) -> None:
+        """Nothing to release: each :meth:`generate` call opens and closes its own client."""
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _make_client(self):
+        import openai  # lazy: keeps `import mbs` light
+
+        key = os.environ.get(self.api_key_env) if self.api_key_env else None
+        return openai.AsyncOpenAI(
+            base_url=self.base_url,
+            api_key=key or DUMMY_API_KEY,
+            timeout=self.timeout_s,
+            max_retries=self.max_retries,
+        )
+
+    async def _generate_all(self, requests: list[ChatRequest]) -> list[list[Completion]]:
+        sem = asyncio.Semaphore(self.max_concurrency)
+        async with self._make_client() as client:
+            tasks = [asyncio.ensure_future(self._generate_one(client, sem, req)) for req in requests]
+            try:
+                return list(await asyncio.gather(*tasks))
+            except BaseException:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                raise
+
+    async def _generate_one(self, client, sem: asyncio.Semaphore, req: ChatRequest) -> list[Completion]:
+        got: dict[int, Completion] = {}
+        if req.n > 1 and self.use_n and not self._server_ignores_n:
+            comps = await self._call(client, sem, req, req.n, sample_seed(req.seed, req.first_index))
+            for idx, comp in zip(req.indices, comps):
+                comp.sample_index = idx
+                got[idx] = comp
+            if len(comps) < req.n:
+                with self._lock:
+                    self.stats.extra["n_ignored"] += 1
+                    first = not self._server_ignores_n
+                    self._server_ignores_n = True
+                if first:
+                    log.info(
+                        "%s backend %s (model %s) ignores n (asked %d, got %d choices): "
+                        "drawing samples singly from now on",
+                        self.name, self.base_url, self.model, req.n, len(comps),
+                    )
+        missing = [idx for idx in req.indices if idx not in got]
+        singles = await asyncio.gather(
+            *(self._call(client, sem, req, 1, sample_seed(req.seed, idx)) for idx in missing)
+        )
+        for idx, comps in zip(missing, singles):
+            comps[0].sample_index = idx
+            got[idx] = comps[0]
+        return [got[idx] for idx in req.indices]
+
+    async def _call(self, client, sem: asyncio.Semaphore, req: ChatRequest, n: int, seed: int) -> list[Completion]:
+        """One chat-completions call for ``n`` samples; returns at most ``n``, at least one.
+
+        Raises:
+            BackendError: The call failed after the client's retries, or came back with no choices.
+        """
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "messages": req.messages,
+            "max_tokens": int(req.max_tokens),
+            "temperature": float(req.temperature),
+            "top_p": float(req.top_p),
+            "seed": int(seed),
+        }
+        if n > 1:
+            kwargs["n"] = int(n)
+        if req.stop:
+            kwargs["stop"] = list(req.stop)
+        if self.extra_body:
+            kwargs["extra_body"] = self.extra_body
+        async with sem:
+            with self._lock:
+                self._in_flight += 1
+                self.stats.extra["peak_in_flight"] = max(self.stats.extra["peak_in_flight"], self._in_flight)
+            t0 = time.perf_counter()
+            try:
+                raw = await client.chat.completions.with_raw_response.create(**kwargs)
+                response = raw.parse()
+            except Exception as err:  # openai.OpenAIError, or a malformed answer
+                retries = self.max_retries if _is_retryable(err) else 0
+                with self._lock:
+                    self.stats.retries += retries
+                raise BackendError(self._describe(err, retries)) from err
+            finally:
+                with self._lock:
+                    self._in_flight -= 1
+            dt = time.perf_counter() - t0
+        choices = sorted(response.choices or [], key=lambda c: c.index or 0)[:n]
+        if not choices:
+            raise BackendError(f"{self._where()}: the server answered with no choices")
+        usage = response.usage
+        prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
+        total_completion = int(getattr(usage, "completion_tokens", 0) or 0)
+        reasons = [normalise_finish_reason(c.finish_reason) for c in choices]
+        per_choice = _split_completion_tokens(total_completion, reasons, int(req.max_tokens))
+        comps = [
+            Completion(
+                text=(c.message.content if c.message is not None else None) or "",
+                prompt_tokens=prompt_tokens,
+                completion_tokens=k,
+                finish_reason=reason,
+                latency_s=dt / len(choices),
+            )
+            for c, reason, k in zip(choices, reasons, per_choice)
+        ]
+        with self._lock:
+            self.stats.calls += 1
+            self.stats.retries += int(getattr(raw, "retries_taken", 0) or 0)
+            self.stats.samples += len(comps)
+            self.stats.prompt_tokens += prompt_tokens * len(comps)
+            self.stats.completion_tokens += total_completion
+        return comps
+
+    def _where(self) -> str:
+        return f"{self.name} backend {self.base_url} (model {self.model})"
+
+    def _describe(self, err: Exception, retries: int) -> str:
+        import openai
+
+        if isinstance(err, openai.APITimeoutError):
+            cause = f"timed out after {self.timeout_s:g} s"
+        elif isinstance(err, openai.APIConnectionError):
+            cause = "connection refused" if _refused(err) else f"connection error ({_root_cause(err)})"
+        elif isinstance(err, openai.APIStatusError):
+            cause = f"HTTP {err.status_code}: {err.message}"
+        else:
+            cause = f"{type(err).__name__}: {err}"
+        suffix = f" after {retries} {'retry' if retries == 1 else 'retries'}" if retries else ""
+        return f"{self._where()}: {cause}{suffix}"
+
+
+def _is_retryable(err: Exception) -> bool:
+    """Whether the openai client retried ``err`` (connection errors, timeouts, 408/409/429/5xx).
+
+    Used to count retries of a failed request: the client exhausts ``max_retries`` on these
+    (except when the server forbids it with ``x-should-retry: false`` or a long ``Retry-After``,
+    which this count does not see).
+    """
+    import openai
+
+    if isinstance(err, openai.APIConnectionError):
+        return True
+    if isinstance(err, openai.APIStatusError):
+        return err.status_code in (408, 409, 429) or err.status_code >= 500
+    return False
+
+
+def _root_cause(err: BaseException) -> BaseException:
+    seen = 0
+    while err.__cause__ is not None and seen < 16:
+        err, seen = err.__cause__, seen + 1
+    return err
+
+
+def _refused(err: BaseException) -> bool:
+    cur: BaseException | None = err
+    for _ in range(16):
+        if cur is None:
+            return False
+        if isinstance(cur, ConnectionRefusedError) or "refused" in str(cur).lower():
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
+def _split_completion_tokens(total: int, reasons: list[str], max_tokens: int) -> list[int]:
+    """Completion tokens per choice when the server reports only the total of an ``n`` call.
+
+    OpenAI-compatible servers give one ``usage`` per response. A choice that hit the budget
+    (``length``) used ``max_tokens`` tokens; the rest of the total is split evenly over the
+    other choices (remainder to the first ones), so the counts always sum to ``total``. When
+    that is impossible (inconsistent usage) the total is split evenly over all choices.
+    """
+    k = len(reasons)
+    if k == 1:
+        return [total]
+    n_len = sum(r == "length" for r in reasons)
+    rest = total - n_len * max_tokens
+    others = k - n_len
+    if n_len and others and rest >= 0:
+        base, extra = divmod(rest, others)
+        out, j = [], 0
+        for r in reasons:
+            if r == "length":
+                out.append(max_tokens)
+            else:
+                out.append(base + (1 if j < extra else 0))
+                j += 1
+        return out
+    base, extra = divmod(total, k)
+    return [base + (1 if j < extra else 0) for j in range(k)]

@@ -1,0 +1,53 @@
+"""Versioned prompt templates (one text file per template; the name carries the version).
+
+A template's text is rendered into the chat messages, so it is part of every LLM cache key:
+editing a template file changes the key and never serves stale completions. Placeholders are
+``{name}`` and are substituted literally (LaTeX braces in problems are safe).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+
+TEMPLATE_DIR = Path(__file__).resolve().parent
+
+
+@lru_cache(maxsize=64)
+def load_template(name: str) -> str:
+    """Text of template ``name`` (``mbs/prompts/<name>.txt``).
+
+    Raises:
+        FileNotFoundError: Unknown template (lists the available ones).
+    """
+    path = TEMPLATE_DIR / f"{name}.txt"
+    if not path.is_file():
+        names = sorted(p.stem for p in TEMPLATE_DIR.rglob("*.txt"))
+        raise FileNotFoundError(f"prompt template {name!r} not found in {TEMPLATE_DIR}; available: {names}")
+    return path.read_text(encoding="utf-8")
+
+
+def render(name: str, **fields: str) -> str:
+    """Fill the ``{field}`` placeholders of template ``name``.
+
+    Raises:
+        KeyError: The template has a placeholder that ``fields`` lacks.
+    """
+    missing = sorted(_placeholders(name) - set(fields))
+    if missing:
+        raise KeyError(f"template {name!r} needs field(s) {missing}")
+    text = load_template(name)
+    for key, value in fields.items():
+        text = text.replace("{" + key + "}", value)
+    return text
+
+
+@lru_cache(maxsize=64)
+def _placeholders(name: str) -> frozenset[str]:
+    return frozenset(re.findall(r"\{([a-z_]+)\}", load_template(name)))
+
+
+def user_messages(name: str, **fields: str) -> list[dict[str, str]]:
+    """A one-turn chat: the rendered template as the user message."""
+    return [{"role": "user", "content": render(name, **fields)}]

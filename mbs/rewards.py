@@ -1,0 +1,113 @@
+"""verl custom reward: ``compute_score`` grades through the :mod:`mbs.verify` registry.
+
+Point verl at this file (it is loaded by path, so it only uses absolute ``mbs.*``
+imports)::
+
+    python -m verl.trainer.main_ppo ... \\
+        custom_reward_function.path=$(python -c "import mbs.rewards as r; print(r.__file__)") \\
+        custom_reward_function.name=compute_score
+
+Data sources written by mbs are named ``mbs/<verifier>/<origin>`` (``mbs/math/champ``,
+``mbs/mcq/goose-champ``): the verifier is taken from that name, or from
+``extra_info["verifier"]`` when given (it takes precedence); foreign data sources fall back
+to :func:`mbs.verify.detect_verifier`. Dispatch goes through the same registry that
+calibrated the data, so the reward that measured a problem's pass rate is the reward that
+trains on it.
+
+Every call has a hard timeout: gradings run in a lazily created module-level
+:class:`~mbs.verify.pool.GradingPool` (one per process; recreated after a fork). Its size
+and limit come from the environment: ``MBS_REWARD_WORKERS`` (default 1; ``0`` grades
+in-process without a timeout) and ``MBS_REWARD_TIMEOUT_S`` (default 5.0 seconds).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from typing import Any
+
+from mbs.verify import Grade, detect_verifier
+from mbs.verify.pool import GradingPool
+
+__all__ = ["compute_score", "verifier_for"]
+
+_lock = threading.Lock()
+_pool: GradingPool | None = None
+_pool_pid: int | None = None
+
+
+def _shared_pool() -> GradingPool:
+    """The process's grading pool, created on first use (and again in a forked child)."""
+    global _pool, _pool_pid
+    with _lock:
+        if _pool is None or _pool_pid != os.getpid():
+            _pool = GradingPool(
+                workers=int(os.environ.get("MBS_REWARD_WORKERS", "1")),
+                timeout_s=float(os.environ.get("MBS_REWARD_TIMEOUT_S", "5.0")),
+            )
+            _pool_pid = os.getpid()
+        return _pool
+
+
+@atexit.register
+def _close_pool() -> None:
+    if _pool is not None and _pool_pid == os.getpid():
+        _pool.close(wait=False)
+
+
+def verifier_for(data_source: str, ground_truth: str, extra_info: dict | None = None) -> str:
+    """The verifier name for one sample.
+
+    Args:
+        data_source: verl's ``data_source`` column, ``mbs/<verifier>/<origin>`` for mbs data.
+        ground_truth: The gold answer (used for foreign data sources).
+        extra_info: verl's ``extra_info`` column; ``extra_info["verifier"]`` wins if set.
+
+    Returns:
+        A registry name, ``"auto"``, or an import path.
+    """
+    if extra_info and extra_info.get("verifier"):
+        return str(extra_info["verifier"])
+    parts = (data_source or "").split("/")
+    if len(parts) >= 2 and parts[0] == "mbs" and parts[1]:
+        return parts[1]
+    return detect_verifier(ground_truth)
+
+
+def compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: str,
+    extra_info: dict | None = None,
+    **_: Any,
+) -> dict:
+    """Score one response for verl (GRPO/PPO custom reward).
+
+    Args:
+        data_source: ``mbs/<verifier>/<origin>`` or a foreign name (``openai/gsm8k``).
+        solution_str: The decoded response.
+        ground_truth: The gold answer (numbers are converted to strings).
+        extra_info: Optional per-sample dict; ``"verifier"`` overrides the data source.
+        **_: Extra keyword arguments some verl versions pass; ignored.
+
+    Returns:
+        ``{"score": float, "acc": bool, "pred": str, "reason": str}``: ``score`` is 1.0 or
+        0.0; an ungradable sample (timeout, unparseable gold, verifier error) scores 0.0
+        and keeps its reason.
+
+    Raises:
+        UnknownVerifierError: If the data source or ``extra_info`` names no verifier
+            (a data error that must not silently train on zero rewards).
+    """
+    if isinstance(ground_truth, (int, float)):
+        ground_truth = str(ground_truth)
+    verifier = verifier_for(data_source, ground_truth, extra_info)
+    result: Grade = _shared_pool().submit(solution_str, ground_truth, verifier).result()
+    score = 1.0 if result.score == 1.0 else 0.0
+    return {
+        "score": score,
+        "acc": score == 1.0,
+        "pred": result.extracted or "",
+        "reason": result.reason,
+    }

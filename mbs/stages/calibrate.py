@@ -1,0 +1,514 @@
+"""Calibration: N rollouts per problem for every student and budget L, graded, banded.
+
+Run: ``mbs-calibrate data=champ data.limit=4 calibrate.n=4 calibrate.budgets=[64,128] hydra.run.dir=DIR``
+(or ``students=champ_recorded`` for the four recorded CHAMP models).
+
+Writes into ``out_dir``: ``rollouts.*.jsonl`` (one :class:`~mbs.records.Rollout` per sample,
+appended as each is graded), ``calibrations.*.jsonl`` (one :class:`~mbs.records.Calibration`
+per problem, policy and budget), ``conditioned.*.jsonl`` (recorded answers given hints or
+partial solutions), ``hard_seeds.*.jsonl`` (failed_all problems of the target policy, the
+input of synthesis), ``summary.json`` (bands, reclassification, tokens, grading report),
+``figures/`` and ``manifest.json`` last. Killed and rerun with the same ``hydra.run.dir``, it
+resumes: finished rollouts are read back, and the LLM cache makes redrawn samples free.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter, defaultdict
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from omegaconf import DictConfig, OmegaConf
+from tqdm.auto import tqdm
+
+from mbs.calibration import budget_key, calibrate_group, settled, trap_summary
+from mbs.data import LoadReport, load_problems
+from mbs.io import RunDir, Shard
+from mbs.llm import build_backend
+from mbs.llm.base import ChatRequest
+from mbs.prompts import user_messages
+from mbs.records import Calibration, Problem, Rollout
+from mbs.verify.pool import GradingPool
+
+log = logging.getLogger(__name__)
+
+STAGE = "calibrate"
+
+
+@dataclass
+class Policy:
+    """A student: a name, where its rollouts come from, and its budget L in tokens."""
+
+    name: str
+    source: str
+    backend: Any = None
+    budget: int | None = None
+    model: str | None = None
+
+
+def policies_from_cfg(students: DictConfig) -> list[Policy]:
+    """The student set, in config order (the first is the weakest student).
+
+    Raises:
+        ValueError: A policy with an unknown source, or a live policy without a backend.
+    """
+    out = []
+    for slot, p in students.policies.items():
+        if p.source not in ("live", "recorded"):
+            raise ValueError(f"students.policies.{slot}.source={p.source!r}: valid values are live, recorded")
+        if p.source == "live" and p.backend is None:
+            raise ValueError(f"students.policies.{slot}: a live policy needs a backend")
+        out.append(Policy(name=str(p.name), source=p.source, backend=p.backend, budget=p.budget, model=p.model))
+    return out
+
+
+def verifier_for(problem: Problem, verifier_cfg: DictConfig) -> str:
+    """The verifier that grades ``problem``: ``verifier.path`` if set, else its answer type."""
+    return verifier_cfg.path or problem.answer_type
+
+
+def messages_for(problem: Problem, templates: DictConfig) -> list[dict[str, str]]:
+    """Chat messages of a problem from the template of its answer type.
+
+    Raises:
+        KeyError: No template configured for the answer type.
+    """
+    if problem.answer_type not in templates:
+        raise KeyError(f"calibrate.templates has no template for answer type {problem.answer_type!r} ({problem.id})")
+    return user_messages(templates[problem.answer_type], problem=problem.prompt)
+
+
+class RolloutWriter:
+    """Grades completions in the worker pool while generation goes on, appends graded rollouts.
+
+    Rollouts are written in the order their gradings finish; the shard is append-only and
+    flushed per write, so a kill loses only gradings still in flight (their completions are in
+    the LLM cache).
+    """
+
+    def __init__(self, pool: GradingPool, shard: Shard, done: dict[tuple, Rollout]):
+        self.pool = pool
+        self.shard = shard
+        self.done = done
+        self.pending: list[tuple[Rollout, Future]] = []
+
+    def add(self, rollout: Rollout, ground_truth: str, verifier: str) -> None:
+        self.pending.append((rollout, self.pool.submit(rollout.text, ground_truth, verifier)))
+        self.flush(wait=False)
+
+    def flush(self, wait: bool) -> None:
+        ready, still = [], []
+        for rollout, fut in self.pending:
+            if wait or fut.done():
+                grade = fut.result()
+                rollout.reward, rollout.extracted, rollout.reason = grade.score, grade.extracted, grade.reason
+                ready.append(rollout)
+            else:
+                still.append((rollout, fut))
+        self.pending = still
+        if ready:
+            self.shard.append(ready)
+            for r in ready:
+                self.done[r.key] = r
+
+
+def calibrate_live(
+    policy: Policy,
+    problems: Sequence[Problem],
+    budgets: Sequence[int],
+    ccfg: DictConfig,
+    cfg: DictConfig,
+    writer: RolloutWriter,
+    stats: Counter,
+) -> None:
+    """Draw, grade and write N rollouts per (problem, budget) for a live policy.
+
+    With ``calibrate.early_stop.enabled`` rollouts are drawn in rounds of ``batch`` and a group
+    stops as soon as :func:`mbs.calibration.settled` says the remaining rollouts cannot change
+    its decision. Sample ``i`` is the same draw either way (seeded by index), so decisions are
+    identical to drawing all N.
+    """
+    backend = build_backend(policy.backend, cfg.paths.cache_dir)
+    n = int(ccfg.n)
+    es = ccfg.early_stop
+    step = int(es.batch) if es.enabled else n
+    groups = [(p, int(L)) for L in budgets for p in problems]
+    msgs = {p.id: messages_for(p, ccfg.templates) for p in problems}
+    total = len(groups) * n
+    bar = tqdm(total=total, desc=f"calibrate {policy.name}", unit="rollout", dynamic_ncols=True)
+    bar.update(sum(1 for p, L in groups for i in range(n) if (p.id, policy.name, L, i) in writer.done))
+    t0, tokens0 = time.perf_counter(), backend.stats.completion_tokens
+    start = 0
+    active = groups
+    while active and start < n:
+        stop = min(start + step, n)
+        requests, meta = [], []
+        for p, L in active:
+            todo = [i for i in range(start, stop) if (p.id, policy.name, L, i) not in writer.done]
+            for first, count in _runs(todo):
+                requests.append(
+                    ChatRequest(
+                        messages=msgs[p.id],
+                        n=count,
+                        max_tokens=L,
+                        temperature=float(ccfg.temperature),
+                        top_p=float(ccfg.top_p),
+                        seed=int(cfg.seed),
+                        first_index=first,
+                    )
+                )
+                meta.append((p, L))
+        for ri, completions in backend.generate_iter(requests):
+            p, L = meta[ri]
+            for c in completions:
+                writer.add(
+                    Rollout(
+                        problem_id=p.id,
+                        policy=policy.name,
+                        budget=L,
+                        sample_index=c.sample_index,
+                        text=c.text,
+                        prompt_tokens=c.prompt_tokens,
+                        completion_tokens=c.completion_tokens,
+                        finish_reason=c.finish_reason,
+                        latency_s=c.latency_s,
+                        cached=c.cached,
+                    ),
+                    p.ground_truth or "",
+                    verifier_for(p, cfg.verifier),
+                )
+            bar.update(len(completions))
+            dt = time.perf_counter() - t0
+            if dt > 0:
+                bar.set_postfix(tok_s=f"{(backend.stats.completion_tokens - tokens0) / dt:.1f}", refresh=False)
+        writer.flush(wait=True)
+        start = stop
+        if es.enabled:
+            still = []
+            for p, L in active:
+                drawn = [writer.done[(p.id, policy.name, L, i)] for i in range(stop)]
+                if settled(drawn, n, es.decision, float(es.alpha)):
+                    if stop < n:
+                        stats["rollouts_saved"] += n - stop
+                        bar.update(n - stop)
+                else:
+                    still.append((p, L))
+            active = still
+    bar.close()
+
+
+def _runs(indices: Sequence[int]) -> Iterable[tuple[int, int]]:
+    """Contiguous runs of sorted indices as (first, count)."""
+    run: list[int] = []
+    for i in indices:
+        if run and i != run[-1] + 1:
+            yield run[0], len(run)
+            run = []
+        run.append(i)
+    if run:
+        yield run[0], len(run)
+
+
+def calibrate_recorded(
+    policy: Policy, problems: Sequence[Problem], writer: RolloutWriter, conditioned: list[Rollout], cfg: DictConfig
+) -> None:
+    """Grade a recorded CHAMP model's answers: no-hint settings are its rollouts (budget ``None``).
+
+    Answers recorded under hint or partial-solution settings are graded too and kept in
+    ``conditioned`` (their ``setting`` names the condition): the offline analogue of the
+    effectivity test.
+
+    Raises:
+        ValueError: The problems are not CHAMP problems (recorded answers exist only there).
+    """
+    from mbs.data.champ import recorded_answers
+
+    todo: list[tuple[Rollout, Problem, bool]] = []
+    for p in problems:
+        if not p.id.startswith("champ/"):
+            raise ValueError(f"students: recorded policy {policy.name} needs data=champ, got problem {p.id}")
+        answers = sorted(recorded_answers(p.id.split("/", 1)[1], policy.model), key=lambda a: a.setting)
+        samples = [a for a in answers if a.kind == "sample"]
+        others = [a for a in answers if a.kind != "sample"]
+        for i, a in enumerate(samples + others):
+            is_sample = a.kind == "sample"
+            r = Rollout(
+                problem_id=p.id,
+                policy=policy.name,
+                budget=None,
+                sample_index=i,
+                text=a.final or a.solution,
+                finish_reason=a.finish_reason,
+                setting=a.setting,
+            )
+            if is_sample and r.key in writer.done:
+                continue
+            todo.append((r, p, is_sample))
+    cond_futs = []
+    for r, p, is_sample in tqdm(todo, desc=f"grade {policy.name}", unit="answer", dynamic_ncols=True):
+        if is_sample:
+            writer.add(r, p.ground_truth or "", verifier_for(p, cfg.verifier))
+        else:
+            cond_futs.append((r, writer.pool.submit(r.text, p.ground_truth or "", verifier_for(p, cfg.verifier))))
+    writer.flush(wait=True)
+    for r, fut in cond_futs:
+        g = fut.result()
+        r.reward, r.extracted, r.reason = g.score, g.extracted, g.reason
+        conditioned.append(r)
+
+
+def recorded_report(problems: Sequence[Problem], rollouts: Sequence[Rollout], conditioned: Sequence[Rollout]) -> dict[str, Any]:
+    """How recorded answers were graded, grading agreement with CHAMP's first-wrong-step
+    annotations (a human spot-check: "no mistake" should grade correct), and per-policy
+    accuracy without and with hints / partial solutions (the offline effectivity analogue).
+    """
+    from mbs.data.champ import recorded_answers
+
+    fws: dict[tuple[str, str, str], bool] = {}
+    for p in problems:
+        if not p.id.startswith("champ/"):
+            continue
+        pid = p.id.split("/", 1)[1]
+        for model in {r.policy for r in rollouts if r.budget is None}:
+            for a in recorded_answers(pid, model) if model in _recorded_models() else []:
+                if a.fws_correct is not None:
+                    fws[(p.id, model, a.setting)] = a.fws_correct
+    every = [r for r in rollouts if r.budget is None] + list(conditioned)
+    how = Counter(_reason_kind(r.reason) for r in every)
+    agree = [(r.reward == 1.0) == fws[(r.problem_id, r.policy, r.setting)] for r in every if (r.problem_id, r.policy, r.setting) in fws]
+    # "no mistake" annotations should grade correct; a marked wrong step usually means a wrong answer
+    no_mistake = [r.reward == 1.0 for r in every if fws.get((r.problem_id, r.policy, r.setting)) is True]
+    acc: dict[str, dict[str, Any]] = {}
+    per_problem: dict[str, dict[str, dict[str, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    for r in every:
+        kind = "sample" if r.setting and not (r.setting.endswith("w/ H") or r.setting.endswith("Soln")) else (
+            "hint" if r.setting and r.setting.endswith("w/ H") else "partial_solution"
+        )
+        per_problem[r.policy][r.problem_id][kind].append(1.0 if r.reward == 1.0 else 0.0)
+    for policy, probs in sorted(per_problem.items()):
+        row: dict[str, Any] = {}
+        for kind in ("sample", "hint", "partial_solution"):
+            vals = [sum(v[kind]) / len(v[kind]) for v in probs.values() if v[kind]]
+            row[f"acc_{kind}"] = sum(vals) / len(vals) if vals else None
+        both = [(sum(v["sample"]) / len(v["sample"]), sum(v["hint"]) / len(v["hint"])) for v in probs.values() if v["sample"] and v["hint"]]
+        row["hint_raises_acc_share"] = sum(1 for a, b in both if b > a) / len(both) if both else None
+        row["hint_lowers_acc_share"] = sum(1 for a, b in both if b < a) / len(both) if both else None
+        acc[policy] = row
+    return {
+        "answers": len(every),
+        "graded": sum(1 for r in every if r.reward is not None),
+        "ungraded": sum(1 for r in every if r.reward is None),
+        "by_extraction": dict(sorted(how.items())),
+        "fws_spot_check": {
+            "annotated": len(agree),
+            "agreement": (sum(agree) / len(agree)) if agree else None,
+            "no_mistake_annotated": len(no_mistake),
+            "no_mistake_graded_correct": (sum(no_mistake) / len(no_mistake)) if no_mistake else None,
+        },
+        "accuracy": acc,
+    }
+
+
+def _recorded_models() -> tuple[str, ...]:
+    from mbs.data.champ import RECORDED_MODELS
+
+    return RECORDED_MODELS
+
+
+def _reason_kind(reason: str) -> str:
+    return (reason or "none").split(":")[0].strip() or "none"
+
+
+def early_stop_simulation(calibrations_full: Sequence[Calibration], rollouts: Sequence[Rollout], batch: int, decision: str, alpha: float) -> dict[str, Any]:
+    """Replay sequential early stopping on fully drawn groups: rollouts it would save, and
+    whether every decision (band, usability) is identical to the full draw."""
+    by_group: dict[tuple, list[Rollout]] = defaultdict(list)
+    for r in rollouts:
+        by_group[(r.problem_id, r.policy, r.budget)].append(r)
+    total = saved = same = 0
+    for c in calibrations_full:
+        rs = sorted(by_group[c.key], key=lambda r: r.sample_index)[: c.n_target]
+        n = len(rs)
+        k = n
+        for stop in range(batch, n + batch, batch):
+            stop = min(stop, n)
+            if settled(rs[:stop], n, decision, alpha):
+                k = stop
+                break
+        early = calibrate_group(rs[:k], n, decision, alpha)
+        total += n
+        saved += n - k
+        if decision == "band":
+            same += (early.band, early.usable) == (c.band, c.usable)
+        else:
+            same += (early.successes > alpha * n if k < n else c.pass_rate > alpha) == (c.pass_rate > alpha)
+    return {
+        "rollouts": total,
+        "saved": saved,
+        "saved_share": saved / total if total else 0.0,
+        "identical_decisions": same,
+        "groups": len(calibrations_full),
+        "batch": batch,
+        "decision": decision,
+    }
+
+
+def run(cfg: DictConfig) -> Path:
+    """Calibrate every student of ``cfg.students`` on ``cfg.data`` at ``cfg.calibrate.budgets``.
+
+    Returns:
+        The run directory.
+
+    Raises:
+        mbs.data.DataError: Bad input data (``data.on_error=raise``).
+        mbs.llm.BackendError: A backend failed after its retries (finished work is kept).
+    """
+    logging.getLogger("mbs").setLevel(cfg.log_level)
+    out = RunDir(cfg.out_dir, STAGE, cfg.shard.index, cfg.shard.count)
+    out.write_config(cfg)
+    t0 = time.perf_counter()
+    problems, report = load_problems(cfg.data, cfg.shard.index, cfg.shard.count)
+    out.timings["load"] = time.perf_counter() - t0
+    by_id = {p.id: p for p in problems}
+    ccfg = cfg.calibrate
+    policies = policies_from_cfg(cfg.students)
+    budgets = [int(b) for b in ccfg.budgets]
+    log.info("calibrating %d problems x %d policies x budgets %s, N=%d", len(problems), len(policies), budgets, ccfg.n)
+
+    shard = out.shard("rollouts", Rollout)
+    done: dict[tuple, Rollout] = {}
+    for r in shard.read():
+        if r.problem_id in by_id:
+            done.setdefault(r.key, r)
+    resumed = len(done)
+    stats: Counter = Counter()
+    conditioned: list[Rollout] = []
+    backends = {}
+    t1 = time.perf_counter()
+    with GradingPool(workers=int(cfg.verifier.workers), timeout_s=float(cfg.verifier.timeout_s)) as pool, shard:
+        writer = RolloutWriter(pool, shard, done)
+        for policy in policies:
+            if policy.source == "recorded":
+                calibrate_recorded(policy, problems, writer, conditioned, cfg)
+            else:
+                backend = build_backend(policy.backend, cfg.paths.cache_dir)
+                before = backend.stats.as_dict()
+                calibrate_live(policy, problems, budgets, ccfg, cfg, writer, stats)
+                after = backend.stats.as_dict()
+                backends[policy.name] = {
+                    k: after[k] - before[k]
+                    for k in ("calls", "samples", "cache_hits", "prompt_tokens", "completion_tokens", "seconds")
+                }
+                backends[policy.name]["model_id"] = backend.model_id
+    out.timings["rollouts"] = time.perf_counter() - t1
+
+    # calibrations are derived from the rollouts: recomputed in full, so reruns are idempotent
+    n_target = int(ccfg.n)
+    groups: dict[tuple, list[Rollout]] = defaultdict(list)
+    for r in done.values():
+        groups[(r.problem_id, r.policy, r.budget)].append(r)
+    es = ccfg.early_stop
+    calibrations = []
+    for key in sorted(groups, key=lambda k: (k[1], -1 if k[2] is None else k[2], k[0])):
+        rs = sorted(groups[key], key=lambda r: r.sample_index)
+        n_group = len(rs) if key[2] is None else n_target  # recorded: every no-hint setting is a rollout
+        rs = rs[:n_group]
+        calibrations.append(calibrate_group(rs, n_group, es.decision, float(es.alpha)))
+    cal_shard = out.shard("calibrations", Calibration)
+    cal_shard.path.unlink(missing_ok=True)
+    with cal_shard:
+        cal_shard.append(calibrations)
+    if conditioned:
+        cond = out.shard("conditioned", Rollout)
+        cond.path.unlink(missing_ok=True)
+        with cond:
+            cond.append(conditioned)
+
+    hard = hard_seeds(calibrations, problems, cfg)
+    hs = out.shard("hard_seeds", Problem)
+    hs.path.unlink(missing_ok=True)
+    with hs:
+        hs.append(hard)
+
+    rollouts = list(done.values())
+    summary = trap_summary(calibrations)
+    summary.update(
+        {
+            "problems": len(problems),
+            "policies": [p.name for p in policies],
+            "target_policy": str(cfg.students.target),
+            "budgets": budgets,
+            "n": n_target,
+            "hard_seeds": len(hard),
+            "hard_seed_budget": _hard_seed_budget(cfg, policies),
+            "rollouts": {
+                "drawn": len(rollouts),
+                "resumed": resumed,
+                "saved_by_early_stopping": stats["rollouts_saved"],
+                "ungraded": sum(1 for r in rollouts if r.reward is None),
+                "completion_tokens": sum(r.completion_tokens for r in rollouts),
+                "truncated": sum(1 for r in rollouts if r.finish_reason == "length"),
+            },
+            "grading": dict(sorted(Counter(_reason_kind(r.reason) for r in rollouts).items())),
+            "data": report.as_dict(),
+            "backends": backends,
+        }
+    )
+    full = [c for c in calibrations if c.n == c.n_target]
+    if full and not es.enabled:
+        summary["early_stop_simulation"] = early_stop_simulation(
+            full, rollouts, int(es.batch), str(es.decision), float(es.alpha)
+        )
+    if any(p.source == "recorded" for p in policies):
+        summary["recorded"] = recorded_report(problems, rollouts, conditioned)
+        from mbs.data.champ import gold_report
+
+        summary["champ_gold"] = gold_report()
+    out.write_summary(summary)
+    if ccfg.figures:
+        from mbs.figures import calibration_figures
+
+        t2 = time.perf_counter()
+        calibration_figures(out.path, out.path / "figures")
+        out.timings["figures"] = time.perf_counter() - t2
+    out.write_manifest(
+        {
+            "problems": len(problems),
+            "rollouts": len(rollouts),
+            "calibrations": len(calibrations),
+            "hard_seeds": len(hard),
+            "skipped_records": report.skipped,
+        },
+        backends=backends,
+        backend_calls=sum(b["calls"] for b in backends.values()),
+        cache_hits=sum(b["cache_hits"] for b in backends.values()),
+    )
+    log.info("calibration written to %s", out.path)
+    return out.path
+
+
+def _hard_seed_budget(cfg: DictConfig, policies: Sequence[Policy]) -> int | None:
+    if cfg.calibrate.hard_seed_budget is not None:
+        return int(cfg.calibrate.hard_seed_budget)
+    target = next((p for p in policies if p.name == str(cfg.students.target)), None)
+    if target is None:
+        raise ValueError(f"students.target={cfg.students.target!r} is not a policy name: {[p.name for p in policies]}")
+    if target.source == "recorded":
+        return None
+    budgets = [int(b) for b in cfg.calibrate.budgets]
+    if target.budget is not None and int(target.budget) in budgets:
+        return int(target.budget)
+    return max(budgets)
+
+
+def hard_seeds(calibrations: Sequence[Calibration], problems: Sequence[Problem], cfg: DictConfig) -> list[Problem]:
+    """Problems the target policy fails on every rollout at the hard-seed budget (synthesis input)."""
+    policies = policies_from_cfg(cfg.students)
+    budget = _hard_seed_budget(cfg, policies)
+    target = str(cfg.students.target)
+    failed = {c.problem_id for c in calibrations if c.policy == target and c.budget == budget and c.band == "failed_all"}
+    return [p for p in problems if p.id in failed]

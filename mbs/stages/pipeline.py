@@ -1,0 +1,98 @@
+"""The main job: calibrate -> (synthesize -> export as they land) -> figures and report.
+
+Run: ``mbs-pipeline`` (no arguments: the embedded default) or e.g.
+``mbs-pipeline pipeline.live.limit=20 hydra.run.dir=outputs/my_study``.
+
+Each step is the plain ``run(cfg)`` of its stage, pointed at a sub-folder of the pipeline's
+run directory: ``calibrate_recorded/`` (CHAMP's four recorded models on every auto-verifiable
+problem), ``calibrate_live/`` (the configured student set on ``pipeline.live.limit``
+problems), ``figures/`` and ``report.html``. Rerunning with the same ``hydra.run.dir``
+resumes every step.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from mbs.io import RunDir, read_summary
+
+log = logging.getLogger(__name__)
+
+STAGE = "pipeline"
+
+
+def sub_config(cfg: DictConfig, out_dir: Path, **overrides: Any) -> DictConfig:
+    """A copy of ``cfg`` for one step: ``out_dir`` set, dotted-key ``overrides`` applied.
+
+    Values are resolved in the parent first (``${hydra:...}`` does not resolve outside the
+    running app), so the step sees plain values.
+    """
+    sub = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    with open_dict(sub):
+        sub.paths.root = str(cfg.paths.root)
+        sub.paths.cache_dir = str(cfg.paths.cache_dir)
+        sub.out_dir = str(out_dir)
+        for key, value in overrides.items():
+            OmegaConf.update(sub, key, value, merge=False, force_add=False)
+    OmegaConf.set_struct(sub, True)
+    return sub
+
+
+def run(cfg: DictConfig) -> Path:
+    """Run the main job into ``cfg.out_dir`` and print where the outputs are.
+
+    Returns:
+        The pipeline's run directory.
+    """
+    from mbs.stages import calibrate, figures
+
+    logging.getLogger("mbs").setLevel(cfg.log_level)
+    out = RunDir(cfg.out_dir, STAGE)
+    out.write_config(cfg)
+    steps: dict[str, str] = {}
+    pcfg = cfg.pipeline
+    if pcfg.recorded.enabled:
+        t = time.perf_counter()
+        sub = sub_config(
+            cfg,
+            out.path / "calibrate_recorded",
+            students=OmegaConf.to_container(pcfg.recorded.students, resolve=True),
+            **{"data.limit": pcfg.recorded.limit},
+        )
+        steps["calibrate_recorded"] = str(calibrate.run(sub))
+        out.timings["calibrate_recorded"] = time.perf_counter() - t
+    if pcfg.live.enabled:
+        t = time.perf_counter()
+        sub = sub_config(
+            cfg,
+            out.path / "calibrate_live",
+            **{
+                "data.limit": pcfg.live.limit,
+                "calibrate.n": pcfg.live.n,
+                "calibrate.budgets": list(pcfg.live.budgets),
+            },
+        )
+        steps["calibrate_live"] = str(calibrate.run(sub))
+        out.timings["calibrate_live"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    report = figures.render(out.path, out.path, formats=("png", "pdf"), width="single")
+    out.timings["figures"] = time.perf_counter() - t
+    summary = {"steps": {name: str(Path(p).relative_to(out.path)) for name, p in steps.items()}}
+    for name, path in steps.items():
+        s = read_summary(path)
+        summary[name] = {k: s[k] for k in ("bands", "hard_seeds", "problems", "target_policy") if k in s}
+    out.write_summary(summary)
+    out.write_manifest({"steps": len(steps)}, report=report.get("report"))
+    lines = [f"mbs-pipeline finished: outputs in {out.path}"]
+    for name, path in steps.items():
+        lines.append(f"  {name:<20} {path}  (summary.json, figures/)")
+    if report.get("report"):
+        lines.append(f"  {'report':<20} {report['report']}")
+    print("\n".join(lines), flush=True)
+    return out.path

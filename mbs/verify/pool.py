@@ -1,0 +1,280 @@
+"""Grade in worker processes with a hard wall-clock timeout per grading.
+
+sympy can run for hours on some answers (``5^{5^{5^{5^5}}}`` is evaluated as an integer)
+and math-verify's own ``signal.alarm`` timeouts neither work off the main thread nor
+interrupt long C-level arithmetic. :class:`GradingPool` therefore grades in ``pebble``
+worker processes: a grading that runs past ``timeout_s`` has its worker killed and
+replaced, and resolves to ``Grade(None, None, "timeout after 5.0s")``. The caller is never
+killed or stalled; a hung grading costs about ``timeout_s`` of one worker.
+
+Workers are forked from a ``forkserver`` that has already imported sympy and
+math-verify (``set_forkserver_preload``), so a replacement worker starts in milliseconds,
+and forking is safe even when the parent runs threads (llama.cpp, asyncio, verl). As with
+any ``forkserver``/``spawn`` pool, a script that creates a pool at import time needs the
+``if __name__ == "__main__":`` guard.
+
+Example::
+
+    with GradingPool(workers=2, timeout_s=5.0) as pool:
+        grades = pool.map([(response, gold, "math") for response, gold in pairs])
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import itertools
+import multiprocessing
+import signal
+import time
+from collections.abc import Iterable, Sequence
+from multiprocessing.sharedctypes import RawArray
+
+from pebble import ProcessExpired, ProcessPool
+
+from mbs.verify import Grade, get_verifier, grade
+
+__all__ = ["GradingPool", "PRELOAD"]
+
+#: Modules the forkserver imports once, so each (re)started worker inherits them.
+PRELOAD = ["mbs.verify", "mbs.verify.math", "mbs.verify.mcq", "math_verify"]
+
+#: Largest number of gradings sent to a worker as one task by :meth:`GradingPool.map`.
+MAX_CHUNK = 32
+#: Progress slots shared with workers (a chunk writes slot ``chunk_id % _SLOTS``).
+_SLOTS = 4096
+
+Item = tuple[str, str, str]
+
+# Worker side: where the running chunk records which of its items it is grading.
+_progress = None
+
+
+def _init_worker(progress) -> None:
+    """Worker initializer: keep the progress array; let SIGTERM kill at once.
+
+    pebble installs a Python-level SIGTERM handler, which cannot run while sympy is
+    inside one long C call (a huge integer power); the default action ends the worker
+    immediately, so a timed-out worker is replaced without pebble's 3 s SIGKILL grace.
+    """
+    global _progress
+    _progress = progress
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _grade_task(response: str, ground_truth: str, verifier: str) -> Grade:
+    """Worker entry point for one grading (module level: pickles by reference)."""
+    return grade(response, ground_truth, verifier)
+
+
+def _grade_chunk(chunk_id: int, items: list[Item], budget_s: float) -> list[Grade]:
+    """Worker entry point for a chunk: grade items in order until ``budget_s`` is spent.
+
+    Returns the Grades of a prefix of ``items`` (at least one); before each grading the
+    chunk id and item index go to the shared progress slot, so that the parent knows
+    which item was running if the chunk is killed.
+    """
+    slot = 2 * (chunk_id % _SLOTS)
+    start = time.monotonic()
+    out: list[Grade] = []
+    for i, item in enumerate(items):
+        if i and time.monotonic() - start > budget_s:
+            break
+        if _progress is not None:
+            _progress[slot], _progress[slot + 1] = chunk_id, i
+        out.append(grade(*item))
+    return out
+
+
+def _mp_context() -> multiprocessing.context.BaseContext:
+    if "forkserver" not in multiprocessing.get_all_start_methods():  # e.g. Windows
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)  # takes effect if the forkserver is not yet running
+    return ctx
+
+
+class GradingPool:
+    """Grades in worker processes with a hard wall-clock timeout per grading.
+
+    Timeout semantics: every grading gets at least ``timeout_s`` seconds of wall-clock
+    time on a worker (queueing time is not counted) and a grading still running after
+    that resolves to a timeout Grade; nothing else is ever lost or reported as a timeout.
+
+    * :meth:`submit` sends one grading as one pebble task with ``timeout=timeout_s``.
+    * :meth:`map` sends small chunks (up to :data:`MAX_CHUNK` items) to cut per-task IPC
+      cost. A chunk stops starting new items once it has run ``budget_s``
+      (``min(0.25, timeout_s / 10)`` seconds) and returns; items it did not reach are sent
+      again. So each item starts at most ``budget_s`` after its chunk, and the chunk's
+      pebble timeout is ``timeout_s + budget_s``. When a chunk is killed, a shared-memory
+      progress slot tells which item was running: that item (which has run for at least
+      ``timeout_s``) resolves to a timeout Grade; the others are sent again. Without a
+      readable slot every item of the chunk is retried as its own task.
+
+    Args:
+        workers: Number of worker processes. ``0`` grades in the calling process with no
+            timeout (for debugging: breakpoints and tracebacks work, and a hanging input
+            hangs the caller).
+        timeout_s: Wall-clock limit per grading, in seconds.
+
+    Raises:
+        ValueError: If ``workers < 0`` or ``timeout_s <= 0``.
+    """
+
+    def __init__(self, workers: int = 2, timeout_s: float = 5.0):
+        if workers < 0:
+            raise ValueError(f"workers must be >= 0, got {workers}")
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        self.workers = workers
+        self.timeout_s = float(timeout_s)
+        self.budget_s = min(0.25, self.timeout_s / 10)
+        self._closed = False
+        self._chunk_ids = itertools.count(1)
+        self._pool: ProcessPool | None = None
+        if workers:
+            self._progress = RawArray("q", 2 * _SLOTS)
+            self._pool = ProcessPool(
+                max_workers=workers,
+                initializer=_init_worker,
+                initargs=(self._progress,),
+                context=_mp_context(),
+            )
+
+    def submit(self, response: str, ground_truth: str, verifier: str = "math") -> concurrent.futures.Future:
+        """Schedule one grading.
+
+        Args:
+            response: Model response.
+            ground_truth: Gold answer.
+            verifier: Registry name, ``"auto"``, or ``"pkg.module:function"``.
+
+        Returns:
+            A future resolving to a :class:`~mbs.verify.Grade`; it never raises. A timeout
+            resolves to ``Grade(None, None, "timeout after {timeout_s}s")``, a crashed
+            worker to ``Grade(None, None, "error: worker died ...")``.
+
+        Raises:
+            UnknownVerifierError: If ``verifier`` names no verifier (checked here, in the
+                caller, so configuration errors are not hidden as ungradable items).
+            RuntimeError: If the pool is closed.
+        """
+        return self._start([(response, ground_truth, verifier)], chunk=1)[0]
+
+    def map(self, items: Iterable[Sequence[str]]) -> list[Grade]:
+        """Grade many items, in chunks; results keep the input order.
+
+        Args:
+            items: ``(response, ground_truth, verifier)`` triples (a pair uses ``"math"``).
+
+        Returns:
+            One :class:`~mbs.verify.Grade` per item; timeouts and errors are Grades too.
+
+        Raises:
+            UnknownVerifierError: If an item names no verifier.
+            RuntimeError: If the pool is closed.
+        """
+        triples = [(item[0], item[1], item[2] if len(item) > 2 else "math") for item in items]
+        # Small chunks, several per worker, so the last ones do not leave workers idle.
+        chunk = max(1, min(MAX_CHUNK, len(triples) // (8 * max(1, self.workers))))
+        return [f.result() for f in self._start(triples, chunk)]
+
+    def _start(self, items: list[Item], chunk: int) -> list[concurrent.futures.Future]:
+        if self._closed:
+            raise RuntimeError("GradingPool is closed")
+        for verifier in {v for _, _, v in items}:
+            if verifier != "auto":
+                get_verifier(verifier)
+        futures = [concurrent.futures.Future() for _ in items]
+        if self._pool is None:
+            for future, item in zip(futures, items):
+                future.set_result(grade(*item))
+            return futures
+        pending = list(zip(items, futures))
+        for i in range(0, len(pending), chunk):
+            self._schedule(pending[i : i + chunk])
+        return futures
+
+    def _schedule(self, pending: list[tuple[Item, concurrent.futures.Future]]) -> None:
+        """Send items as one task (a single grading, or a chunk) and wire up the results."""
+        try:
+            if len(pending) == 1:
+                task = self._pool.schedule(_grade_task, args=pending[0][0], timeout=self.timeout_s)
+                task.add_done_callback(lambda done: pending[0][1].set_result(self._single_done(done)))
+                return
+            chunk_id = next(self._chunk_ids)
+            task = self._pool.schedule(
+                _grade_chunk,
+                args=(chunk_id, [item for item, _ in pending], self.budget_s),
+                timeout=self.timeout_s + self.budget_s,
+            )
+            task.add_done_callback(lambda done: self._chunk_done(done, chunk_id, pending))
+        except Exception as exc:  # noqa: BLE001 - e.g. pool closed while retrying; never raise
+            for _, future in pending:
+                future.set_result(Grade(None, None, f"error: {type(exc).__name__}: {exc}"[:300]))
+
+    def _single_done(self, done: concurrent.futures.Future) -> Grade:
+        try:
+            return done.result()
+        except Exception as exc:  # noqa: BLE001 - converted to a Grade, never raised
+            return self._failure(exc)
+
+    def _chunk_done(self, done: concurrent.futures.Future, chunk_id: int, pending: list) -> None:
+        """Resolve a chunk's futures (runs in pebble's manager thread; must not block)."""
+        try:
+            grades = done.result()
+        except (TimeoutError, ProcessExpired) as exc:
+            running = self._running_item(chunk_id)
+            if running is None:  # unknown which item hung: each gets its own task
+                for one in pending:
+                    self._schedule([one])
+                return
+            pending[running][1].set_result(self._failure(exc))
+            grades, rest = [], pending[:running] + pending[running + 1 :]
+        except Exception as exc:  # noqa: BLE001 - converted to Grades, never raised
+            for _, future in pending:
+                future.set_result(self._failure(exc))
+            return
+        else:
+            rest = pending[len(grades) :]
+        for (_, future), result in zip(pending, grades):
+            future.set_result(result)
+        if rest:
+            self._schedule(rest)
+
+    def _running_item(self, chunk_id: int) -> int | None:
+        """Index of the item a killed chunk was grading, from its progress slot."""
+        slot = 2 * (chunk_id % _SLOTS)
+        owner, index = self._progress[slot], self._progress[slot + 1]
+        return index if owner == chunk_id and self._progress[slot] == chunk_id else None
+
+    def _failure(self, exc: BaseException) -> Grade:
+        if isinstance(exc, TimeoutError):
+            return Grade(None, None, f"timeout after {self.timeout_s}s")
+        if isinstance(exc, ProcessExpired):
+            return Grade(None, None, f"error: worker died (exit code {exc.exitcode})")
+        if isinstance(exc, concurrent.futures.CancelledError):
+            return Grade(None, None, "error: cancelled (pool closed)")
+        return Grade(None, None, f"error: {type(exc).__name__}: {exc}"[:300])
+
+    def close(self, wait: bool = True) -> None:
+        """Shut the workers down; the pool cannot be used afterwards.
+
+        Args:
+            wait: Finish the scheduled gradings first (bounded by their timeouts);
+                ``False`` cancels pending ones, which resolve to an "error: cancelled" Grade.
+        """
+        self._closed = True
+        if self._pool is None:
+            return
+        if wait:
+            self._pool.close()
+        else:
+            self._pool.stop()
+        self._pool.join()
+        self._pool = None
+
+    def __enter__(self) -> GradingPool:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
