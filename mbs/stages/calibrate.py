@@ -357,6 +357,32 @@ def early_stop_simulation(calibrations_full: Sequence[Calibration], rollouts: Se
     }
 
 
+
+def _draw_all(
+    policies: Sequence[Policy],
+    problems: Sequence[Problem],
+    budgets: Sequence[int],
+    ccfg: DictConfig,
+    cfg: DictConfig,
+    writer: RolloutWriter,
+    stats: Counter,
+    conditioned: list[Rollout],
+    backends: dict[str, Any],
+) -> None:
+    """Draw and grade the rollouts of every policy (live or recorded); record backend usage."""
+    for policy in policies:
+        if policy.source == "recorded":
+            calibrate_recorded(policy, problems, writer, conditioned, cfg)
+            continue
+        backend = build_backend(policy.backend, cfg.paths.cache_dir)
+        before = backend.stats.as_dict()
+        calibrate_live(policy, problems, budgets, ccfg, cfg, writer, stats)
+        after = backend.stats.as_dict()
+        keys = ("calls", "samples", "cache_hits", "prompt_tokens", "completion_tokens", "seconds")
+        backends[policy.name] = {k: after[k] - before[k] for k in keys}
+        backends[policy.name]["model_id"] = backend.model_id
+
+
 def run(cfg: DictConfig) -> Path:
     """Calibrate every student of ``cfg.students`` on ``cfg.data`` at ``cfg.calibrate.budgets``.
 
@@ -391,19 +417,10 @@ def run(cfg: DictConfig) -> Path:
     t1 = time.perf_counter()
     with GradingPool(workers=int(cfg.verifier.workers), timeout_s=float(cfg.verifier.timeout_s)) as pool, shard:
         writer = RolloutWriter(pool, shard, done)
-        for policy in policies:
-            if policy.source == "recorded":
-                calibrate_recorded(policy, problems, writer, conditioned, cfg)
-            else:
-                backend = build_backend(policy.backend, cfg.paths.cache_dir)
-                before = backend.stats.as_dict()
-                calibrate_live(policy, problems, budgets, ccfg, cfg, writer, stats)
-                after = backend.stats.as_dict()
-                backends[policy.name] = {
-                    k: after[k] - before[k]
-                    for k in ("calls", "samples", "cache_hits", "prompt_tokens", "completion_tokens", "seconds")
-                }
-                backends[policy.name]["model_id"] = backend.model_id
+        try:
+            _draw_all(policies, problems, budgets, ccfg, cfg, writer, stats, conditioned, backends)
+        finally:
+            writer.flush(wait=True)  # a failing backend must not lose gradings already under way
     out.timings["rollouts"] = time.perf_counter() - t1
 
     # calibrations are derived from the rollouts: recomputed in full, so reruns are idempotent

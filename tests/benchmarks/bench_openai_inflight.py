@@ -1,7 +1,7 @@
 """Client memory per request in flight: OpenAIBackend against a local llama-cpp-python server.
 
 Starts llama-cpp-python's OpenAI-compatible server with the embedded SmolLM2-135M-Instruct on
-127.0.0.1 (the helper in ``tests/llm/server.py``), then, for each concurrency level, runs a fresh
+127.0.0.1 (the helper in ``tests/support/server.py``), then, for each concurrency level, runs a fresh
 client process that sends ``--requests`` chat requests through :class:`OpenAIBackend` with that
 ``max_concurrency`` and records the growth of its resident set size (peak ``VmHWM``/``VmRSS``
 minus the level after a warm-up request). The server answers one request at a time, so at
@@ -33,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 def _server_module():
     name = "mbs_tests_llm_server"
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE.parent / "llm" / "server.py")
+        spec = importlib.util.spec_from_file_location(name, HERE.parent / "support" / "server.py")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)

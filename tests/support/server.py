@@ -1,8 +1,8 @@
 """Start and stop llama-cpp-python's OpenAI-compatible server on 127.0.0.1 (tests, benchmarks).
 
-Used by the ``llama_server`` fixture (``tests/llm/conftest.py``) and by the benchmarks. The
-server runs the embedded SmolLM2-135M-Instruct GGUF unless another model is given. ``tests`` is
-not a package, so users import this file by path (see ``tests/llm/conftest.py``).
+Used by the ``llama_server`` fixture (``tests/conftest.py``) and by the benchmarks. The
+server runs the embedded SmolLM2-135M-Instruct GGUF unless another model is given. Tests import it as ``support.server``
+(pytest puts ``tests/`` on the path); benchmarks load it by file path.
 """
 
 from __future__ import annotations

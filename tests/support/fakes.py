@@ -1,0 +1,102 @@
+"""Deterministic stand-ins for unit tests (the real backends are tested against real models).
+
+``FakeBackend`` satisfies :class:`mbs.llm.base.Backend`. Sample ``i`` of a prompt is correct
+iff a stable hash of (prompt, seed, i) falls below the pass rate configured for the first
+``rates`` key found in the prompt, so every test can aim for solved_all, Goldilocks or
+failed_all problems and get the same samples on every run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Sequence
+
+from mbs.llm.base import BackendError, BackendStats, ChatRequest, Completion
+
+
+class FakeBackend:
+    """A scripted backend.
+
+    Args:
+        answers: prompt substring -> correct answer written in ``\\boxed{}``.
+        rates: prompt substring -> probability (0..1) that a sample is correct.
+        default_rate: pass rate for prompts matching no key.
+        truncate: prompt substrings whose samples end with finish reason ``length``.
+        fail_after: raise :class:`BackendError` once this many samples were produced (a kill).
+        name: backend kind.
+    """
+
+    preferred_batch = 4
+
+    def __init__(
+        self,
+        answers: dict | None = None,
+        rates: dict | None = None,
+        default_rate: float = 0.0,
+        truncate: Sequence[str] = (),
+        fail_after: int | None = None,
+        name: str = "fake",
+    ):
+        self.answers = dict(answers or {})
+        self.rates = dict(rates or {})
+        self.default_rate = default_rate
+        self.truncate = tuple(truncate)
+        self.fail_after = fail_after
+        self.name = name
+        self.stats = BackendStats()
+        self.requests: list[ChatRequest] = []
+
+    @property
+    def model_id(self) -> str:
+        return f"fake@{sorted(self.rates.items())}"
+
+    def _lookup(self, table: dict, prompt: str, default):
+        for key, value in table.items():
+            if key in prompt:
+                return value
+        return default
+
+    def generate(self, requests: Sequence[ChatRequest]) -> list[list[Completion]]:
+        out = []
+        for req in requests:
+            self.requests.append(req)
+            prompt = req.messages[-1]["content"]
+            rate = self._lookup(self.rates, prompt, self.default_rate)
+            answer = self._lookup(self.answers, prompt, "0")
+            comps = []
+            for idx in req.indices:
+                if self.fail_after is not None and self.stats.samples >= self.fail_after:
+                    raise BackendError("fake backend: killed")
+                h = int.from_bytes(hashlib.sha256(f"{prompt}|{req.seed}|{idx}".encode()).digest()[:8], "little")
+                correct = (h % 10_000) < rate * 10_000
+                text = f"Working... so the answer is \\boxed{{{answer if correct else 'wrong' + str(h % 97)}}}."
+                length = any(t in prompt for t in self.truncate)
+                comps.append(
+                    Completion(
+                        text=text,
+                        prompt_tokens=len(prompt.split()),
+                        completion_tokens=req.max_tokens if length else 12,
+                        finish_reason="length" if length else "stop",
+                        sample_index=idx,
+                    )
+                )
+                self.stats.samples += 1
+            self.stats.calls += 1
+            out.append(comps)
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+def fake_backend_overrides(**extra: str) -> list[str]:
+    """Overrides that point the default student at :class:`support.fakes.FakeBackend`."""
+    return [
+        "~backend",
+        "+backend._target_=support.fakes.FakeBackend",
+        "+backend.label=fake",
+        "+backend.answers={EASY: '2', MIXED: '5', HARD: '56', CUT: '5'}",
+        "+backend.rates={EASY: 1.0, MIXED: 0.5, HARD: 0.0, CUT: 0.5}",
+        "+backend.truncate=[CUT]",
+        *[f"+backend.{k}={v}" for k, v in extra.items()],
+    ]

@@ -1,0 +1,64 @@
+"""The shared grading cases (tests/data/grading_cases.jsonl), one test per case id.
+
+Each case is a known fault of some public grader (extraction, false negative, false
+positive, crash, hang); ``expected`` says whether the response is correct.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from mbs.verify import Grade, grade
+from mbs.verify.pool import GradingPool
+
+CASES = [
+    json.loads(line)
+    for line in (Path(__file__).parents[1] / "data" / "grading_cases.jsonl").read_text().splitlines()
+    if line.strip()
+]
+TIMEOUT_S = 2.0
+
+
+def _case(kind: str) -> dict:
+    return next(c for c in CASES if c["kind"] == kind)
+
+
+def test_case_file_is_complete():
+    assert len(CASES) == 31
+    assert {c["kind"] for c in CASES} == {"extraction", "false_negative", "false_positive", "crash", "hang"}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
+def test_case(case, pool):
+    if case["kind"] == "hang":  # through the pool, so a regression fails instead of hanging
+        g = pool.submit(case["response"], case["gold"], "auto").result()
+    else:
+        g = grade(case["response"], case["gold"], verifier="auto")
+    assert isinstance(g, Grade)
+    assert (g.score == 1.0) == case["expected"], g
+
+
+def test_hang_case_graded_true_by_fast_path_within_pool_timeout(pool):
+    case = _case("hang")
+    start = time.monotonic()
+    g = pool.submit(case["response"], case["gold"], "auto").result()
+    assert time.monotonic() - start < TIMEOUT_S
+    assert g.score == 1.0
+    assert g.reason == "boxed: structurally equal"
+
+
+def test_crash_case_does_not_raise_and_is_not_correct():
+    case = _case("crash")
+    g = grade(case["response"], case["gold"], verifier="auto")
+    assert g.score != 1.0
+    assert g.extracted == r"\frac{x^2}{16}+\frac{y^2}{12}=1"
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with GradingPool(workers=1, timeout_s=TIMEOUT_S) as p:
+        yield p

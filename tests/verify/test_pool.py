@@ -1,0 +1,144 @@
+"""GradingPool: hard per-grading timeouts in worker processes, order kept, pool reusable."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+
+import pytest
+
+from mbs.verify import Grade, UnknownVerifierError, grade
+from mbs.verify.pool import GradingPool, _grade_chunk
+
+TIMEOUT_S = 1.0
+# sympy evaluates this tower as an integer: it never finishes (checked below).
+TOWER = r"The answer is \boxed{5^{5^{5^{5^{5}}}}}"
+# Start-up, the 0.1 s timeout polling of pebble and a worker restart, on a loaded 2-core box.
+SLACK_S = 3.0
+
+
+def _normal_items(n: int) -> list[tuple[str, str, str]]:
+    items = []
+    for i in range(n):
+        if i % 3 == 0:
+            items.append((rf"So the answer is $\boxed{{\frac{{{i}}}{{{i + 1}}}}}$.", rf"\dfrac{{{i}}}{{{i + 1}}}", "math"))
+        elif i % 3 == 1:
+            items.append((f"Answer: {i}", str(i + 1), "math"))  # wrong
+        else:
+            items.append(("Answer: (C)", "C", "mcq"))
+    return items
+
+
+def _expected(item: tuple[str, str, str]) -> float:
+    return 0.0 if item[0].startswith("Answer: ") and item[2] == "math" else 1.0
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with GradingPool(workers=2, timeout_s=TIMEOUT_S) as p:
+        p.submit("Answer: 1", "1").result()  # start the workers outside the timed tests
+        yield p
+
+
+def test_power_tower_really_hangs_without_the_pool():
+    ctx = multiprocessing.get_context("forkserver")
+    proc = ctx.Process(target=grade, args=(TOWER, "3", "math"), daemon=True)
+    proc.start()
+    try:
+        proc.join(3 * TIMEOUT_S)
+        assert proc.is_alive(), "grading the tower finished: pick an input that still hangs sympy"
+    finally:
+        proc.kill()
+        proc.join()
+
+
+def test_submit_times_out_without_raising(pool):
+    start = time.monotonic()
+    g = pool.submit(TOWER, "3", "math").result()
+    elapsed = time.monotonic() - start
+    assert g == Grade(None, None, f"timeout after {TIMEOUT_S}s")
+    assert TIMEOUT_S <= elapsed < TIMEOUT_S + SLACK_S
+
+
+@pytest.mark.parametrize("n", [8, 60])  # 8: one task per item; 60: chunked
+def test_map_mixes_hangs_with_normal_items(pool, n):
+    items = _normal_items(n)
+    hang_at = {1, n // 2, n - 1}
+    for i in hang_at:
+        items[i] = (TOWER, "3", "math")
+    start = time.monotonic()
+    grades = pool.map(items)
+    elapsed = time.monotonic() - start
+    assert len(grades) == n
+    for i, (item, g) in enumerate(zip(items, grades)):
+        if i in hang_at:
+            assert g == Grade(None, None, f"timeout after {TIMEOUT_S}s")
+        else:
+            assert g.score == _expected(item), (i, item, g)
+    # Three hangs on two workers: two rounds of one timeout each, not a stall.
+    assert elapsed < 2 * TIMEOUT_S + SLACK_S
+    # The pool is usable afterwards.
+    assert pool.submit(r"\boxed{7}", "7").result().score == 1.0
+
+
+def test_map_matches_in_process_grading(pool):
+    items = _normal_items(100)
+    assert pool.map(items) == [grade(*item) for item in items]
+
+
+def test_map_accepts_pairs_and_keeps_order(pool):
+    pairs = [(f"Answer: {i}", str(i)) for i in range(40)]
+    assert [g.extracted for g in pool.map(pairs)] == [str(i) for i in range(40)]
+
+
+def test_chunk_stops_after_budget_and_rest_is_resent(pool, monkeypatch):
+    items = _normal_items(5)
+    assert len(_grade_chunk(1, items, budget_s=0.0)) == 1
+    assert len(_grade_chunk(2, items, budget_s=60.0)) == 5
+    monkeypatch.setattr(pool, "budget_s", 0.0)  # every chunk returns after one item
+    assert pool.map(_normal_items(64)) == [grade(*item) for item in _normal_items(64)]
+
+
+def test_chunk_timeout_without_progress_slot_retries_items_one_by_one(pool, monkeypatch):
+    monkeypatch.setattr(GradingPool, "_running_item", lambda self, chunk_id: None)
+    items = _normal_items(40)
+    items[5] = (TOWER, "3", "math")
+    grades = pool.map(items)
+    assert grades[5].reason == f"timeout after {TIMEOUT_S}s"
+    assert [g.score for i, g in enumerate(grades) if i != 5] == [
+        _expected(item) for i, item in enumerate(items) if i != 5
+    ]
+
+
+def test_import_path_verifier_runs_in_workers(pool):
+    g = pool.submit("Answer: (B)", "B", "mbs.verify.mcq:grade_mcq").result()
+    assert g == Grade(1.0, "B", "answer line: equal")
+
+
+def test_unknown_verifier_is_a_caller_error(pool):
+    with pytest.raises(UnknownVerifierError, match="valid names: math, mcq"):
+        pool.submit("x", "1", "maths")
+    with pytest.raises(UnknownVerifierError):
+        pool.map([("x", "1", "math"), ("x", "1", "nope")])
+
+
+def test_workers_zero_grades_in_process():
+    with GradingPool(workers=0) as p:
+        future = p.submit(r"\boxed{3}", "3")
+        assert future.done()
+        assert future.result() == Grade(1.0, "3", "boxed: structurally equal")
+        assert p.map([("Answer: (A)", "A", "auto")]) == [Grade(1.0, "A", "answer line: equal")]
+
+
+def test_closed_pool_refuses_work():
+    p = GradingPool(workers=1, timeout_s=TIMEOUT_S)
+    assert p.submit("Answer: 2", "2").result().score == 1.0
+    p.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        p.submit("Answer: 2", "2")
+
+
+@pytest.mark.parametrize("kwargs", [{"workers": -1}, {"timeout_s": 0}])
+def test_invalid_arguments(kwargs):
+    with pytest.raises(ValueError):
+        GradingPool(**kwargs)
