@@ -42,6 +42,7 @@ __all__ = [
     "boxed_contents",
     "canonical",
     "confirm_equal",
+    "cut_runon",
     "extract_answer",
     "grade_math",
     "line_after",
@@ -369,9 +370,10 @@ def _last_sentence_math(text: str) -> str | None:
     return None
 
 
-def _truncate_runon(text: str) -> str:
-    """Cut a new question the model starts after it has answered."""
-    first = [m.start() for m in (_BOX.search(text), _ANSWER_MARKER.search(text)) if m]
+def cut_runon(text: str, answer_marker: re.Pattern[str]) -> str:
+    """Cut a new question (``\n\nQuestion: ...``, ``\nQ:``, ``\nProblem:``) that the model
+    starts after it has answered, i.e. after the first box or ``answer_marker`` match."""
+    first = [m.start() for m in (_BOX.search(text), answer_marker.search(text)) if m]
     if not first:
         return text
     runon = _RUNON.search(text, min(first))
@@ -401,7 +403,7 @@ def extract_answer(response: str) -> Extraction:
         '29'
     """
     text = response.rsplit(_THINK_END, 1)[-1]
-    text = _truncate_runon(_strip_currency(text))
+    text = cut_runon(_strip_currency(text), _ANSWER_MARKER)
     box = _last_box(text)
     if box is not None:
         return box

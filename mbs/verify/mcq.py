@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 
 from mbs.verify import Grade, register
-from mbs.verify.math import boxed_contents, line_after
+from mbs.verify.math import boxed_contents, cut_runon, line_after
 
 __all__ = ["extract_choice", "grade_mcq", "parse_option"]
 
@@ -94,7 +94,7 @@ def _letter_after_marker(segment: str, letters: str) -> str | None:
 def _choice(text: str, n_options: int) -> tuple[str, str] | None:
     """``(letter, source)`` of the final choice, or ``None``."""
     letters = LETTERS[:n_options]
-    text = text.rsplit(_THINK_END, 1)[-1]
+    text = cut_runon(text.rsplit(_THINK_END, 1)[-1], _MARKER)
     for marker in reversed(list(_MARKER.finditer(text))):
         segment = line_after(text, marker.end())
         letter = _letter_after_marker(segment, letters)

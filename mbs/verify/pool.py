@@ -103,7 +103,7 @@ class GradingPool:
     * :meth:`submit` sends one grading as one pebble task with ``timeout=timeout_s``.
     * :meth:`map` sends small chunks (up to :data:`MAX_CHUNK` items) to cut per-task IPC
       cost. A chunk stops starting new items once it has run ``budget_s``
-      (``min(0.25, timeout_s / 10)`` seconds) and returns; items it did not reach are sent
+      (``min(0.05, timeout_s / 20)`` seconds) and returns; items it did not reach are sent
       again. So each item starts at most ``budget_s`` after its chunk, and the chunk's
       pebble timeout is ``timeout_s + budget_s``. When a chunk is killed, a shared-memory
       progress slot tells which item was running: that item (which has run for at least
@@ -127,7 +127,7 @@ class GradingPool:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
         self.workers = workers
         self.timeout_s = float(timeout_s)
-        self.budget_s = min(0.25, self.timeout_s / 10)
+        self.budget_s = min(0.05, self.timeout_s / 20)
         self._closed = False
         self._chunk_ids = itertools.count(1)
         self._pool: ProcessPool | None = None

@@ -78,6 +78,8 @@ def test_no_letters_from_words(text, n_options, expected):
         ("We rule out A and B. Answer: C", 10, "C"),
         ("Both A and D are wrong, so the answer must be B", 10, "B"),
         ("Answer: C\n\nOption A fails since the mass changes.", 10, "C"),
+        ("Answer: (B)\n\nQuestion: Which is heavier?\nAnswer: (D)", 10, "B"),  # run-on new question
+        ("<think>Answer: A</think>The answer is (E).", 10, "E"),
     ]
 )
 def test_final_answer_wins(text, n_options, expected):
