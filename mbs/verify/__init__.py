@@ -6,7 +6,7 @@ chain, verl#151)::
 
     from mbs.verify import grade
     grade(r"... so the answer is $\\boxed{\\frac{9}{7}}$.", r"\\dfrac{9}{7}")
-    # Grade(score=1.0, extracted='\\frac{9}{7}', reason='boxed: equal')
+    # Grade(score=1.0, extracted='\\frac{9}{7}', reason='boxed: structurally equal')
 
 Built-in verifiers: ``math`` (:mod:`mbs.verify.math`, math-verify with careful answer
 extraction) and ``mcq`` (:mod:`mbs.verify.mcq`, option letters). ``"auto"`` picks one from
@@ -94,7 +94,9 @@ def register(name: str) -> Callable[[Verifier], Verifier]:
     def decorator(fn: Verifier) -> Verifier:
         old = _REGISTRY.get(name)
         if old is not None and (old.__module__, old.__qualname__) != (fn.__module__, fn.__qualname__):
-            raise ValueError(f"verifier {name!r} is already registered to {old.__module__}.{old.__qualname__}")
+            raise ValueError(
+                f"verifier {name!r} is already registered to {old.__module__}.{old.__qualname__}"
+            )
         _REGISTRY[name] = fn
         return fn
 
@@ -189,5 +191,5 @@ def grade(response: str, ground_truth: str, verifier: str = "math") -> Grade:
 
 
 # Built-in verifiers register themselves on import; they need Grade and register above.
-from mbs.verify import math as _math  # noqa: E402,F401  (registers "math")
-from mbs.verify import mcq as _mcq  # noqa: E402,F401  (registers "mcq")
+from mbs.verify import math as _math  # noqa: F401  (registers "math")
+from mbs.verify import mcq as _mcq  # noqa: F401  (registers "mcq")

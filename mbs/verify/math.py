@@ -110,7 +110,8 @@ _REMARK = re.compile(r"(?<=[\d}\])])\s+\((?=[^()]*[A-Za-z]{2,})[^()]*\)")
 _PROSE_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{3,}")
 
 _MATH_WORDS = frozenset(
-    "pi sqrt sin cos tan cot sec csc log ln exp inf infinity mod floor ceil binom and or".split()
+    {"pi", "sqrt", "sin", "cos", "tan", "cot", "sec", "csc", "log", "ln", "exp", "inf", "infinity"}
+    | {"mod", "floor", "ceil", "binom", "and", "or"}
 )
 _TOKEN = re.compile(
     r"(?P<num>\d+(?:[.,]\d+)*)"
@@ -140,6 +141,22 @@ def _balanced(text: str, i: int, open_: str = "{", close: str = "}") -> int | No
                 return j
         j += 1
     return None
+
+
+_BRACE_TOKEN = re.compile(r"\\.|[{}]", re.DOTALL)
+
+
+def _closing_braces(text: str) -> dict[int, int]:
+    """Map the index of each ``{`` to that of its matching ``}``, in one pass (``\\{`` and
+    ``\\}`` are escapes, not braces). Unmatched braces are left out."""
+    pairs: dict[int, int] = {}
+    stack: list[int] = []
+    for m in _BRACE_TOKEN.finditer(text):
+        if m.group() == "{":
+            stack.append(m.start())
+        elif m.group() == "}" and stack:
+            pairs[stack.pop()] = m.start()
+    return pairs
 
 
 def _strip_currency(text: str) -> str:
@@ -182,10 +199,12 @@ def boxed_contents(text: str) -> list[str | None]:
     without braces takes one token. An unterminated box gives ``None``.
     """
     out: list[str | None] = []
+    closing: dict[int, int] | None = None
     for box in _BOX.finditer(text):
         i = _SPACES.match(text, box.end()).end()
         if text.startswith("{", i):
-            j = _balanced(text, i)
+            closing = _closing_braces(text) if closing is None else closing
+            j = closing.get(i)
             out.append(None if j is None else text[i + 1 : j].strip())
         else:
             token = _BOX_TOKEN.match(text, box.end())
@@ -233,11 +252,14 @@ def _math_runs(text: str) -> list[tuple[int, str]]:
         if start is None:
             start = m.start()
         end = m.end()
-        # A run is math once it holds a number, a command, or a letter with an operator.
-        if kind in ("num", "cmd") or (kind == "word" and len(word) > 1):
-            mathy = True
-        elif kind == "op" and word not in ",'()[]" and re.search(r"[A-Za-z0-9)]", text[start:end]):
-            mathy = True
+        # A run is math once it holds a number, a command, a math word, or an operator
+        # next to a letter or number ("x+y"; a lone "a" or "I" is prose).
+        mathy = (
+            mathy
+            or kind in ("num", "cmd")
+            or (kind == "word" and len(word) > 1)
+            or (kind == "op" and word not in ",'()[]" and bool(re.search(r"[A-Za-z0-9)]", text[start:end])))
+        )
     close()
     return runs
 
@@ -292,8 +314,10 @@ _CONNECTOR = re.compile(r"\s*(?:,|;|and|or)?\s*(?:and|or)?\s*", re.IGNORECASE)
 def _span_answer(text: str, *, last: bool = False) -> str | None:
     """The first (or last) ``$...$`` math of ``text``, joined with neighbouring spans that
     only a connector separates (``$x=3$ or $x=-3$`` -> ``x=3, x=-3``, a set)."""
-    spans = [(m.start(), m.end(), next(g for g in m.groups() if g is not None).strip())
-             for m in _MATH_SPAN.finditer(text)]
+    spans = [
+        (m.start(), m.end(), next(g for g in m.groups() if g is not None).strip())
+        for m in _MATH_SPAN.finditer(text)
+    ]
     spans = [sp for sp in spans if sp[2]]
     if not spans:
         return None
@@ -418,8 +442,20 @@ def extract_answer(response: str) -> Extraction:
 
 # ------------------------------------------------------------------------ normalisation
 
-_UNICODE = str.maketrans({"−": "-", "×": "\\times ", "·": "\\cdot ", "÷": "\\div ", "π": "\\pi ",
-                          "∞": "\\infty ", "±": "\\pm ", "≤": "\\le ", "≥": "\\ge ", "°": ""})
+_UNICODE = str.maketrans(
+    {
+        "−": "-",
+        "×": "\\times ",
+        "·": "\\cdot ",
+        "÷": "\\div ",
+        "π": "\\pi ",
+        "∞": "\\infty ",
+        "±": "\\pm ",
+        "≤": "\\le ",
+        "≥": "\\ge ",
+        "°": "",
+    }
+)
 _PLAIN_CALL = re.compile(r"\b(?:floor|ceil|binom|factorial|abs|C)\s*\(|\w\^\(|\)!")
 _TRAILING_UNIT = re.compile(
     r"(?<=[\w}).\s])\s*\\(?:text|textrm|mbox|mathrm|rm)\s*\{[^{}]*\}(?:\^\{?\d\}?)?\s*$"
@@ -475,7 +511,7 @@ def normalize(answer: str) -> str:
         The rewritten string.
     """
     s = answer.strip().translate(_UNICODE)
-    s = re.sub(r"(?<!\\)\$", "", s.replace("\\$", ""))
+    s = s.replace("\\$", "").replace("$", "")
     if "\\" not in s and "{" not in s and _PLAIN_CALL.search(s):
         s = plain_to_latex(s) or s
     s = re.sub(r"\\[dt]frac(?![a-zA-Z])", r"\\frac", s)
@@ -564,7 +600,9 @@ def _parse_answer(answer: str) -> list:
     """Parse an extracted answer as LaTeX math (never as comma-stripped plain text)."""
     parsed = parse(f"${answer}$", extraction_config=_CONFIGS, parsing_timeout=None, raise_on_error=True)
     if not _has_sympy(parsed) and "," not in answer:
-        parsed = parse(answer, extraction_config=_CONFIGS, parsing_timeout=None, raise_on_error=True) or parsed
+        parsed = (
+            parse(answer, extraction_config=_CONFIGS, parsing_timeout=None, raise_on_error=True) or parsed
+        )
     return parsed
 
 

@@ -28,12 +28,16 @@ import signal
 import time
 from collections.abc import Iterable, Sequence
 from multiprocessing.sharedctypes import RawArray
+from typing import TYPE_CHECKING
 
 from pebble import ProcessExpired, ProcessPool
 
 from mbs.verify import Grade, get_verifier, grade
 
-__all__ = ["GradingPool", "PRELOAD"]
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+__all__ = ["PRELOAD", "GradingPool"]
 
 #: Modules the forkserver imports once, so each (re)started worker inherits them.
 PRELOAD = ["mbs.verify", "mbs.verify.math", "mbs.verify.mcq", "math_verify"]
@@ -273,7 +277,7 @@ class GradingPool:
         self._pool.join()
         self._pool = None
 
-    def __enter__(self) -> GradingPool:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

@@ -99,7 +99,9 @@ def make_items(n: int, seed: int = 0) -> list[Item]:
             ending = rng.choice([f"#### {answer}", f"Answer: ${answer}$", f"The final answer is {answer}."])
             verifier = "math"
         else:
-            ending = rng.choice([f"Therefore the answer is $\\boxed{{{answer}}}$.", f"So we get \\boxed{{{answer}}}."])
+            ending = rng.choice(
+                [f"Therefore the answer is $\\boxed{{{answer}}}$.", f"So we get \\boxed{{{answer}}}."]
+            )
         items.append((f"{body}\n\n{ending}", gold, verifier))
     return items
 
@@ -129,7 +131,9 @@ def main() -> None:
     expected = [grade(*item) for item in items]
     t_inproc = time.perf_counter() - start
     correct = sum(g.score == 1.0 for g in expected)
-    print(f"in-process grade():      {args.n / t_inproc:8.0f} gradings/s  ({t_inproc:.2f} s, {correct} correct)")
+    print(
+        f"in-process grade():      {args.n / t_inproc:8.0f} gradings/s  ({t_inproc:.2f} s, {correct} correct)"
+    )
 
     start = time.perf_counter()
     with GradingPool(workers=args.workers, timeout_s=args.timeout) as pool:
@@ -139,8 +143,12 @@ def main() -> None:
         got = pool.map(items)
         t_pool = time.perf_counter() - start
     mismatches = sum(a != b for a, b in zip(expected, got))
-    print(f"GradingPool.map:         {args.n / t_pool:8.0f} gradings/s  ({t_pool:.2f} s; pool start {t_start:.2f} s)")
-    print(f"throughput ratio pool / in-process: {t_inproc / t_pool:.2f}  (target >= 1.5; mismatches {mismatches})")
+    print(
+        f"GradingPool.map:         {args.n / t_pool:8.0f} gradings/s  ({t_pool:.2f} s; pool start {t_start:.2f} s)"
+    )
+    print(
+        f"throughput ratio pool / in-process: {t_inproc / t_pool:.2f}  (target >= 1.5; mismatches {mismatches})"
+    )
 
     if args.hangs:
         adversarial = with_hangs(items, args.hangs)
@@ -153,9 +161,7 @@ def main() -> None:
             graded = pool.map(adversarial)
             t_adv = time.perf_counter() - start
         timeouts = sum(g.reason.startswith("timeout") for g in graded)
-        others_ok = sum(
-            g == c for g, c in zip(graded, clean) if not g.reason.startswith("timeout")
-        )
+        others_ok = sum(g == c for g, c in zip(graded, clean) if not g.reason.startswith("timeout"))
         floor = args.hangs * args.adv_timeout / args.workers
         extra = t_adv - t_clean
         print(
@@ -164,8 +170,10 @@ def main() -> None:
             f"floor {args.hangs} x {args.adv_timeout:g} / {args.workers} = {floor:.2f} s; "
             f"extra / floor = {extra / floor:.2f}"
         )
-        print(f"  timeouts reported: {timeouts}/{args.hangs}; other items equal to the clean run: "
-              f"{others_ok}/{args.n - timeouts}")
+        print(
+            f"  timeouts reported: {timeouts}/{args.hangs}; other items equal to the clean run: "
+            f"{others_ok}/{args.n - timeouts}"
+        )
 
 
 if __name__ == "__main__":

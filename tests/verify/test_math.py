@@ -231,7 +231,10 @@ def test_expressions(response, gold, expected):
 @pytest.mark.parametrize(
     "answer,gold",
     [
-        (r"\dfrac{5^{\left(5^{\left(5^{\left(5^5\right)}\right)} - 4\right)} - 5}{16}", r"\frac{5^{5^{5^{5^{5}}}-4}-5}{16}"),
+        (
+            r"\dfrac{5^{\left(5^{\left(5^{\left(5^5\right)}\right)} - 4\right)} - 5}{16}",
+            r"\frac{5^{5^{5^{5^{5}}}-4}-5}{16}",
+        ),
         (r"2^{(3^{4})}", r"2^{3^4}"),
         (r"7^{\left(7^{7^7}\right)}", r"7^{7^{7^{7}}}"),
         (r"\left( 1, 2 \right)", "(1,2)"),

@@ -112,14 +112,26 @@ def test_grades_and_reasons():
     assert grade("Answer: B", "C", verifier="mcq") == Grade(0.0, "B", "answer line: B != C")
     assert grade(r"\boxed{C}", "C", verifier="mcq") == Grade(1.0, "C", "boxed: equal")
     assert grade("(C) 60 degrees", "C", verifier="mcq") == Grade(1.0, "C", "option echo: equal")
-    assert grade("I cannot determine the answer.", "A", verifier="mcq") == Grade(0.0, None, "no option letter found")
+    assert grade("I cannot determine the answer.", "A", verifier="mcq") == Grade(
+        0.0, None, "no option letter found"
+    )
     assert grade("Answer: C", "42", verifier="mcq").score is None
 
 
 @pytest.mark.parametrize(
     "gold,expected",
-    [("C", "mcq"), ("(C)", "mcq"), ("C.", "mcq"), ("J", "mcq"), ("K", "math"), ("c", "math"), ("42", "math"),
-     (r"\frac{1}{2}", "math"), ("AB", "math"), ("E=mc^2", "math")],
+    [
+        ("C", "mcq"),
+        ("(C)", "mcq"),
+        ("C.", "mcq"),
+        ("J", "mcq"),
+        ("K", "math"),
+        ("c", "math"),
+        ("42", "math"),
+        (r"\frac{1}{2}", "math"),
+        ("AB", "math"),
+        ("E=mc^2", "math"),
+    ],
 )
 def test_detect_verifier(gold, expected):
     assert detect_verifier(gold) == expected

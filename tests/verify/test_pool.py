@@ -21,7 +21,13 @@ def _normal_items(n: int) -> list[tuple[str, str, str]]:
     items = []
     for i in range(n):
         if i % 3 == 0:
-            items.append((rf"So the answer is $\boxed{{\frac{{{i}}}{{{i + 1}}}}}$.", rf"\dfrac{{{i}}}{{{i + 1}}}", "math"))
+            items.append(
+                (
+                    rf"So the answer is $\boxed{{\frac{{{i}}}{{{i + 1}}}}}$.",
+                    rf"\dfrac{{{i}}}{{{i + 1}}}",
+                    "math",
+                )
+            )
         elif i % 3 == 1:
             items.append((f"Answer: {i}", str(i + 1), "math"))  # wrong
         else:
@@ -40,7 +46,8 @@ def pool():
         yield p
 
 
-def test_power_tower_really_hangs_without_the_pool():
+def test_power_tower_really_hangs_without_the_pool(pool):
+    # A plain child of the forkserver the pool started (sympy preloaded: starts in ms).
     ctx = multiprocessing.get_context("forkserver")
     proc = ctx.Process(target=grade, args=(TOWER, "3", "math"), daemon=True)
     proc.start()

@@ -45,8 +45,11 @@ def test_import_path_escape_hatch():
 
 @pytest.mark.parametrize(
     "path,why",
-    [("no.such.module:fn", "ModuleNotFoundError"), ("mbs.verify.mcq:nope", "AttributeError"),
-     ("mbs.verify.mcq:LETTERS", "not callable")],
+    [
+        ("no.such.module:fn", "ModuleNotFoundError"),
+        ("mbs.verify.mcq:nope", "AttributeError"),
+        ("mbs.verify.mcq:LETTERS", "not callable"),
+    ],
 )
 def test_bad_import_path(path, why):
     with pytest.raises(UnknownVerifierError, match=why):
