@@ -143,7 +143,7 @@ def convert_gold(raw: str) -> GoldConversion:
         tex = [plain_to_latex(x) for x in items]
         return GoldConversion(", ".join(tex), "math", "+".join(rule + ["number_set"]))  # type: ignore[arg-type]
     m = _SINGLE_VAR.match(s)
-    if m and "," not in s:
+    if m and "," not in s and "=" not in m.group(2) + (m.group(3) or ""):
         values = [v for v in (m.group(2), m.group(3)) if v]
         tex = [plain_to_latex(v) for v in values]
         if all(t is not None for t in tex):

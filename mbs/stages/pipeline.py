@@ -80,15 +80,15 @@ def run(cfg: DictConfig) -> Path:
         steps["calibrate_live"] = str(calibrate.run(sub))
         out.timings["calibrate_live"] = time.perf_counter() - t
 
-    t = time.perf_counter()
-    report = figures.render(out.path, out.path, formats=("png", "pdf"), width="single")
-    out.timings["figures"] = time.perf_counter() - t
-    summary = {"steps": {name: str(Path(p).relative_to(out.path)) for name, p in steps.items()}}
+    summary: dict[str, Any] = {"steps": {name: str(Path(p).relative_to(out.path)) for name, p in steps.items()}}
     for name, path in steps.items():
         s = read_summary(path)
         summary[name] = {k: s[k] for k in ("bands", "hard_seeds", "problems", "target_policy") if k in s}
     out.write_summary(summary)
-    out.write_manifest({"steps": len(steps)}, report=report.get("report"))
+    t = time.perf_counter()
+    report = figures.render(out.path, out.path, formats=("png", "pdf"), width="single")
+    out.timings["figures"] = time.perf_counter() - t
+    out.write_manifest({"steps": len(steps), "figures": len(report["figures"])}, report=report.get("report"))
     lines = [f"mbs-pipeline finished: outputs in {out.path}"]
     for name, path in steps.items():
         lines.append(f"  {name:<20} {path}  (summary.json, figures/)")

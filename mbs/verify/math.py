@@ -102,7 +102,8 @@ _RUNON = re.compile(
 _MATH_SPAN = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
 _SENTENCE_END = re.compile(r"[.!?;](?=\s|$)|\n")
 _COPULA = re.compile(
-    r"\b(?:is|are|was|were|equals?|gets?|costs?|holds?|makes?|gives?|becomes?|yields?|totals?|remains?)\b",
+    r"\b(?:is|are|was|were|be|equals?|gets?|costs?|holds?|makes?|gives?|becomes?|yields?|totals?|remains?|"
+    r"has|have|contains?)\b",
     re.IGNORECASE,
 )
 # A parenthetical remark after a number: "5 (first guess)" -> "5".
@@ -113,11 +114,15 @@ _MATH_WORDS = frozenset(
     {"pi", "sqrt", "sin", "cos", "tan", "cot", "sec", "csc", "log", "ln", "exp", "inf", "infinity"}
     | {"mod", "floor", "ceil", "binom", "and", "or"}
 )
+# Two-letter English words; any other two-letter word in prose math is a product of variables (xy).
+_SHORT_WORDS = frozenset(
+    "is of to in at by be an or on as if it we so no do up my me us he am go oh ok ie eg vs".split()
+)
 _TOKEN = re.compile(
     r"(?P<num>\d+(?:[.,]\d+)*)"
     r"|(?P<cmd>\\[a-zA-Z]+|\\[{}%,;! ])"
     r"|(?P<word>[A-Za-z]+)"
-    r"|(?P<op>[-+*/^_=<>()\[\]{}!|%',]|[≤≥±×÷√π∞−·])"
+    r"|(?P<op>[-+*/^_=<>()\[\]{}!|%',]|[≤≥±×÷√π∞−·²³])"
     r"|(?P<space>\s+)"
     r"|(?P<other>.)",
     re.DOTALL,
@@ -243,7 +248,8 @@ def _math_runs(text: str) -> list[tuple[int, str]]:
         if kind == "space":
             continue
         is_math = kind in ("num", "cmd", "op") or (
-            kind == "word" and (len(word) == 1 or word.lower() in _MATH_WORDS)
+            kind == "word"
+            and (len(word) == 1 or word.lower() in _MATH_WORDS or (len(word) == 2 and word.lower() not in _SHORT_WORDS))
         )
         if not is_math:
             close()
@@ -273,6 +279,7 @@ def _trim_run(run: str) -> str:
         run = run[:-1].strip()
     while run and run[-1] in "=+-*/^_,":
         run = run[:-1].strip()
+    run = re.sub(r"(?:\s*,)?\s+(?:and|or)$", "", run)  # "1/2, and this value is ..." -> "1/2"
     return run
 
 
@@ -382,9 +389,43 @@ def _sentences(text: str) -> list[str]:
     return [s.strip() for s in out if s.strip()]
 
 
+# Words that may stand between a copula and its answer: "is given by the formula X",
+# "is always 0", "exists and is equal to 3".
+_FILLER = re.compile(
+    r"(?:\s+|\b(?:given|by|the|a|an|formula|expression|binomial|coefficient|equal|equals|to|exactly|always|"
+    r"simply|just|only|approximately|about|then|therefore|thus|also|precisely|value|number|of|as|follows|"
+    r"at|most|least|congruent|modulo|mod)\b|:)*",
+    re.IGNORECASE,
+)
+
+
+def _copula_answer(sentence: str) -> str | None:
+    """The complement of the first copula of a prose sentence that is an answer.
+
+    Copulas inside math are ignored ("the sequence \\(a_{n+1} = ...\\) is 3" reads 3). The
+    complement is the math that follows the copula after filler words ("is given by the
+    formula", "is always", "is equal to"), as a ``$...$``/``\\(...\\)`` span or a run of
+    plain-text math; a copula followed by prose ("is achieved when a = b") is skipped.
+    """
+    masked = _MATH_SPAN.sub(lambda m: "\x00" * (m.end() - m.start()), sentence)
+    for cop in _COPULA.finditer(masked):
+        start = _FILLER.match(sentence, cop.end()).end()
+        span = _MATH_SPAN.match(sentence, start)
+        if span is not None:
+            return _span_answer(sentence[start:])
+        runs = _math_runs(sentence[start:])
+        if runs and runs[0][0] == 0:
+            return runs[0][1]
+    return None
+
+
 def _last_sentence_math(text: str) -> str | None:
-    """Math in the last sentence that holds any (its last ``$...$``, else a copula rule)."""
+    """Math in the last sentence that holds any: the complement of its copula ("X is 2"),
+    else its last ``$...$``, else its last run of plain-text math."""
     for sentence in reversed(_sentences(text)):
+        found = _copula_answer(_REMARK.sub("", sentence))
+        if found is not None:
+            return found
         span = _span_answer(sentence, last=True)
         if span is not None:
             return span
@@ -454,6 +495,8 @@ _UNICODE = str.maketrans(
         "≤": "\\le ",
         "≥": "\\ge ",
         "°": "",
+        "²": "^2",
+        "³": "^3",
     }
 )
 _PLAIN_CALL = re.compile(r"\b(?:floor|ceil|binom|factorial|abs|C)\s*\(|\w\^\(|\)!")

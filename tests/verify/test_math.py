@@ -303,3 +303,23 @@ def test_doctests():
     result = doctest.testmod(vmath)
     assert result.attempted >= 5
     assert result.failed == 0
+
+
+@pytest.mark.parametrize(
+    "response,gold,expected",
+    [
+        # one-sentence prose answers (CHAMP's recorded model summaries): the copula's complement
+        (r"The value of \(3^{105} + 4^{105} \mod 11\) is 2.", "2", 1.0),
+        (r"The limit of the sequence defined by \( a_0 = 0 \) and \( a_{n+1} = \sqrt{6 + a_n} \) exists and is equal to 3.", "3", 1.0),
+        ("The smallest value of (a^2 + b^2) / (a + b)^2 for positive a, b is 1/2, and this value is achieved when a = b.", r"\frac{1}{2}", 1.0),
+        ("There are 239 strings of length 6 consisting of the digits 1, 2, and 3.", "239", 1.0),
+        ("There are 29 valid strings of length 6 that have adjacent digits differing by at most 1.", "239", 0.0),
+        ("The total number of ways is given by the formula (n(n+1)/2)².", r"\frac{n^{2}(n+1)^{2}}{4}", 1.0),
+        ("The factorized form of x^3 + y^3 + z^3 - 3xyz is (x + y + z)(x^2 + y^2 + z^2 - xy - yz - zx).", r"(x+y+z)(x^2+y^2+z^2-xy-yz-xz)", 1.0),
+        (r"The expression \( n^5 - 5n^3 + 4n \) modulo 120 is always 0 for any integer \( n \).", "0", 1.0),
+        ("There will be 2,001,000 terms in the expansion of (x+y+z)^1999.", "2001000", 1.0),
+        (r"The possible values are \( 0 \), meaning \( n \) must be a multiple of \( k \).", "0", 1.0),
+    ],
+)
+def test_prose_final_sentence(response, gold, expected):
+    assert _score(response, gold) == expected
