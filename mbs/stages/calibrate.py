@@ -17,103 +17,23 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter, defaultdict
-from concurrent.futures import Future
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
-from mbs.calibration import budget_key, calibrate_group, settled, trap_summary
-from mbs.data import LoadReport, load_problems
-from mbs.io import RunDir, Shard
+from mbs.calibration import calibrate_group, settled, trap_summary
+from mbs.data import load_problems
+from mbs.io import RunDir
 from mbs.llm import build_backend
-from mbs.llm.base import ChatRequest
-from mbs.prompts import user_messages
 from mbs.records import Calibration, Problem, Rollout
+from mbs.sampling import Group, Policy, RolloutWriter, draw, policies_from_cfg, verifier_for
 from mbs.verify.pool import GradingPool
 
 log = logging.getLogger(__name__)
 
 STAGE = "calibrate"
-
-
-@dataclass
-class Policy:
-    """A student: a name, where its rollouts come from, and its budget L in tokens."""
-
-    name: str
-    source: str
-    backend: Any = None
-    budget: int | None = None
-    model: str | None = None
-
-
-def policies_from_cfg(students: DictConfig) -> list[Policy]:
-    """The student set, in config order (the first is the weakest student).
-
-    Raises:
-        ValueError: A policy with an unknown source, or a live policy without a backend.
-    """
-    out = []
-    for slot, p in students.policies.items():
-        if p.source not in ("live", "recorded"):
-            raise ValueError(f"students.policies.{slot}.source={p.source!r}: valid values are live, recorded")
-        if p.source == "live" and p.backend is None:
-            raise ValueError(f"students.policies.{slot}: a live policy needs a backend")
-        out.append(Policy(name=str(p.name), source=p.source, backend=p.backend, budget=p.budget, model=p.model))
-    return out
-
-
-def verifier_for(problem: Problem, verifier_cfg: DictConfig) -> str:
-    """The verifier that grades ``problem``: ``verifier.path`` if set, else its answer type."""
-    return verifier_cfg.path or problem.answer_type
-
-
-def messages_for(problem: Problem, templates: DictConfig) -> list[dict[str, str]]:
-    """Chat messages of a problem from the template of its answer type.
-
-    Raises:
-        KeyError: No template configured for the answer type.
-    """
-    if problem.answer_type not in templates:
-        raise KeyError(f"calibrate.templates has no template for answer type {problem.answer_type!r} ({problem.id})")
-    return user_messages(templates[problem.answer_type], problem=problem.prompt)
-
-
-class RolloutWriter:
-    """Grades completions in the worker pool while generation goes on, appends graded rollouts.
-
-    Rollouts are written in the order their gradings finish; the shard is append-only and
-    flushed per write, so a kill loses only gradings still in flight (their completions are in
-    the LLM cache).
-    """
-
-    def __init__(self, pool: GradingPool, shard: Shard, done: dict[tuple, Rollout]):
-        self.pool = pool
-        self.shard = shard
-        self.done = done
-        self.pending: list[tuple[Rollout, Future]] = []
-
-    def add(self, rollout: Rollout, ground_truth: str, verifier: str) -> None:
-        self.pending.append((rollout, self.pool.submit(rollout.text, ground_truth, verifier)))
-        self.flush(wait=False)
-
-    def flush(self, wait: bool) -> None:
-        ready, still = [], []
-        for rollout, fut in self.pending:
-            if wait or fut.done():
-                grade = fut.result()
-                rollout.reward, rollout.extracted, rollout.reason = grade.score, grade.extracted, grade.reason
-                ready.append(rollout)
-            else:
-                still.append((rollout, fut))
-        self.pending = still
-        if ready:
-            self.shard.append(ready)
-            for r in ready:
-                self.done[r.key] = r
 
 
 def calibrate_live(
@@ -125,92 +45,13 @@ def calibrate_live(
     writer: RolloutWriter,
     stats: Counter,
 ) -> None:
-    """Draw, grade and write N rollouts per (problem, budget) for a live policy.
-
-    With ``calibrate.early_stop.enabled`` rollouts are drawn in rounds of ``batch`` and a group
-    stops as soon as :func:`mbs.calibration.settled` says the remaining rollouts cannot change
-    its decision. Sample ``i`` is the same draw either way (seeded by index), so decisions are
-    identical to drawing all N.
-    """
-    backend = build_backend(policy.backend, cfg.paths.cache_dir)
-    n = int(ccfg.n)
-    es = ccfg.early_stop
-    step = int(es.batch) if es.enabled else n
-    groups = [(p, int(L)) for L in budgets for p in problems]
-    msgs = {p.id: messages_for(p, ccfg.templates) for p in problems}
-    total = len(groups) * n
-    bar = tqdm(total=total, desc=f"calibrate {policy.name}", unit="rollout", dynamic_ncols=True)
-    bar.update(sum(1 for p, L in groups for i in range(n) if (p.id, policy.name, L, i) in writer.done))
-    t0, tokens0 = time.perf_counter(), backend.stats.completion_tokens
-    start = 0
-    active = groups
-    while active and start < n:
-        stop = min(start + step, n)
-        requests, meta = [], []
-        for p, L in active:
-            todo = [i for i in range(start, stop) if (p.id, policy.name, L, i) not in writer.done]
-            for first, count in _runs(todo):
-                requests.append(
-                    ChatRequest(
-                        messages=msgs[p.id],
-                        n=count,
-                        max_tokens=L,
-                        temperature=float(ccfg.temperature),
-                        top_p=float(ccfg.top_p),
-                        seed=int(cfg.seed),
-                        first_index=first,
-                    )
-                )
-                meta.append((p, L))
-        for ri, completions in backend.generate_iter(requests):
-            p, L = meta[ri]
-            for c in completions:
-                writer.add(
-                    Rollout(
-                        problem_id=p.id,
-                        policy=policy.name,
-                        budget=L,
-                        sample_index=c.sample_index,
-                        text=c.text,
-                        prompt_tokens=c.prompt_tokens,
-                        completion_tokens=c.completion_tokens,
-                        finish_reason=c.finish_reason,
-                        latency_s=c.latency_s,
-                        cached=c.cached,
-                    ),
-                    p.ground_truth or "",
-                    verifier_for(p, cfg.verifier),
-                )
-            bar.update(len(completions))
-            dt = time.perf_counter() - t0
-            if dt > 0:
-                bar.set_postfix(tok_s=f"{(backend.stats.completion_tokens - tokens0) / dt:.1f}", refresh=False)
-        writer.flush(wait=True)
-        start = stop
-        if es.enabled:
-            still = []
-            for p, L in active:
-                drawn = [writer.done[(p.id, policy.name, L, i)] for i in range(stop)]
-                if settled(drawn, n, es.decision, float(es.alpha)):
-                    if stop < n:
-                        stats["rollouts_saved"] += n - stop
-                        bar.update(n - stop)
-                else:
-                    still.append((p, L))
-            active = still
-    bar.close()
-
-
-def _runs(indices: Sequence[int]) -> Iterable[tuple[int, int]]:
-    """Contiguous runs of sorted indices as (first, count)."""
-    run: list[int] = []
-    for i in indices:
-        if run and i != run[-1] + 1:
-            yield run[0], len(run)
-            run = []
-        run.append(i)
-    if run:
-        yield run[0], len(run)
+    """Draw, grade and write N rollouts per (problem, budget) for a live policy (see :func:`mbs.sampling.draw`)."""
+    groups = [Group.of(p, L, ccfg.templates, cfg.verifier) for L in budgets for p in problems]
+    draw(
+        policy, groups, int(ccfg.n), writer, cfg.paths.cache_dir,
+        temperature=float(ccfg.temperature), top_p=float(ccfg.top_p), seed=int(cfg.seed),
+        early_stop=ccfg.early_stop, stats=stats, desc=f"calibrate {policy.name}",
+    )
 
 
 def calibrate_recorded(

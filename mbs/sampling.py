@@ -1,0 +1,295 @@
+"""Drawing and grading rollouts: the engine behind calibration, effectivity tests and filters.
+
+A :class:`Group` is one prompt whose N rollouts are drawn at one budget L and graded against
+one ground truth (a problem, or a problem shown with in-context worked examples). :func:`draw`
+sends every group's missing samples to the (cached) backend in one batched stream, grades
+each completion in the worker pool while generation continues, and appends graded
+:class:`~mbs.records.Rollout` records through a :class:`RolloutWriter`. With sequential
+early stopping, rollouts are drawn in rounds and a group stops once
+:func:`mbs.calibration.settled` says the rest cannot change its decision.
+
+Used by ``mbs-calibrate``, MagicBeanStalk (effectivity tests, variant calibration) and
+Golden Goose (difficulty filter).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from omegaconf import DictConfig
+from tqdm.auto import tqdm
+
+from mbs.calibration import calibrate_group, settled
+from mbs.io import Shard
+from mbs.llm import build_backend
+from mbs.llm.base import ChatRequest
+from mbs.prompts import user_messages
+from mbs.records import Calibration, Problem, Rollout
+from mbs.verify.pool import GradingPool
+
+
+@dataclass
+class Policy:
+    """A student or teacher: a name, where its samples come from, and its budget L in tokens.
+
+    Attributes:
+        name: Policy name in records and figures.
+        source: ``live`` (sampled from ``backend``) or ``recorded`` (dataset answers).
+        backend: Backend config node (``_target_`` and arguments) for live policies.
+        budget: Response budget L in tokens (``None`` for recorded policies).
+        model: Recorded model name (recorded policies).
+    """
+
+    name: str
+    source: str
+    backend: Any = None
+    budget: int | None = None
+    model: str | None = None
+
+
+def policies_from_cfg(students: DictConfig) -> list[Policy]:
+    """The student set, in config order (the first listed is the weakest student).
+
+    Raises:
+        ValueError: A policy with an unknown source, or a live policy without a backend.
+    """
+    out = []
+    for slot, p in students.policies.items():
+        if p.source not in ("live", "recorded"):
+            raise ValueError(f"students.policies.{slot}.source={p.source!r}: valid values are live, recorded")
+        if p.source == "live" and p.backend is None:
+            raise ValueError(f"students.policies.{slot}: a live policy needs a backend")
+        out.append(Policy(name=str(p.name), source=p.source, backend=p.backend, budget=p.budget, model=p.model))
+    return out
+
+
+def verifier_for(problem: Problem, verifier_cfg: DictConfig) -> str:
+    """The verifier that grades ``problem``: ``verifier.path`` if set, else its answer type."""
+    return verifier_cfg.path or problem.answer_type
+
+
+def messages_for(problem: Problem, templates: DictConfig) -> list[dict[str, str]]:
+    """Chat messages of a problem from the template of its answer type.
+
+    Raises:
+        KeyError: No template configured for the answer type.
+    """
+    if problem.answer_type not in templates:
+        raise KeyError(f"calibrate.templates has no template for answer type {problem.answer_type!r} ({problem.id})")
+    return user_messages(templates[problem.answer_type], problem=problem.prompt)
+
+
+@dataclass
+class Group:
+    """One prompt whose rollouts are drawn at one budget and graded against one answer.
+
+    Attributes:
+        id: Written as :attr:`Rollout.problem_id` (a problem id, or e.g. ``<id>#cond`` for the
+            same problem shown with worked examples).
+        budget: Budget L in tokens (``max_tokens``).
+        messages: Chat messages.
+        ground_truth: What the verifier checks against.
+        verifier: Verifier name or import path.
+    """
+
+    id: str
+    budget: int
+    messages: list[dict[str, str]]
+    ground_truth: str
+    verifier: str
+
+    @classmethod
+    def of(cls, problem: Problem, budget: int, templates: DictConfig, verifier_cfg: DictConfig) -> "Group":
+        """The plain group of a problem: its template prompt, its ground truth and verifier."""
+        return cls(
+            id=problem.id,
+            budget=int(budget),
+            messages=messages_for(problem, templates),
+            ground_truth=problem.ground_truth or "",
+            verifier=verifier_for(problem, verifier_cfg),
+        )
+
+
+class RolloutWriter:
+    """Grades completions in the worker pool while generation goes on; appends graded rollouts.
+
+    Rollouts are written in the order their gradings finish to an append-only shard (or only
+    kept in memory when ``shard`` is ``None``), flushed per write, so a kill loses only gradings
+    still in flight (their completions are in the LLM cache).
+
+    Args:
+        pool: The grading pool.
+        shard: Where graded rollouts are appended (``None``: memory only).
+        done: Rollouts already finished, by :attr:`Rollout.key` (filled as gradings finish).
+    """
+
+    def __init__(self, pool: GradingPool, shard: Shard | None, done: dict[tuple, Rollout] | None = None):
+        self.pool = pool
+        self.shard = shard
+        self.done: dict[tuple, Rollout] = {} if done is None else done
+        self.pending: list[tuple[Rollout, Future]] = []
+
+    def add(self, rollout: Rollout, ground_truth: str, verifier: str) -> None:
+        """Submit ``rollout`` for grading; write whatever gradings have finished."""
+        self.pending.append((rollout, self.pool.submit(rollout.text, ground_truth, verifier)))
+        self.flush(wait=False)
+
+    def flush(self, wait: bool) -> None:
+        """Write finished gradings (all of them, waiting, when ``wait``)."""
+        ready, still = [], []
+        for rollout, fut in self.pending:
+            if wait or fut.done():
+                grade = fut.result()
+                rollout.reward, rollout.extracted, rollout.reason = grade.score, grade.extracted, grade.reason
+                ready.append(rollout)
+            else:
+                still.append((rollout, fut))
+        self.pending = still
+        if ready:
+            if self.shard is not None:
+                self.shard.append(ready)
+            for r in ready:
+                self.done[r.key] = r
+
+
+def draw(
+    policy: Policy,
+    groups: Sequence[Group],
+    n: int,
+    writer: RolloutWriter,
+    cache_dir: str | None,
+    *,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    seed: int = 0,
+    early_stop: DictConfig | dict | None = None,
+    stats: Counter | None = None,
+    desc: str = "rollouts",
+) -> dict[tuple[str, int], list[Rollout]]:
+    """Draw, grade and write ``n`` rollouts per group for a live policy.
+
+    Samples already in ``writer.done`` are not drawn again; the LLM cache serves any sample
+    generated before (so a rerun makes no backend call). With ``early_stop`` (``enabled``,
+    ``batch``, ``decision``, ``alpha``) rollouts are drawn in rounds of ``batch`` and a group
+    stops as soon as :func:`mbs.calibration.settled` holds; sample ``i`` is the same draw either
+    way (seeded by index), so decisions are identical to drawing all ``n``.
+
+    Args:
+        policy: A live policy.
+        groups: The prompts to sample.
+        n: Rollouts N per group.
+        writer: Grades and stores rollouts.
+        cache_dir: LLM cache folder.
+        temperature: Sampling temperature.
+        top_p: Nucleus mass.
+        seed: Base seed.
+        early_stop: Early-stopping settings, or ``None``.
+        stats: Counter receiving ``rollouts_saved``.
+        desc: Progress-bar label.
+
+    Returns:
+        ``{(group id, budget): rollouts sorted by sample index}`` for every group.
+
+    Raises:
+        mbs.llm.BackendError: The backend failed after its retries (finished work is kept).
+    """
+    backend = build_backend(policy.backend, cache_dir)
+    es = early_stop if early_stop is not None and early_stop["enabled"] else None
+    step = int(es["batch"]) if es else n
+    stats = stats if stats is not None else Counter()
+    total = len(groups) * n
+    bar = tqdm(total=total, desc=desc, unit="rollout", dynamic_ncols=True, leave=False)
+    bar.update(sum(1 for g in groups for i in range(n) if (g.id, policy.name, g.budget, i) in writer.done))
+    t0, tokens0 = time.perf_counter(), backend.stats.completion_tokens
+    start, active = 0, list(groups)
+    while active and start < n:
+        stop = min(start + step, n)
+        requests, meta = [], []
+        for g in active:
+            todo = [i for i in range(start, stop) if (g.id, policy.name, g.budget, i) not in writer.done]
+            for first, count in _runs(todo):
+                requests.append(
+                    ChatRequest(
+                        messages=g.messages, n=count, max_tokens=g.budget, temperature=float(temperature),
+                        top_p=float(top_p), seed=int(seed), first_index=first,
+                    )
+                )
+                meta.append(g)
+        for ri, completions in backend.generate_iter(requests):
+            g = meta[ri]
+            for c in completions:
+                writer.add(
+                    Rollout(
+                        problem_id=g.id, policy=policy.name, budget=g.budget, sample_index=c.sample_index,
+                        text=c.text, prompt_tokens=c.prompt_tokens, completion_tokens=c.completion_tokens,
+                        finish_reason=c.finish_reason, latency_s=c.latency_s, cached=c.cached,
+                    ),
+                    g.ground_truth,
+                    g.verifier,
+                )
+            bar.update(len(completions))
+            dt = time.perf_counter() - t0
+            if dt > 0:
+                bar.set_postfix(tok_s=f"{(backend.stats.completion_tokens - tokens0) / dt:.1f}", refresh=False)
+        writer.flush(wait=True)
+        start = stop
+        if es:
+            still = []
+            for g in active:
+                drawn = [writer.done[(g.id, policy.name, g.budget, i)] for i in range(stop)]
+                if settled(drawn, n, es["decision"], float(es["alpha"])):
+                    if stop < n:
+                        stats["rollouts_saved"] += n - stop
+                        bar.update(n - stop)
+                else:
+                    still.append(g)
+            active = still
+    bar.close()
+    out: dict[tuple[str, int], list[Rollout]] = {}
+    for g in groups:
+        rs = [writer.done[k] for i in range(n) if (k := (g.id, policy.name, g.budget, i)) in writer.done]
+        out[(g.id, g.budget)] = rs
+    return out
+
+
+def calibrate(
+    policy: Policy,
+    groups: Sequence[Group],
+    n: int,
+    writer: RolloutWriter,
+    cache_dir: str | None,
+    *,
+    decision: str = "band",
+    alpha: float = 0.5,
+    early_stop: bool = False,
+    batch: int = 2,
+    **sampling: Any,
+) -> dict[tuple[str, int], Calibration]:
+    """Draw rollouts (see :func:`draw`) and summarise each group into a :class:`Calibration`.
+
+    Args:
+        decision: ``band`` or ``above_alpha`` (what early stopping must keep identical).
+        alpha: Threshold of ``above_alpha`` (alpha_leaf, alpha_parent).
+        early_stop: Draw in rounds of ``batch`` and stop settled groups.
+        batch: Rollouts per round.
+        **sampling: ``temperature``, ``top_p``, ``seed``, ``stats``, ``desc`` for :func:`draw`.
+    """
+    es = {"enabled": early_stop, "batch": batch, "decision": decision, "alpha": alpha}
+    drawn = draw(policy, groups, n, writer, cache_dir, early_stop=es, **sampling)
+    return {key: calibrate_group(rs, n, decision, alpha) for key, rs in drawn.items() if rs}
+
+
+def _runs(indices: Sequence[int]) -> Iterable[tuple[int, int]]:
+    """Contiguous runs of sorted indices as (first, count)."""
+    run: list[int] = []
+    for i in indices:
+        if run and i != run[-1] + 1:
+            yield run[0], len(run)
+            run = []
+        run.append(i)
+    if run:
+        yield run[0], len(run)

@@ -1,0 +1,63 @@
+"""Synthesis: grow new training problems with a registered method.
+
+Run: ``mbs-synthesize method=mbs calibration_dir=CAL hydra.run.dir=DIR`` (likewise
+``method=direct``), or ``mbs-synthesize method=goose goose.source=champ goose.teacher_free=true``.
+
+Methods register themselves in :data:`METHODS` (``mbs.synth.<module>``); each is a function
+``(cfg, out: RunDir) -> summary dict`` that writes its records into ``out``. This stage writes
+the config first, the summary and ``manifest.json`` last.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from omegaconf import DictConfig
+
+from mbs.io import RunDir
+
+log = logging.getLogger(__name__)
+
+STAGE = "synthesize"
+
+#: method name -> "module:function" implementing it (imported on use).
+METHODS: dict[str, str] = {
+    "mbs": "mbs.synth.beanstalk:run",
+    "direct": "mbs.synth.direct:run",
+    "goose": "mbs.synth.goose:run",
+}
+
+
+def method_fn(name: str) -> Callable[[DictConfig, RunDir], dict[str, Any]]:
+    """The function implementing synthesis method ``name``.
+
+    Raises:
+        KeyError: Unknown method (lists the valid ones).
+    """
+    if name not in METHODS:
+        raise KeyError(f"method={name!r} is not a synthesis method; valid: {sorted(METHODS)}")
+    module, _, fn = METHODS[name].partition(":")
+    return getattr(importlib.import_module(module), fn)
+
+
+def run(cfg: DictConfig) -> Path:
+    """Run ``cfg.method`` into ``cfg.out_dir``.
+
+    Returns:
+        The run directory.
+    """
+    logging.getLogger("mbs").setLevel(cfg.log_level)
+    fn = method_fn(cfg.method)
+    out = RunDir(cfg.out_dir, STAGE, cfg.shard.index, cfg.shard.count)
+    out.write_config(cfg)
+    t0 = time.perf_counter()
+    summary = fn(cfg, out)
+    out.timings["synthesize"] = time.perf_counter() - t0
+    out.write_summary({"method": cfg.method, **summary})
+    out.write_manifest(summary.get("counts", {}), backends=summary.get("backends", {}))
+    log.info("synthesis (%s) written to %s", cfg.method, out.path)
+    return out.path
