@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import html
+import importlib
 import json
 import logging
 from pathlib import Path
@@ -55,14 +56,25 @@ def _steps(run_dir: Path) -> list[tuple[str, Path]]:
     return [(summary.get("stage", "run"), run_dir)]
 
 
+def stage_key(summary: dict[str, Any]) -> str:
+    """Key of :data:`mbs.figures.BY_STAGE` for a run's summary (``synthesize/<method>`` for synthesis)."""
+    stage = summary.get("stage", "")
+    return f"{stage}/{summary['method']}" if stage == "synthesize" and "method" in summary else stage
+
+
 def render(run_dir: str | Path, out_dir: str | Path, formats: Sequence[str] = ("png", "pdf"), width: str = "single") -> dict[str, Any]:
     """Draw every figure and table of ``run_dir`` into ``out_dir`` and write ``report.html``.
+
+    Each stage's figure function (:data:`mbs.figures.BY_STAGE`) returns
+    ``{"written": [paths], "skipped": {name: why}}`` and optionally ``"tables"``
+    (``{name: {"md": text, "tex": text}}``) and ``"html"`` (a report section, e.g. a tree or
+    MCQ browser).
 
     Returns:
         ``{"figures": [...], "tables": [...], "skipped": {...}, "report": path}``; missing
         inputs are named in ``skipped`` rather than raised.
     """
-    from mbs.figures import calibration_figures
+    from mbs.figures import BY_STAGE
 
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     result: dict[str, Any] = {"figures": [], "tables": [], "skipped": {}}
@@ -73,24 +85,30 @@ def render(run_dir: str | Path, out_dir: str | Path, formats: Sequence[str] = ("
         except FileNotFoundError as err:
             result["skipped"][step] = str(err)
             continue
-        figs: list[str] = []
+        key = stage_key(summary)
+        if key not in BY_STAGE:
+            result["skipped"][step] = f"no figures for stage {key!r}"
+            continue
+        module, _, fn = BY_STAGE[key].partition(":")
+        drawn = getattr(importlib.import_module(module), fn)(folder, out_dir / "figures" / step, formats, width)
+        result["skipped"].update({f"{step}/{k}": v for k, v in drawn.get("skipped", {}).items()})
+        tables = dict(drawn.get("tables", {}))
         if summary.get("stage") == "calibrate":
-            drawn = calibration_figures(folder, out_dir / "figures" / step, formats, width)
-            figs = drawn["written"]
-            result["skipped"].update({f"{step}/{k}": v for k, v in drawn["skipped"].items()})
             md, tex = bands_table(summary)
-            for ext, text in (("md", md), ("tex", tex)):
-                path = write_text_atomic(out_dir / "tables" / f"{step}_bands.{ext}", text)
-                result["tables"].append(str(path))
-            sections.append((step, summary, [f for f in figs if f.endswith(".png")], md))
-        result["figures"] += figs
+            tables["bands"] = {"md": md, "tex": tex}
+        for name, texts in sorted(tables.items()):
+            for ext, text in sorted(texts.items()):
+                result["tables"].append(str(write_text_atomic(out_dir / "tables" / f"{step}_{name}.{ext}", text)))
+        result["figures"] += drawn.get("written", [])
+        pngs = [f for f in drawn.get("written", []) if f.endswith(".png")]
+        sections.append((step, summary, pngs, [t["md"] for _, t in sorted(tables.items()) if "md" in t], drawn.get("html", "")))
     report = out_dir / "report.html"
     write_text_atomic(report, _report_html(run_dir, sections))
     result["report"] = str(report)
     return result
 
 
-def _report_html(run_dir: Path, sections: list[tuple[str, dict[str, Any], list[str], str]]) -> str:
+def _report_html(run_dir: Path, sections: list[tuple[str, dict[str, Any], list[str], list[str], str]]) -> str:
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>mbs report</title>",
         "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto;}img{max-width:100%;}"
@@ -98,15 +116,17 @@ def _report_html(run_dir: Path, sections: list[tuple[str, dict[str, Any], list[s
         "pre{background:#f6f6f6;padding:.5em;overflow:auto}</style></head><body>",
         f"<h1>mbs run report</h1><p>Run directory: <code>{html.escape(str(run_dir))}</code></p>",
     ]
-    for step, summary, pngs, md in sections:
+    for step, summary, pngs, tables, extra in sections:
         parts.append(f"<h2>{html.escape(step)}</h2>")
-        headline = {k: summary[k] for k in ("problems", "policies", "budgets", "n", "target_policy", "hard_seeds", "rollouts") if k in summary}
-        parts.append(f"<pre>{html.escape(json.dumps(headline, indent=1))}</pre>")
-        parts.append(_md_table_html(md))
+        headline = {k: v for k, v in summary.items() if not isinstance(v, (dict, list)) or k in ("policies", "budgets", "rollouts", "funnel")}
+        parts.append(f"<pre>{html.escape(json.dumps(headline, indent=1, sort_keys=True))}</pre>")
+        parts.extend(_md_table_html(md) for md in tables)
         for png in pngs:
             data = base64.b64encode(Path(png).read_bytes()).decode()
             parts.append(f"<figure><img alt='{html.escape(Path(png).stem)}' src='data:image/png;base64,{data}'>"
                          f"<figcaption>{html.escape(Path(png).stem)}</figcaption></figure>")
+        if extra:
+            parts.append(extra)
     parts.append("</body></html>\n")
     return "\n".join(parts)
 

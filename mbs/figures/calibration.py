@@ -1,10 +1,4 @@
-"""Paper figures from run directories, in one consistent style.
-
-Every figure function reads a run directory through the public readers of :mod:`mbs.io`
-(never stage internals), draws with matplotlib, and writes each configured format (vector
-PDF and PNG by default) with fixed metadata, so regenerating from the same run directory
-gives byte-identical files. Sizes follow a one-column (3.4 in) or two-column (7.0 in) layout.
-"""
+"""Calibration figures: trap bands, failed_all share against budget, reclassification heatmap."""
 
 from __future__ import annotations
 
@@ -12,68 +6,10 @@ import logging
 from pathlib import Path
 from typing import Any, Sequence
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from mbs.io import read_summary  # noqa: E402
+from mbs.figures import BAND_COLORS, BAND_LABELS, figure, save
+from mbs.io import read_summary
 
 log = logging.getLogger(__name__)
-logging.getLogger("fontTools").setLevel(logging.WARNING)  # PDF font subsetting logs every table at INFO
-
-#: Band colours: solved_all (too easy), goldilocks (learnable), failed_all (too hard).
-BAND_COLORS = {"solved_all": "#4C72B0", "goldilocks": "#55A868", "failed_all": "#C44E52"}
-BAND_LABELS = {"solved_all": "solved_all", "goldilocks": "Goldilocks", "failed_all": "failed_all"}
-WIDTHS_IN = {"single": 3.4, "double": 7.0}
-
-STYLE = {
-    "font.size": 8,
-    "axes.titlesize": 8,
-    "axes.labelsize": 8,
-    "legend.fontsize": 7,
-    "xtick.labelsize": 7,
-    "ytick.labelsize": 7,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "figure.dpi": 150,
-    "savefig.dpi": 200,
-    "savefig.bbox": "tight",
-    "pdf.fonttype": 42,
-    "svg.hashsalt": "mbs",
-}
-
-
-def figure(width: str = "single", aspect: float = 0.7, ncols: int = 1):
-    """A new figure sized for a one- or two-column layout.
-
-    Args:
-        width: ``single`` (3.4 in) or ``double`` (7.0 in).
-        aspect: Height / width.
-        ncols: Subplot columns.
-
-    Raises:
-        KeyError: Unknown width.
-    """
-    w = WIDTHS_IN[width]
-    plt.rcParams.update(STYLE)
-    fig, axes = plt.subplots(1, ncols, figsize=(w, w * aspect), squeeze=False)
-    return fig, axes[0]
-
-
-def save(fig, out_dir: str | Path, stem: str, formats: Sequence[str] = ("png", "pdf")) -> list[Path]:
-    """Write ``fig`` as ``out_dir/stem.<fmt>`` for each format with fixed metadata; close it."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for fmt in formats:
-        path = out_dir / f"{stem}.{fmt}"
-        meta = {"pdf": {"CreationDate": None, "ModDate": None, "Producer": "mbs"}, "png": {"Software": "mbs"}}.get(fmt)
-        fig.savefig(path, format=fmt, metadata=meta)
-        paths.append(path)
-    plt.close(fig)
-    return paths
-
 
 def _budget_label(key: str) -> str:
     if key == "recorded":

@@ -1,0 +1,88 @@
+"""Paper figures from run directories, in one consistent style.
+
+Every figure function reads a run directory through the public readers of :mod:`mbs.io`
+(never stage internals), draws with matplotlib, and writes each configured format (vector
+PDF and PNG by default) with fixed metadata, so regenerating from the same run directory
+gives byte-identical files. Sizes follow a one-column (3.4 in) or two-column (7.0 in) layout.
+
+One module per stage: :mod:`mbs.figures.calibration`, and the synthesis, Goose and evaluation
+modules; :data:`BY_STAGE` maps a run directory's ``summary.json`` ``stage`` to the function
+that draws its figures.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+logging.getLogger("fontTools").setLevel(logging.WARNING)  # PDF font subsetting logs every table at INFO
+
+#: summary ``stage`` (and, for synthesis, ``method``) -> "module:function" drawing its figures;
+#: each function is ``fn(run_dir, out_dir, formats, width) -> {"written": [...], "skipped": {...}}``.
+BY_STAGE: dict[str, str] = {
+    "calibrate": "mbs.figures.calibration:calibration_figures",
+    "synthesize/mbs": "mbs.figures.synthesis:synthesis_figures",
+    "synthesize/direct": "mbs.figures.synthesis:synthesis_figures",
+    "synthesize/goose": "mbs.figures.goose:goose_figures",
+    "evaluate": "mbs.figures.evaluation:evaluation_figures",
+}
+
+#: Band colours: solved_all (too easy), goldilocks (learnable), failed_all (too hard).
+BAND_COLORS = {"solved_all": "#4C72B0", "goldilocks": "#55A868", "failed_all": "#C44E52"}
+BAND_LABELS = {"solved_all": "solved_all", "goldilocks": "Goldilocks", "failed_all": "failed_all"}
+WIDTHS_IN = {"single": 3.4, "double": 7.0}
+
+STYLE = {
+    "font.size": 8,
+    "axes.titlesize": 8,
+    "axes.labelsize": 8,
+    "legend.fontsize": 7,
+    "xtick.labelsize": 7,
+    "ytick.labelsize": 7,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "figure.dpi": 150,
+    "savefig.dpi": 200,
+    "savefig.bbox": "tight",
+    "pdf.fonttype": 42,
+    "svg.hashsalt": "mbs",
+}
+
+
+def figure(width: str = "single", aspect: float = 0.7, ncols: int = 1):
+    """A new figure sized for a one- or two-column layout.
+
+    Args:
+        width: ``single`` (3.4 in) or ``double`` (7.0 in).
+        aspect: Height / width.
+        ncols: Subplot columns.
+
+    Raises:
+        KeyError: Unknown width.
+    """
+    w = WIDTHS_IN[width]
+    plt.rcParams.update(STYLE)
+    fig, axes = plt.subplots(1, ncols, figsize=(w, w * aspect), squeeze=False)
+    return fig, axes[0]
+
+
+def save(fig, out_dir: str | Path, stem: str, formats: Sequence[str] = ("png", "pdf")) -> list[Path]:
+    """Write ``fig`` as ``out_dir/stem.<fmt>`` for each format with fixed metadata; close it."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for fmt in formats:
+        path = out_dir / f"{stem}.{fmt}"
+        meta = {"pdf": {"CreationDate": None, "ModDate": None, "Producer": "mbs"}, "png": {"Software": "mbs"}}.get(fmt)
+        fig.savefig(path, format=fmt, metadata=meta)
+        paths.append(path)
+    plt.close(fig)
+    return paths
+
+
