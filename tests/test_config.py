@@ -42,6 +42,15 @@ def test_experiment_configs_compose(make_cfg, name):
     OmegaConf.to_container(cfg, resolve=True)
 
 
+def _primary_using(group: str) -> str:
+    """A primary config whose defaults list selects ``group`` (directly or through base.yaml)."""
+    for name in ["calibrate"] + PRIMARY:
+        text = (CONF / f"{name}.yaml").read_text() + (CONF / "base.yaml").read_text() * ("- base" in (CONF / f"{name}.yaml").read_text())
+        if re.search(rf"^\s*- (?:override /)?{re.escape(group)}(?:@\S+)?\s*:", text, re.M):
+            return name
+    raise AssertionError(f"no primary config selects group {group!r}")
+
+
 @pytest.mark.parametrize("group,option", GROUP_OPTIONS)
 def test_every_group_option_composes(make_cfg, group, option):
     overrides = [f"{group}={option}"]
@@ -49,7 +58,7 @@ def test_every_group_option_composes(make_cfg, group, option):
         overrides += {"openai": ["backend.base_url=http://127.0.0.1:1/v1"], "vllm": ["backend.model=/models/x"]}.get(option, [])
     if group == "data" and option != "champ":
         overrides += ["data.path=/tmp/x"]
-    cfg = make_cfg("calibrate", overrides)
+    cfg = make_cfg(_primary_using(group), overrides)
     OmegaConf.to_container(cfg, resolve=True)
 
 
