@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 from mbs.calibration import calibrate_group, settled, trap_summary
 from mbs.data import load_problems
-from mbs.io import RunDir
+from mbs.io import RunDir, Shard
 from mbs.llm import build_backend
 from mbs.records import Calibration, Problem, Rollout
 from mbs.sampling import Group, Policy, RolloutWriter, draw, policies_from_cfg, verifier_for
@@ -55,13 +55,13 @@ def calibrate_live(
 
 
 def calibrate_recorded(
-    policy: Policy, problems: Sequence[Problem], writer: RolloutWriter, conditioned: list[Rollout], cfg: DictConfig
+    policy: Policy, problems: Sequence[Problem], writer: RolloutWriter, cond_writer: RolloutWriter, cfg: DictConfig
 ) -> None:
     """Grade a recorded CHAMP model's answers: no-hint settings are its rollouts (budget ``None``).
 
-    Answers recorded under hint or partial-solution settings are graded too and kept in
-    ``conditioned`` (their ``setting`` names the condition): the offline analogue of the
-    effectivity test.
+    Answers recorded under hint or partial-solution settings are graded too and written by
+    ``cond_writer`` (their ``setting`` names the condition): the offline analogue of the
+    effectivity test. Answers already graded (in either writer's ``done``) are skipped.
 
     Raises:
         ValueError: The problems are not CHAMP problems (recorded answers exist only there).
@@ -86,20 +86,12 @@ def calibrate_recorded(
                 finish_reason=a.finish_reason,
                 setting=a.setting,
             )
-            if is_sample and r.key in writer.done:
-                continue
-            todo.append((r, p, is_sample))
-    cond_futs = []
+            if r.key not in (writer.done if is_sample else cond_writer.done):
+                todo.append((r, p, is_sample))
     for r, p, is_sample in tqdm(todo, desc=f"grade {policy.name}", unit="answer", dynamic_ncols=True):
-        if is_sample:
-            writer.add(r, p.ground_truth or "", verifier_for(p, cfg.verifier))
-        else:
-            cond_futs.append((r, writer.pool.submit(r.text, p.ground_truth or "", verifier_for(p, cfg.verifier))))
+        (writer if is_sample else cond_writer).add(r, p.ground_truth or "", verifier_for(p, cfg.verifier))
     writer.flush(wait=True)
-    for r, fut in cond_futs:
-        g = fut.result()
-        r.reward, r.extracted, r.reason = g.score, g.extracted, g.reason
-        conditioned.append(r)
+    cond_writer.flush(wait=True)
 
 
 def recorded_report(problems: Sequence[Problem], rollouts: Sequence[Rollout], conditioned: Sequence[Rollout]) -> dict[str, Any]:
@@ -207,13 +199,13 @@ def _draw_all(
     cfg: DictConfig,
     writer: RolloutWriter,
     stats: Counter,
-    conditioned: list[Rollout],
+    cond_writer: RolloutWriter,
     backends: dict[str, Any],
 ) -> None:
     """Draw and grade the rollouts of every policy (live or recorded); record backend usage."""
     for policy in policies:
         if policy.source == "recorded":
-            calibrate_recorded(policy, problems, writer, conditioned, cfg)
+            calibrate_recorded(policy, problems, writer, cond_writer, cfg)
             continue
         backend = build_backend(policy.backend, cfg.paths.cache_dir)
         before = backend.stats.as_dict()
@@ -247,52 +239,79 @@ def run(cfg: DictConfig) -> Path:
     log.info("calibrating %d problems x %d policies x budgets %s, N=%d", len(problems), len(policies), budgets, ccfg.n)
 
     shard = out.shard("rollouts", Rollout)
-    done: dict[tuple, Rollout] = {}
-    for r in shard.read():
-        if r.problem_id in by_id:
-            done.setdefault(r.key, r)
+    cond_shard = out.shard("conditioned", Rollout)
+    done = {r.key: r for r in shard.read() if r.problem_id in by_id}
+    cond_done = {r.key: r for r in cond_shard.read() if r.problem_id in by_id}
     resumed = len(done)
     stats: Counter = Counter()
-    conditioned: list[Rollout] = []
-    backends = {}
+    backends: dict[str, Any] = {}
     t1 = time.perf_counter()
-    with GradingPool(workers=int(cfg.verifier.workers), timeout_s=float(cfg.verifier.timeout_s)) as pool, shard:
+    with GradingPool(workers=int(cfg.verifier.workers), timeout_s=float(cfg.verifier.timeout_s)) as pool, shard, cond_shard:
         writer = RolloutWriter(pool, shard, done)
+        cond_writer = RolloutWriter(pool, cond_shard, cond_done)
         try:
-            _draw_all(policies, problems, budgets, ccfg, cfg, writer, stats, conditioned, backends)
-        finally:
-            writer.flush(wait=True)  # a failing backend must not lose gradings already under way
+            _draw_all(policies, problems, budgets, ccfg, cfg, writer, stats, cond_writer, backends)
+        finally:  # a failing backend must not lose gradings already under way
+            writer.flush(wait=True)
+            cond_writer.flush(wait=True)
     out.timings["rollouts"] = time.perf_counter() - t1
+    if not cond_done:
+        cond_shard.path.unlink(missing_ok=True)
+    return finalize(
+        out, cfg, problems, list(done.values()), list(cond_done.values()),
+        stats={**stats, "resumed": resumed}, backends=backends, load_report=report.as_dict(),
+    )
 
-    # calibrations are derived from the rollouts: recomputed in full, so reruns are idempotent
+
+def finalize(
+    out: RunDir,
+    cfg: DictConfig,
+    problems: Sequence[Problem],
+    rollouts: Sequence[Rollout],
+    conditioned: Sequence[Rollout] = (),
+    *,
+    stats: dict[str, int] | None = None,
+    backends: dict[str, Any] | None = None,
+    load_report: dict[str, Any] | None = None,
+) -> Path:
+    """Derive everything else of a calibration run from its graded rollouts.
+
+    Writes calibrations, hard seeds, ``summary.json``, figures and, last, ``manifest.json``.
+    Everything here is a pure function of the rollouts, so rerunning (or merging the rollout
+    shards of several processes and finalising once) gives identical files.
+
+    Args:
+        out: The run directory (this process's shard index names the files written).
+        cfg: The stage config.
+        problems: The problems calibrated (for hard seeds and reports).
+        rollouts: Every graded rollout (recorded policies: budget ``None``).
+        conditioned: Graded recorded answers under hint / partial-solution settings.
+        stats: ``resumed`` and ``rollouts_saved`` counters of the drawing phase.
+        backends: Per-policy backend usage of the drawing phase.
+        load_report: The data loader's report.
+
+    Returns:
+        The run directory.
+    """
+    stats = dict(stats or {})
+    backends = dict(backends or {})
+    ccfg = cfg.calibrate
+    policies = policies_from_cfg(cfg.students)
+    budgets = [int(b) for b in ccfg.budgets]
     n_target = int(ccfg.n)
     groups: dict[tuple, list[Rollout]] = defaultdict(list)
-    for r in done.values():
+    for r in rollouts:
         groups[(r.problem_id, r.policy, r.budget)].append(r)
     es = ccfg.early_stop
     calibrations = []
     for key in sorted(groups, key=lambda k: (k[1], -1 if k[2] is None else k[2], k[0])):
         rs = sorted(groups[key], key=lambda r: r.sample_index)
         n_group = len(rs) if key[2] is None else n_target  # recorded: every no-hint setting is a rollout
-        rs = rs[:n_group]
-        calibrations.append(calibrate_group(rs, n_group, es.decision, float(es.alpha)))
-    cal_shard = out.shard("calibrations", Calibration)
-    cal_shard.path.unlink(missing_ok=True)
-    with cal_shard:
-        cal_shard.append(calibrations)
-    if conditioned:
-        cond = out.shard("conditioned", Rollout)
-        cond.path.unlink(missing_ok=True)
-        with cond:
-            cond.append(conditioned)
-
+        calibrations.append(calibrate_group(rs[:n_group], n_group, es.decision, float(es.alpha)))
+    _rewrite(out.shard("calibrations", Calibration), calibrations)
     hard = hard_seeds(calibrations, problems, cfg)
-    hs = out.shard("hard_seeds", Problem)
-    hs.path.unlink(missing_ok=True)
-    with hs:
-        hs.append(hard)
+    _rewrite(out.shard("hard_seeds", Problem), hard)
 
-    rollouts = list(done.values())
     summary = trap_summary(calibrations)
     summary.update(
         {
@@ -305,14 +324,14 @@ def run(cfg: DictConfig) -> Path:
             "hard_seed_budget": _hard_seed_budget(cfg, policies),
             "rollouts": {
                 "drawn": len(rollouts),
-                "resumed": resumed,
-                "saved_by_early_stopping": stats["rollouts_saved"],
+                "resumed": int(stats.get("resumed", 0)),
+                "saved_by_early_stopping": int(stats.get("rollouts_saved", 0)),
                 "ungraded": sum(1 for r in rollouts if r.reward is None),
                 "completion_tokens": sum(r.completion_tokens for r in rollouts),
                 "truncated": sum(1 for r in rollouts if r.finish_reason == "length"),
             },
             "grading": dict(sorted(Counter(_reason_kind(r.reason) for r in rollouts).items())),
-            "data": report.as_dict(),
+            "data": load_report or {},
             "backends": backends,
         }
     )
@@ -322,13 +341,13 @@ def run(cfg: DictConfig) -> Path:
             full, rollouts, int(es.batch), str(es.decision), float(es.alpha)
         )
     if any(p.source == "recorded" for p in policies):
-        summary["recorded"] = recorded_report(problems, rollouts, conditioned)
         from mbs.data.champ import gold_report
 
+        summary["recorded"] = recorded_report(problems, rollouts, conditioned)
         summary["champ_gold"] = gold_report()
     out.write_summary(summary)
     if ccfg.figures:
-        from mbs.figures import calibration_figures
+        from mbs.figures.calibration import calibration_figures
 
         t2 = time.perf_counter()
         calibration_figures(out.path, out.path / "figures")
@@ -339,7 +358,7 @@ def run(cfg: DictConfig) -> Path:
             "rollouts": len(rollouts),
             "calibrations": len(calibrations),
             "hard_seeds": len(hard),
-            "skipped_records": report.skipped,
+            "skipped_records": (load_report or {}).get("skipped", 0),
         },
         backends=backends,
         backend_calls=sum(b["calls"] for b in backends.values()),
@@ -347,6 +366,13 @@ def run(cfg: DictConfig) -> Path:
     )
     log.info("calibration written to %s", out.path)
     return out.path
+
+
+def _rewrite(shard: Shard, records: Sequence[Any]) -> None:
+    """Replace a derived shard's content (derived files are recomputed in full, never appended)."""
+    shard.path.unlink(missing_ok=True)
+    with shard:
+        shard.append(records)
 
 
 def _hard_seed_budget(cfg: DictConfig, policies: Sequence[Policy]) -> int | None:
