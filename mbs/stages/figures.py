@@ -156,7 +156,16 @@ def run(cfg: DictConfig) -> Path:
     for i, rd in enumerate(inputs):
         target = out.path if len(inputs) == 1 else out.path / f"run{i}"
         results[str(rd)] = render(Path(rd), target, tuple(cfg.figures.formats), cfg.figures.width)
-    out.write_summary({"inputs": inputs, "results": results})
-    out.write_manifest({"inputs": len(inputs), "figures": sum(len(r["figures"]) for r in results.values())})
+    comparison = None
+    if len(inputs) > 1:
+        from mbs.figures.compare import compare_runs
+
+        comparison = compare_runs([Path(r) for r in inputs], out.path / "compare", tuple(cfg.figures.formats), cfg.figures.width)
+        for name, texts in comparison["tables"].items():
+            for ext, text in texts.items():
+                write_text_atomic(out.path / "compare" / f"{name}.{ext}", text)
+    out.write_summary({"inputs": [str(i) for i in inputs], "results": results, "comparison": comparison})
+    n_figs = sum(len(r["figures"]) for r in results.values()) + (len(comparison["written"]) if comparison else 0)
+    out.write_manifest({"inputs": len(inputs), "figures": n_figs})
     print(f"mbs-figures: wrote {out.path}", flush=True)
     return out.path

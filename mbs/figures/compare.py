@@ -1,0 +1,150 @@
+"""Compare several run directories (e.g. the points of a threshold sweep) in one figure and table.
+
+Each run is labelled by the config keys whose values differ between the runs (read from each
+run's ``config.yaml``), so the points of ``-m thresholds.alpha_leaf=0.6,0.7,0.8`` come out as
+``thresholds.alpha_leaf=0.6`` etc. The headline numbers of each stage (trap bands, synthesis
+yield, Goose effective share, evaluation accuracy) become one Markdown/LaTeX table with a row
+per run and one bar chart.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from mbs.figures import BAND_COLORS, BAND_LABELS, figure, save
+from mbs.io import read_summary
+
+#: Config keys that differ between runs without describing the experiment.
+_IGNORED_PREFIXES = ("out_dir", "paths.", "run_dir", "hydra", "calibration_dir", "figures.run_dirs", "shard.", "log_level")
+#: Headline numbers per summary kind: (key path in summary.json, label).
+HEADLINES: dict[str, tuple[tuple[str, str], ...]] = {
+    "synthesize": (
+        ("yield", "yield"),
+        ("qualified_problems", "qualified problems"),
+        ("seeds_qualified", "seeds qualified"),
+        ("hard_seeds", "hard seeds"),
+        ("items_built", "items built"),
+        ("effective_share", "effective share"),
+    ),
+}
+
+
+def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict):
+        out: dict[str, Any] = {}
+        for k, v in node.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out
+    if isinstance(node, list):
+        return {prefix[:-1]: tuple(node) if all(not isinstance(x, (dict, list)) for x in node) else str(node)}
+    return {prefix[:-1]: node}
+
+
+def run_labels(run_dirs: Sequence[Path]) -> list[str]:
+    """One label per run: the config values that differ between the runs (``key=value, ...``).
+
+    Falls back to the folder name when the configs are missing or identical.
+    """
+    from omegaconf import OmegaConf
+
+    flats = []
+    for rd in run_dirs:
+        path = Path(rd) / "config.yaml"
+        flats.append(_flatten(OmegaConf.to_container(OmegaConf.load(path), resolve=False)) if path.is_file() else {})
+    keys = sorted(set.intersection(*(set(f) for f in flats))) if flats else []  # keys every run has
+    differing = [
+        k for k in keys
+        if not k.startswith(_IGNORED_PREFIXES) and len({repr(f.get(k)) for f in flats}) > 1
+    ]
+    labels = []
+    for rd, flat in zip(run_dirs, flats):
+        parts = [f"{k}={_fmt(flat.get(k))}" for k in differing]
+        labels.append(", ".join(parts) if parts else Path(rd).name)
+    if len(set(labels)) < len(labels):  # identical configs: disambiguate by folder
+        labels = [f"{lab} ({Path(rd).name})" for lab, rd in zip(labels, run_dirs)]
+    return labels
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, tuple):
+        return "[" + ",".join(map(str, value)) + "]"
+    return str(value)
+
+
+def _metrics(summary: dict[str, Any]) -> dict[str, float]:
+    """The headline numbers of one run's summary, by column name."""
+    stage = summary.get("stage")
+    out: dict[str, float] = {}
+    if stage == "calibrate":
+        target = summary.get("target_policy")
+        for policy, per_budget in summary.get("bands", {}).items():
+            if target and policy != target and len(summary["bands"]) > 2:
+                continue
+            for budget, shares in per_budget.items():
+                for band, share in shares.items():
+                    out[f"{policy}@{budget} {band}"] = float(share)
+        return out
+    for key, label in HEADLINES.get(stage, ()):
+        if isinstance(summary.get(key), (int, float)):
+            out[label] = float(summary[key])
+    if not out:  # any other stage: its numeric top-level values
+        out = {k: float(v) for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "schema_version"}
+    return out
+
+
+def comparison_table(labels: Sequence[str], metrics: Sequence[dict[str, float]]) -> dict[str, str]:
+    """The runs x headline numbers table as ``{"md": ..., "tex": ...}``."""
+    cols = sorted({c for m in metrics for c in m})
+    head = ["run"] + cols
+    rows = [[lab] + [f"{m[c]:.4g}" if c in m else "" for c in cols] for lab, m in zip(labels, metrics)]
+    md = "| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n" + "".join("| " + " | ".join(r) + " |\n" for r in rows)
+    esc = lambda s: s.replace("_", "\\_").replace("%", "\\%").replace("&", "\\&")  # noqa: E731
+    tex = (
+        "\\begin{tabular}{l" + "r" * len(cols) + "}\n\\toprule\n" + " & ".join(esc(h) for h in head) + " \\\\\n\\midrule\n"
+        + "".join(" & ".join(esc(c) for c in r) + " \\\\\n" for r in rows) + "\\bottomrule\n\\end{tabular}\n"
+    )
+    return {"md": md, "tex": tex}
+
+
+def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, formats: Sequence[str] = ("png", "pdf"), width: str = "single") -> dict[str, Any]:
+    """One figure and one table across several run directories of the same stage.
+
+    Returns:
+        ``{"written": [...], "skipped": {...}, "tables": {"comparison": {"md", "tex"}}}``.
+
+    Raises:
+        ValueError: Fewer than two runs, or runs of different stages.
+    """
+    run_dirs = [Path(r) for r in run_dirs]
+    if len(run_dirs) < 2:
+        raise ValueError("compare_runs needs at least two run directories")
+    summaries = [read_summary(r) for r in run_dirs]
+    stages = {s.get("stage") for s in summaries}
+    if len(stages) != 1:
+        raise ValueError(f"cannot compare runs of different stages: {sorted(map(str, stages))}")
+    labels = run_labels(run_dirs)
+    metrics = [_metrics(s) for s in summaries]
+    table = comparison_table(labels, metrics)
+    stage = stages.pop()
+    fig, (ax,) = figure(width, aspect=0.45 + 0.08 * len(run_dirs))
+    if stage == "calibrate":
+        series = sorted({c.rsplit(" ", 1)[0] for m in metrics for c in m})[0]
+        left = [0.0] * len(labels)
+        for band in ("solved_all", "goldilocks", "failed_all"):
+            vals = [100 * m.get(f"{series} {band}", 0.0) for m in metrics]
+            ax.barh(labels, vals, left=left, color=BAND_COLORS[band], label=BAND_LABELS[band], height=0.7)
+            left = [a + b for a, b in zip(left, vals)]
+        ax.set_xlim(0, 100)
+        ax.set_xlabel(f"share of problems (%), {series}")
+        ax.legend(ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.25), frameon=False)
+    else:
+        col = next(iter(metrics[0]), None)
+        if col is None:
+            return {"written": [], "skipped": {"comparison": "no numeric headline in the summaries"}, "tables": {"comparison": table}}
+        ax.barh(labels, [m.get(col, 0.0) for m in metrics], color="#4C72B0", height=0.7)
+        ax.set_xlabel(col)
+    ax.invert_yaxis()
+    ax.set_title(f"{stage}: {len(run_dirs)} runs compared")
+    written = [str(p) for p in save(fig, out_dir, f"compare_{stage}", formats)]
+    return {"written": written, "skipped": {}, "tables": {"comparison": table}}
