@@ -51,3 +51,22 @@ def pipeline(cfg: DictConfig) -> None:
     from mbs.stages.pipeline import run
 
     run(cfg)
+
+
+@hydra.main(version_base="1.3", config_path=CONF, config_name="merge")
+def merge(cfg: DictConfig) -> None:
+    """mbs-merge: union the shard run directories of a sharded stage (a SLURM array) into one run directory."""
+    from mbs.stages.merge import run
+
+    run(cfg)
+
+
+@hydra.main(version_base="1.3", config_path=CONF, config_name="serve")
+def serve(cfg: DictConfig) -> None:
+    """mbs-serve: an inference service job (vllm serve) publishing its URL; service.action=stop ends it."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    from mbs.service import run
+
+    run(cfg, OmegaConf.to_container(HydraConfig.get().launcher, resolve=True))

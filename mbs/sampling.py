@@ -14,6 +14,7 @@ Golden Goose (difficulty filter).
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import Counter
 from concurrent.futures import Future
@@ -29,7 +30,7 @@ from mbs.llm import build_backend
 from mbs.llm.base import ChatRequest
 from mbs.prompts import user_messages
 from mbs.records import Calibration, Problem, Rollout
-from mbs.verify.pool import GradingPool
+from mbs.verify.pool import GradingPool, GradingPoolError
 
 
 @dataclass
@@ -139,11 +140,24 @@ class RolloutWriter:
         self.flush(wait=False)
 
     def flush(self, wait: bool) -> None:
-        """Write finished gradings (all of them, waiting, when ``wait``)."""
-        ready, still = [], []
+        """Write finished gradings (all of them, waiting, when ``wait``).
+
+        Raises:
+            GradingPoolError: The grading pool failed (e.g. its workers were killed by the
+                SIGTERM SLURM sends on ``scancel`` or preemption while this process goes on
+                for a few seconds): the gradings that did finish are written, the others
+                are not (a rerun grades them again; their completions are in the LLM cache).
+                Not raised while another exception propagates (a ``finally`` block), so it
+                never masks e.g. the ``SystemExit`` of submitit's requeue.
+        """
+        ready, still, failed = [], [], None
         for rollout, fut in self.pending:
             if wait or fut.done():
-                grade = fut.result()
+                try:
+                    grade = fut.result()
+                except GradingPoolError as err:  # not graded at all: never stored as "could not grade"
+                    failed = failed or err
+                    continue
                 rollout.reward, rollout.extracted, rollout.reason = grade.score, grade.extracted, grade.reason
                 ready.append(rollout)
             else:
@@ -154,6 +168,8 @@ class RolloutWriter:
                 self.shard.append(ready)
             for r in ready:
                 self.done[r.key] = r
+        if failed is not None and sys.exc_info()[1] is None:
+            raise failed  # (in a ``finally`` that an exception runs, e.g. submitit's requeue exit, that one goes on)
 
 
 def draw(

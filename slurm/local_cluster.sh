@@ -62,6 +62,9 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
+# cred_expire: also how long a requeued (preempted, timed-out) job waits before it may start
+# again; the default 120 s would make every preemption test wait two minutes
+AuthInfo=cred_expire=10
 StateSaveLocation=$state_dir
 SlurmdSpoolDir=$spool_dir
 SlurmctldPidFile=$run_dir/slurmctld.pid
@@ -72,7 +75,11 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
+# jobs that ask for no memory get 1 GB per CPU (not the whole node), so tasks run side by side
+DefMemPerCPU=1024
 SchedulerType=sched/backfill
+# schedule every 2 s (defaults 60 s and 30 s): a requeued task starts soon after it may
+SchedulerParameters=sched_interval=2,bf_interval=2
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 MpiDefault=none

@@ -37,7 +37,7 @@ from mbs.verify import Grade, get_verifier, grade
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-__all__ = ["PRELOAD", "GradingPool"]
+__all__ = ["PRELOAD", "GradingPool", "GradingPoolError"]
 
 #: Modules the forkserver imports once, so each (re)started worker inherits them.
 PRELOAD = ["mbs.verify", "mbs.verify.math", "mbs.verify.mcq", "math_verify", "mbs.verify.warmup"]
@@ -48,6 +48,13 @@ MAX_CHUNK = 32
 _SLOTS = 4096
 
 Item = tuple[str, str, str]
+
+
+class GradingPoolError(RuntimeError):
+    """The pool could not run a grading (its workers and forkserver were killed from outside,
+    e.g. by SLURM's SIGTERM on scancel or preemption, or it was closed). The grading was not
+    done; it is not a "could not grade" result and must not be stored as one."""
+
 
 # Worker side: where the running chunk records which of its items it is grading.
 _progress = None
@@ -153,9 +160,13 @@ class GradingPool:
             verifier: Registry name, ``"auto"``, or ``"pkg.module:function"``.
 
         Returns:
-            A future resolving to a :class:`~mbs.verify.Grade`; it never raises. A timeout
-            resolves to ``Grade(None, None, "timeout after {timeout_s}s")``, a crashed
-            worker to ``Grade(None, None, "error: worker died ...")``.
+            A future resolving to a :class:`~mbs.verify.Grade`. A timeout resolves to
+            ``Grade(None, None, "timeout after {timeout_s}s")``; a grading whose worker dies
+            is retried once on a fresh worker, and dying again resolves to
+            ``Grade(None, None, "error: worker died ...")``. When the pool itself fails (its
+            workers and forkserver killed from outside, e.g. SLURM's SIGTERM on ``scancel``
+            or preemption, or the pool closed) the future raises :class:`GradingPoolError`:
+            the grading was not done and must not be stored as "could not grade".
 
         Raises:
             UnknownVerifierError: If ``verifier`` names no verifier (checked here, in the
@@ -171,11 +182,12 @@ class GradingPool:
             items: ``(response, ground_truth, verifier)`` triples (a pair uses ``"math"``).
 
         Returns:
-            One :class:`~mbs.verify.Grade` per item; timeouts and errors are Grades too.
+            One :class:`~mbs.verify.Grade` per item; timeouts and crashed gradings are Grades too.
 
         Raises:
             UnknownVerifierError: If an item names no verifier.
             RuntimeError: If the pool is closed.
+            GradingPoolError: The pool itself failed while grading.
         """
         triples = [(item[0], item[1], item[2] if len(item) > 2 else "math") for item in items]
         # Small chunks, several per worker, so the last ones do not leave workers idle.
@@ -198,12 +210,17 @@ class GradingPool:
             self._schedule(pending[i : i + chunk])
         return futures
 
-    def _schedule(self, pending: list[tuple[Item, concurrent.futures.Future]]) -> None:
-        """Send items as one task (a single grading, or a chunk) and wire up the results."""
+    def _schedule(self, pending: list[tuple[Item, concurrent.futures.Future]], retried: bool = False) -> None:
+        """Send items as one task (a single grading, or a chunk) and wire up the results.
+
+        A single grading whose worker died is sent once more (``retried``): a worker killed
+        from outside gets a second chance, a grading that kills its worker twice resolves to
+        an "error: worker died" Grade.
+        """
         try:
             if len(pending) == 1:
                 task = self._pool.schedule(_grade_task, args=pending[0][0], timeout=self.timeout_s)
-                task.add_done_callback(lambda done: pending[0][1].set_result(self._single_done(done)))
+                task.add_done_callback(lambda done: self._single_done(done, pending, retried))
                 return
             chunk_id = next(self._chunk_ids)
             task = self._pool.schedule(
@@ -212,15 +229,21 @@ class GradingPool:
                 timeout=self.timeout_s + self.budget_s,
             )
             task.add_done_callback(lambda done: self._chunk_done(done, chunk_id, pending))
-        except Exception as exc:  # noqa: BLE001 - e.g. pool closed while retrying; never raise
+        except Exception as exc:  # noqa: BLE001 - e.g. pool closed or broken while retrying
             for _, future in pending:
-                future.set_result(Grade(None, None, f"error: {type(exc).__name__}: {exc}"[:300]))
+                future.set_exception(GradingPoolError(f"grading pool failed: {type(exc).__name__}: {exc}"[:300]))
 
-    def _single_done(self, done: concurrent.futures.Future) -> Grade:
+    def _single_done(self, done: concurrent.futures.Future, pending: list, retried: bool) -> None:
+        future = pending[0][1]
         try:
-            return done.result()
-        except Exception as exc:  # noqa: BLE001 - converted to a Grade, never raised
-            return self._failure(exc)
+            future.set_result(done.result())
+        except ProcessExpired as exc:
+            if retried:
+                future.set_result(self._failure(exc))
+            else:
+                self._schedule(pending, retried=True)
+        except Exception as exc:  # noqa: BLE001 - timeouts become Grades, a broken pool an exception
+            self._resolve_failure(future, exc)
 
     def _chunk_done(self, done: concurrent.futures.Future, chunk_id: int, pending: list) -> None:
         """Resolve a chunk's futures (runs in pebble's manager thread; must not block)."""
@@ -228,15 +251,16 @@ class GradingPool:
             grades = done.result()
         except (TimeoutError, ProcessExpired) as exc:
             running = self._running_item(chunk_id)
-            if running is None:  # unknown which item hung: each gets its own task
+            if running is None or isinstance(exc, ProcessExpired):
+                # unknown which item hung, or the worker died: each gets its own task
                 for one in pending:
                     self._schedule([one])
                 return
             pending[running][1].set_result(self._failure(exc))
             grades, rest = [], pending[:running] + pending[running + 1 :]
-        except Exception as exc:  # noqa: BLE001 - converted to Grades, never raised
+        except Exception as exc:  # noqa: BLE001 - a broken or closed pool
             for _, future in pending:
-                future.set_result(self._failure(exc))
+                self._resolve_failure(future, exc)
             return
         else:
             rest = pending[len(grades) :]
@@ -250,6 +274,13 @@ class GradingPool:
         slot = 2 * (chunk_id % _SLOTS)
         owner, index = self._progress[slot], self._progress[slot + 1]
         return index if owner == chunk_id and self._progress[slot] == chunk_id else None
+
+    def _resolve_failure(self, future: concurrent.futures.Future, exc: BaseException) -> None:
+        """A timeout resolves to a Grade; any other failure is the pool's, not the grading's."""
+        if isinstance(exc, TimeoutError):
+            future.set_result(self._failure(exc))
+        else:
+            future.set_exception(GradingPoolError(f"grading pool failed: {type(exc).__name__}: {exc}"[:300]))
 
     def _failure(self, exc: BaseException) -> Grade:
         if isinstance(exc, TimeoutError):
