@@ -37,6 +37,38 @@ def calibrate(cfg: DictConfig) -> None:
     run(cfg)
 
 
+@hydra.main(version_base="1.3", config_path=CONF, config_name="synthesize")
+def synthesize(cfg: DictConfig) -> None:
+    """mbs-synthesize: MagicBeanStalk (method=mbs), Golden Goose (method=goose) or direct prompting."""
+    from mbs.stages.synthesize import run
+
+    run(cfg)
+
+
+@hydra.main(version_base="1.3", config_path=CONF, config_name="export")
+def export(cfg: DictConfig) -> None:
+    """mbs-export: union, deduplicate and decontaminate sources into verl's parquet (train/val)."""
+    from mbs.stages.export import run
+
+    run(cfg)
+
+
+@hydra.main(version_base="1.3", config_path=CONF, config_name="train")
+def train(cfg: DictConfig) -> None:
+    """mbs-train: build and launch verl's GRPO trainer (locally or on SLURM); train.dry_run prints it."""
+    from mbs.stages.train import run
+
+    run(cfg)
+
+
+@hydra.main(version_base="1.3", config_path=CONF, config_name="evaluate")
+def evaluate(cfg: DictConfig) -> None:
+    """mbs-evaluate: k samples per problem at each budget; avg@k, pass@k, table and figure."""
+    from mbs.stages.evaluate import run
+
+    run(cfg)
+
+
 @hydra.main(version_base="1.3", config_path=CONF, config_name="figures")
 def figures(cfg: DictConfig) -> None:
     """mbs-figures: regenerate figures, tables and the report of run directories."""

@@ -127,3 +127,13 @@ def test_math_verify_version_is_not_the_silent_fallback():
     major, minor = (int(x) for x in version("math-verify").split(".")[:2])
     assert (major, minor) >= (0, 8)
     assert version("antlr4-python3-runtime").startswith("4.9")
+
+
+def test_experiment_values_override_the_stage_defaults(make_cfg):
+    cfg = make_cfg("calibrate", ["experiment=budget_trap"])
+    assert list(cfg.calibrate.budgets) == [64, 128, 256, 512] and cfg.calibrate.n == 4 and cfg.data.limit == 20
+    cfg = make_cfg("calibrate", ["debug=default"])
+    assert cfg.data.limit == 2 and cfg.calibrate.n == 2 and list(cfg.calibrate.budgets) == [32]
+    # the command line still wins over an experiment
+    cfg = make_cfg("calibrate", ["experiment=budget_trap", "calibrate.n=2"])
+    assert cfg.calibrate.n == 2

@@ -1,0 +1,124 @@
+"""Accuracy metrics of budgeted evaluation: avg@k and the unbiased pass@k estimator.
+
+For one problem, draw n samples at a budget L and count the c correct ones:
+
+* **avg@n** is the mean reward c / n (the expected accuracy of one sample, i.e. pass@1);
+* **pass@k** (k <= n) is the probability that at least one of k samples drawn without
+  replacement from the n is correct, estimated without bias by
+  ``1 - C(n - c, k) / C(n, k)`` (Chen et al. 2021, "Evaluating Large Language Models Trained
+  on Code", eq. 1), computed as the numerically stable product
+  ``1 - prod_{i = n - c + 1}^{n} (1 - k / i)`` from the same paper.
+
+A benchmark score is the mean over problems. Ungraded samples (reward ``None``) count as
+wrong, as in training (:func:`mbs.rewards.compute_score`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from mbs.records import Rollout
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k of one problem from ``c`` correct out of ``n`` samples.
+
+    Chen et al. 2021, eq. 1: ``1 - C(n - c, k) / C(n, k)``, evaluated as
+    ``1 - prod_{i=n-c+1}^{n} (1 - k / i)`` (no large binomials).
+
+    >>> pass_at_k(4, 0, 2), pass_at_k(4, 4, 1), pass_at_k(4, 1, 1)
+    (0.0, 1.0, 0.25)
+    >>> round(pass_at_k(4, 1, 2), 6)  # 1 - C(3,2)/C(4,2) = 1 - 3/6
+    0.5
+
+    Args:
+        n: Samples drawn (>= 1).
+        c: Correct samples, 0 <= c <= n.
+        k: Samples in the pass@k draw, 1 <= k <= n.
+
+    Returns:
+        The estimate in [0, 1].
+
+    Raises:
+        ValueError: ``n`` < 1, ``c`` outside [0, n], or ``k`` outside [1, n].
+    """
+    if n < 1 or not 0 <= c <= n:
+        raise ValueError(f"pass_at_k: need n >= 1 and 0 <= c <= n, got n={n}, c={c}")
+    if not 1 <= k <= n:
+        raise ValueError(f"pass_at_k: need 1 <= k <= n, got k={k}, n={n}")
+    if n - c < k:
+        return 1.0
+    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+
+
+@dataclass(frozen=True)
+class Score:
+    """The score of a set of problems at one budget.
+
+    Attributes:
+        problems: Problems scored.
+        samples: Samples per problem n (the smallest count over problems).
+        avg: avg@n, the mean over problems of c / n (in [0, 1]).
+        pass_at: pass@k for each requested k (mean over problems of :func:`pass_at_k`).
+        ungraded: Samples the verifier could not grade (counted as wrong).
+        truncated: Samples that hit the budget (finish reason ``length``).
+        completion_tokens_mean: Mean generated tokens per sample.
+    """
+
+    problems: int
+    samples: int
+    avg: float
+    pass_at: dict[int, float]
+    ungraded: int
+    truncated: int
+    completion_tokens_mean: float
+
+    def as_dict(self) -> dict:
+        """JSON-ready dict (pass@k keys as strings)."""
+        return {
+            "problems": self.problems,
+            "samples": self.samples,
+            "avg": self.avg,
+            "pass_at": {str(k): v for k, v in sorted(self.pass_at.items())},
+            "ungraded": self.ungraded,
+            "truncated": self.truncated,
+            "completion_tokens_mean": self.completion_tokens_mean,
+        }
+
+
+def score(groups: Iterable[Sequence[Rollout]], ks: Sequence[int]) -> Score:
+    """Score problems from their rollouts (one sequence of samples per problem).
+
+    Args:
+        groups: The samples of each problem at one budget (n_i >= 1 each).
+        ks: The k of each pass@k to report; each must be <= the smallest n_i.
+
+    Returns:
+        The :class:`Score` (avg@n and pass@k averaged over problems).
+
+    Raises:
+        ValueError: No problem, a problem without samples, or a k larger than some n_i.
+    """
+    groups = [list(g) for g in groups]
+    if not groups:
+        raise ValueError("score: no problems to score")
+    if any(not g for g in groups):
+        raise ValueError("score: a problem has no samples")
+    n_min = min(len(g) for g in groups)
+    bad = [k for k in ks if not 1 <= int(k) <= n_min]
+    if bad:
+        raise ValueError(f"score: pass@k needs 1 <= k <= n = {n_min} samples per problem, got k={bad}")
+    correct = [sum(1 for r in g if r.reward == 1.0) for g in groups]
+    all_rollouts = [r for g in groups for r in g]
+    return Score(
+        problems=len(groups),
+        samples=n_min,
+        avg=float(np.mean([c / len(g) for c, g in zip(correct, groups)])),
+        pass_at={int(k): float(np.mean([pass_at_k(len(g), c, int(k)) for c, g in zip(correct, groups)])) for k in ks},
+        ungraded=sum(1 for r in all_rollouts if r.reward is None),
+        truncated=sum(1 for r in all_rollouts if r.finish_reason == "length"),
+        completion_tokens_mean=float(np.mean([r.completion_tokens for r in all_rollouts])),
+    )

@@ -1,0 +1,156 @@
+"""Where exported problems come from: run directories of earlier stages, or any data config.
+
+A run directory is recognised by the ``stage`` of its ``summary.json``:
+
+* ``synthesize``: every synthesis method writes its final problems as
+  :class:`~mbs.records.Problem` records in ``problems.*.jsonl`` (MBS and direct: math
+  problems; Golden Goose: ``mcq`` problems whose ground truth is the option letter). All of
+  them are exported.
+* ``calibrate``: the original problems, chosen by their calibration (``export.select``):
+  ``usable`` (default; the Goldilocks band with a complete correct response within L, the
+  problems that teach the policy, seed paper "Background"), ``goldilocks``, ``failed_all``,
+  ``solved_all`` or ``all``, for one policy (default: the run's target policy) at one budget
+  (default: the run's hard-seed budget). Calibration runs store calibrations, not problems:
+  the problems are loaded again through the ``data`` node of the run's own ``config.yaml``
+  (with its limit and shard lifted) and matched by id.
+* ``pipeline``: each step (``steps`` in its summary) is a source of its own, named after
+  the step.
+
+``export.include_data=true`` adds every problem of the ``data`` config (any dataset).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from mbs.data import load_problems
+from mbs.io import read_records, read_summary
+from mbs.records import BANDS, Calibration, Problem
+
+log = logging.getLogger(__name__)
+
+SELECTIONS = ("usable", *BANDS, "all")
+
+
+class SourceError(ValueError):
+    """A source run directory cannot be exported (the message names it and the cause)."""
+
+
+@dataclass
+class Source:
+    """The problems of one source.
+
+    Attributes:
+        name: Source name (summary keys, ``export.weights`` keys, ``extra_info.source``).
+        kind: ``calibration``, ``synthesis`` or ``data``.
+        run_dir: The run folder it came from (empty for ``data``).
+        problems: Its problems in source order.
+        templates: Prompt templates the run used per answer type (``None``: not recorded).
+        selection: How problems were chosen (calibration sources).
+    """
+
+    name: str
+    kind: str
+    run_dir: str
+    problems: list[Problem]
+    templates: dict[str, str] | None = None
+    selection: dict[str, Any] = field(default_factory=dict)
+
+
+def _run_config(run_dir: Path) -> DictConfig:
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        raise SourceError(f"{run_dir}: no config.yaml (not an mbs run directory?)")
+    return OmegaConf.load(path)
+
+
+def sources_from_run(run_dir: str | Path, select: str, policy: str | None, budget: int | None, name: str | None = None) -> list[Source]:
+    """The sources of one run directory (several for a pipeline run).
+
+    Args:
+        run_dir: A calibrate, synthesize or pipeline run folder.
+        select: Which calibrated problems to keep (:data:`SELECTIONS`).
+        policy: Policy whose calibration selects (``None``: the run's target policy).
+        budget: Budget L whose calibration selects (``None``: the run's hard-seed budget).
+        name: Source name (default: the stage, ``synthesize_<method>`` for synthesis).
+
+    Raises:
+        SourceError: No summary, an unsupported stage, an unknown selection, or
+            calibrations naming problems the run's data config no longer yields.
+    """
+    run_dir = Path(run_dir).expanduser().resolve()
+    try:
+        summary = read_summary(run_dir)
+    except FileNotFoundError as err:
+        raise SourceError(f"{run_dir}: no summary.json (did the stage finish?)") from err
+    stage = summary.get("stage")
+    if stage == "pipeline":
+        out: list[Source] = []
+        for step, rel in summary.get("steps", {}).items():
+            step_dir = run_dir / rel
+            step_stage = read_summary(step_dir).get("stage") if (step_dir / "summary.json").is_file() else None
+            if step_stage in ("calibrate", "synthesize"):
+                out.extend(sources_from_run(step_dir, select, policy, budget, name=step))
+        if not out:
+            raise SourceError(f"{run_dir}: pipeline run without a calibrate or synthesize step")
+        return out
+    if stage == "synthesize":
+        cfg = _run_config(run_dir)
+        problems = read_records(run_dir, "problems", Problem)
+        templates = OmegaConf.to_container(cfg.synth.templates) if OmegaConf.select(cfg, "synth.templates") is not None else None
+        method = summary.get("method", "synthesis")
+        return [Source(name or f"synthesize_{method}", "synthesis", str(run_dir), problems, templates)]
+    if stage == "calibrate":
+        return [_calibration_source(run_dir, summary, select, policy, budget, name or "calibrate")]
+    raise SourceError(f"{run_dir}: stage {stage!r} cannot be exported; valid: calibrate, synthesize, pipeline")
+
+
+def _calibration_source(run_dir: Path, summary: dict, select: str, policy: str | None, budget: int | None, name: str) -> Source:
+    if select not in SELECTIONS:
+        raise SourceError(f"export.select={select!r}: valid values are {list(SELECTIONS)}")
+    cfg = _run_config(run_dir)
+    policy = policy if policy is not None else summary.get("target_policy")
+    if budget is None:
+        budget = summary.get("hard_seed_budget")
+    cals = read_records(run_dir, "calibrations", Calibration)
+    mine = [c for c in cals if c.policy == policy and c.budget == (None if budget is None else int(budget))]
+    if cals and not mine:
+        have = sorted({(c.policy, c.budget) for c in cals}, key=str)
+        raise SourceError(f"{run_dir}: no calibration of policy {policy!r} at budget {budget}; the run has {have}")
+    if select == "usable":
+        chosen = [c for c in mine if c.usable]
+    elif select == "all":
+        chosen = mine
+    else:
+        chosen = [c for c in mine if c.band == select]
+    data_cfg = OmegaConf.create(OmegaConf.to_container(cfg.data, resolve=False))
+    data_cfg.limit = None  # calibrations say which problems were used; reload them all
+    problems, _ = load_problems(data_cfg)
+    by_id = {p.id: p for p in problems}
+    missing = [c.problem_id for c in chosen if c.problem_id not in by_id]
+    if missing:
+        raise SourceError(
+            f"{run_dir}: calibrated problem(s) {missing[:5]} are not in the run's data config "
+            f"({run_dir / 'config.yaml'}: data.loader={data_cfg.loader}); has the dataset changed?"
+        )
+    ids = {c.problem_id for c in chosen}
+    templates = OmegaConf.to_container(cfg.calibrate.templates) if OmegaConf.select(cfg, "calibrate.templates") is not None else None
+    return Source(
+        name,
+        "calibration",
+        str(run_dir),
+        [p for p in problems if p.id in ids],
+        templates,
+        {"select": select, "policy": policy, "budget": budget, "calibrated": len(mine)},
+    )
+
+
+def data_source(data_cfg: Any) -> Source:
+    """Every problem of a data config (``data=jsonl data.path=...``, ``data=champ``, ...)."""
+    problems, _ = load_problems(data_cfg)
+    return Source("data", "data", "", problems)

@@ -1,0 +1,287 @@
+"""Export: union sources into verl's RL parquet, deduplicated, decontaminated and mixed.
+
+Run: ``mbs-export export.runs=[RUN1,RUN2] hydra.run.dir=DIR`` (calibrate, synthesize or
+pipeline run folders), optionally ``export.include_data=true data=jsonl data.path=...`` (any
+dataset) and ``'export.weights={calibrate_recorded: 1, synthesize: 3}'`` (mixing ratios).
+
+Steps, in order (each removal is written to ``removed.jsonl`` with its reason):
+
+1. load every source (:mod:`mbs.export.sources`); drop problems without a verifiable answer;
+2. exact duplicates after normalisation, then MinHash-LSH near-duplicates
+   (:mod:`mbs.export.dedup`); earlier sources win;
+3. decontamination: a word n-gram (``export.decontam.n``, default 13) shared with any
+   evaluation benchmark (``eval.benchmarks``, the ones ``mbs-evaluate`` scores);
+4. mixing by ``export.weights`` (:mod:`mbs.export.mix`);
+5. train/validation split by a stable hash of the problem id;
+6. the prompt column rendered with the calibration templates (``export.templates``; a source
+   run that used other templates is refused), so training sees what calibration measured.
+
+Writes ``DIR/train.parquet``, ``DIR/val.parquet`` (verl's schema, :mod:`mbs.export.verl_schema`,
+checked by reading them back as verl does), ``removed.jsonl``, ``summary.json`` and
+``manifest.json`` last. The pipeline calls :func:`export_runs`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from mbs.data import stable_hash
+from mbs.export.decontam import NgramIndex, contaminated
+from mbs.export.dedup import exact_duplicates, near_duplicates
+from mbs.export.mix import is_val, quotas, take
+from mbs.export.sources import Source, data_source, sources_from_run
+from mbs.export.verl_schema import check_verl_rows, verl_row, write_parquet
+from mbs.io import RunDir, write_text_atomic
+from mbs.records import Problem
+from mbs.sampling import messages_for, verifier_for
+
+log = logging.getLogger(__name__)
+
+STAGE = "export"
+
+
+def collect_sources(cfg: DictConfig) -> list[Source]:
+    """The sources named by ``export.runs`` and ``export.include_data``, in that order.
+
+    Raises:
+        ValueError: No source at all, or two sources with one name.
+        mbs.export.sources.SourceError: A run directory cannot be exported.
+    """
+    ecfg = cfg.export
+    sources: list[Source] = []
+    for item in ecfg.runs:
+        name, run_dir = (str(item.name), str(item.path)) if isinstance(item, DictConfig) else (None, str(item))
+        sources += sources_from_run(run_dir, str(ecfg.select), ecfg.select_policy, ecfg.select_budget, name=name)
+    if ecfg.include_data:
+        sources.append(data_source(cfg.data))
+    if not sources:
+        raise ValueError("mbs-export has no source: give export.runs=[RUN_DIR,...] and/or export.include_data=true")
+    names = Counter(s.name for s in sources)
+    for name, count in names.items():  # e.g. two calibrate runs: calibrate, calibrate#2
+        if count > 1:
+            for i, s in enumerate([s for s in sources if s.name == name], 1):
+                s.name = name if i == 1 else f"{name}#{i}"
+    return sources
+
+
+def check_templates(sources: Sequence[Source], templates: DictConfig) -> None:
+    """Refuse a source whose run rendered prompts with other templates than ``export.templates``.
+
+    Raises:
+        ValueError: A template differs for an answer type the source exports (names the run).
+    """
+    for s in sources:
+        if not s.templates:
+            continue
+        for answer_type in sorted({p.answer_type for p in s.problems}):
+            used, ours = s.templates.get(answer_type), templates.get(answer_type)
+            if used is not None and used != ours:
+                raise ValueError(
+                    f"{s.run_dir}/config.yaml renders {answer_type} problems with template {used!r}, "
+                    f"export.templates.{answer_type}={ours!r}: training would see other prompts than "
+                    f"calibration measured (set export.templates.{answer_type}={used})"
+                )
+
+
+def benchmark_index(cfg: DictConfig) -> tuple[NgramIndex | None, dict[str, int]]:
+    """The n-gram index of every evaluation benchmark (``None`` when decontamination is off)."""
+    dcfg = cfg.export.decontam
+    if not dcfg.enabled:
+        return None, {}
+    from mbs.benchmarks import load_benchmarks
+
+    index = NgramIndex(int(dcfg.n))
+    counts = {}
+    for bench in load_benchmarks(dcfg.benchmarks):
+        for p in bench.problems:
+            index.add(bench.key, p.id, p.prompt)
+        counts[bench.key] = len(bench.problems)
+    return index, counts
+
+
+def clean(
+    rows: list[tuple[Source, Problem]], cfg: DictConfig, index: NgramIndex | None
+) -> tuple[list[tuple[Source, Problem]], list[dict[str, Any]]]:
+    """Drop unverifiable problems, duplicates and benchmark overlaps.
+
+    Returns:
+        The kept rows (input order) and one removal record per dropped row
+        (``id``, ``source``, ``reason``, ``detail``).
+    """
+    removed: list[dict[str, Any]] = []
+
+    def drop(i: int, reason: str, **detail: Any) -> None:
+        s, p = rows[i]
+        removed.append({"id": p.id, "source": s.name, "reason": reason, "detail": detail})
+
+    gone: set[int] = set()
+    for i, (_, p) in enumerate(rows):
+        if not p.verifiable:
+            gone.add(i)
+            drop(i, "unverifiable", answer_type=p.answer_type)
+    live = [i for i in range(len(rows)) if i not in gone]
+    texts = [rows[i][1].prompt for i in live]
+    answers = [rows[i][1].ground_truth for i in live]
+    dd = cfg.export.dedup
+    dups = exact_duplicates(texts, answers) if dd.exact else []
+    if dd.near.enabled:
+        dups += near_duplicates(
+            texts, answers, threshold=float(dd.near.threshold), num_perm=int(dd.near.num_perm),
+            shingle=int(dd.near.shingle), same_answer_only=bool(dd.near.same_answer_only),
+            skip={d.index for d in dups},
+        )
+    for d in sorted(dups, key=lambda d: d.index):
+        i, j = live[d.index], live[d.kept]
+        gone.add(i)
+        drop(
+            i, f"{d.kind}_duplicate", duplicate_of=rows[j][1].id, duplicate_source=rows[j][0].name,
+            similarity=round(d.similarity, 4), same_answer=d.same_answer,
+        )
+    if index is not None:
+        live = [i for i in range(len(rows)) if i not in gone]
+        for pos, hit in contaminated([rows[i][1].prompt for i in live], index).items():
+            i = live[pos]
+            gone.add(i)
+            drop(i, "contaminated", benchmark=hit.benchmark, benchmark_id=hit.problem_id, ngram=hit.ngram, overlaps=hit.overlaps)
+    return [r for i, r in enumerate(rows) if i not in gone], removed
+
+
+def split_rows(ids: Sequence[str], fraction: float, salt: str) -> list[bool]:
+    """Validation flags by stable hash; with two or more rows, each split gets at least one."""
+    flags = [is_val(i, fraction, salt) for i in ids]
+    if len(ids) >= 2 and fraction > 0 and not any(flags):
+        flags[min(range(len(ids)), key=lambda k: is_val_rank(ids[k], salt))] = True
+    if len(ids) >= 2 and all(flags):
+        flags[max(range(len(ids)), key=lambda k: is_val_rank(ids[k], salt))] = False
+    return flags
+
+
+def is_val_rank(key: str, salt: str) -> int:
+    """The hash rank that :func:`mbs.export.mix.is_val` compares with the validation fraction."""
+    return stable_hash(f"{salt}:{key}") % 10_000
+
+
+def run(cfg: DictConfig) -> Path:
+    """Export the sources of ``cfg.export`` into ``cfg.out_dir`` (see the module docstring).
+
+    Returns:
+        The run directory (holding ``train.parquet`` and ``val.parquet``).
+
+    Raises:
+        ValueError: No source, mismatched templates, bad weights, or an empty result.
+        mbs.export.sources.SourceError: A run directory cannot be exported.
+        mbs.data.DataError: A benchmark or data source cannot be loaded.
+    """
+    logging.getLogger("mbs").setLevel(cfg.log_level)
+    ecfg = cfg.export
+    out = RunDir(cfg.out_dir, STAGE)
+    out.write_config(cfg)
+    t0 = time.perf_counter()
+    sources = collect_sources(cfg)
+    check_templates(sources, ecfg.templates)
+    out.timings["load"] = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    index, bench_counts = benchmark_index(cfg)
+    out.timings["benchmarks"] = time.perf_counter() - t1
+
+    t2 = time.perf_counter()
+    rows = [(s, p) for s in sources for p in s.problems]
+    kept, removed = clean(rows, cfg, index)
+    out.timings["clean"] = time.perf_counter() - t2
+
+    by_source: dict[str, list[tuple[Source, Problem]]] = {s.name: [] for s in sources}
+    for s, p in kept:
+        by_source[s.name].append((s, p))
+    weights = OmegaConf.to_container(ecfg.weights) if ecfg.weights else {}
+    if weights:
+        q = quotas({k: len(v) for k, v in by_source.items()}, weights, ecfg.mix.total, bool(ecfg.mix.repeat))
+        mixed = {k: take(v, [p.id for _, p in v], q[k], int(cfg.seed)) for k, v in by_source.items()}
+    else:
+        mixed = by_source
+    final = [r for s in sources for r in mixed[s.name]]
+    if not final:
+        raise ValueError(f"mbs-export: nothing left to export after cleaning ({len(removed)} rows removed; see removed.jsonl)")
+
+    flags = split_rows([p.id for _, p in final], float(ecfg.split.val_fraction), str(ecfg.split.salt))
+    files = {"train": [], "val": []}
+    for (s, p), val in zip(final, flags):
+        split = "val" if val else "train"
+        files[split].append(
+            verl_row(
+                data_source=p.data_source, messages=messages_for(p, ecfg.templates), answer_type=p.answer_type,
+                ground_truth=str(p.ground_truth), index=len(files[split]), split=split, problem_id=p.id,
+                source=s.name, kind=s.kind, run_dir=s.run_dir, parents=p.parents,
+                verifier=verifier_for(p, cfg.verifier),
+            )
+        )
+    paths = {split: write_parquet(rs, out.path / f"{split}.parquet") for split, rs in files.items()}
+    checked = {split: check_verl_rows(path) for split, path in paths.items()}
+    for split, n in checked.items():
+        if n == 0:
+            log.warning("%s.parquet is empty (%d row(s) in all): verl needs rows in both files", split, len(final))
+    write_text_atomic(out.path / "removed.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in removed))
+
+    reasons = Counter(r["reason"] for r in removed)
+    per_source = {}
+    for s in sources:
+        mine = [r for r in removed if r["source"] == s.name]
+        rows_s = [(r, v) for r, v in zip(final, flags) if r[0].name == s.name]
+        per_source[s.name] = {
+            "kind": s.kind,
+            "run_dir": s.run_dir,
+            "loaded": len(s.problems),
+            "removed": dict(sorted(Counter(r["reason"] for r in mine).items())),
+            "clean": len(by_source[s.name]),
+            "weight": weights.get(s.name),
+            "exported": len(rows_s),
+            "train": sum(1 for _, v in rows_s if not v),
+            "val": sum(1 for _, v in rows_s if v),
+            **({"selection": s.selection} if s.selection else {}),
+        }
+    summary = {
+        "sources": per_source,
+        "rows": {"train": checked["train"], "val": checked["val"]},
+        "removed": dict(sorted(reasons.items())),
+        "removed_total": len(removed),
+        "dedup": OmegaConf.to_container(ecfg.dedup),
+        "decontam": {"enabled": bool(ecfg.decontam.enabled), "n": int(ecfg.decontam.n), "benchmarks": bench_counts},
+        "mix": {"weights": weights or None, "total": ecfg.mix.total, "repeat": bool(ecfg.mix.repeat)},
+        "val_fraction": float(ecfg.split.val_fraction),
+        "templates": OmegaConf.to_container(ecfg.templates),
+        "files": {"train": "train.parquet", "val": "val.parquet", "removed": "removed.jsonl"},
+    }
+    out.write_summary(summary)
+    out.write_manifest({"sources": len(sources), "train": checked["train"], "val": checked["val"], "removed": len(removed)})
+    log.info("exported %d train / %d val rows to %s (%d removed)", checked["train"], checked["val"], out.path, len(removed))
+    return out.path
+
+
+def export_runs(cfg: DictConfig, run_dirs: Sequence[str | Path] | Mapping[str, str | Path], out_dir: str | Path) -> Path:
+    """Export the given run folders with the export settings of ``cfg`` into ``out_dir``.
+
+    ``cfg`` is any composed config holding the ``export``, ``eval``, ``verifier`` and ``data``
+    nodes (the pipeline's). ``export.runs`` is replaced by ``run_dirs``: a list of folders, or
+    ``{source name: folder}`` (e.g. the pipeline's step names, the keys of ``export.weights``).
+
+    Returns:
+        ``out_dir`` (holding ``train.parquet`` and ``val.parquet``).
+    """
+    sub = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    with open_dict(sub):
+        sub.paths.root = str(cfg.paths.root)
+        sub.paths.cache_dir = str(cfg.paths.cache_dir)
+        sub.out_dir = str(out_dir)
+        if isinstance(run_dirs, Mapping):
+            sub.export.runs = [{"name": str(k), "path": str(v)} for k, v in run_dirs.items()]
+        else:
+            sub.export.runs = [str(p) for p in run_dirs]
+    OmegaConf.set_struct(sub, True)
+    return run(sub)
