@@ -31,6 +31,7 @@ BY_STAGE: dict[str, str] = {
     "synthesize/direct": "mbs.figures.synthesis:synthesis_figures",
     "synthesize/goose": "mbs.figures.goose:goose_figures",
     "evaluate": "mbs.figures.evaluation:evaluation_figures",
+    "export": "mbs.figures.export:export_tables",
 }
 
 #: Band colours: solved_all (too easy), goldilocks (learnable), failed_all (too hard).

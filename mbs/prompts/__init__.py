@@ -12,6 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 
 TEMPLATE_DIR = Path(__file__).resolve().parent
+_PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 
 
 @lru_cache(maxsize=64)
@@ -37,15 +38,13 @@ def render(name: str, **fields: str) -> str:
     missing = sorted(_placeholders(name) - set(fields))
     if missing:
         raise KeyError(f"template {name!r} needs field(s) {missing}")
-    text = load_template(name)
-    for key, value in fields.items():
-        text = text.replace("{" + key + "}", value)
-    return text
+    # one pass: a "{k}" inside an inserted problem (\binom{n}{k}) is never substituted again
+    return _PLACEHOLDER.sub(lambda m: fields[m.group(1)] if m.group(1) in fields else m.group(0), load_template(name))
 
 
 @lru_cache(maxsize=64)
 def _placeholders(name: str) -> frozenset[str]:
-    return frozenset(re.findall(r"\{([a-z_]+)\}", load_template(name)))
+    return frozenset(_PLACEHOLDER.findall(load_template(name)))
 
 
 def user_messages(name: str, **fields: str) -> list[dict[str, str]]:

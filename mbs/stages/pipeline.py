@@ -62,7 +62,7 @@ def run(cfg: DictConfig) -> Path:
             cfg,
             out.path / "calibrate_recorded",
             students=OmegaConf.to_container(pcfg.recorded.students, resolve=True),
-            **{"data.limit": pcfg.recorded.limit},
+            data={**OmegaConf.to_container(pcfg.recorded.data, resolve=True), "limit": pcfg.recorded.limit},
         )
         steps["calibrate_recorded"] = str(calibrate.run(sub))
         out.timings["calibrate_recorded"] = time.perf_counter() - t
@@ -80,10 +80,17 @@ def run(cfg: DictConfig) -> Path:
         steps["calibrate_live"] = str(calibrate.run(sub))
         out.timings["calibrate_live"] = time.perf_counter() - t
 
+    if pcfg.export.enabled and steps:
+        from mbs.stages.export import export_runs
+
+        t = time.perf_counter()
+        steps["export"] = str(export_runs(cfg, dict(steps), out.path / "export"))
+        out.timings["export"] = time.perf_counter() - t
     summary: dict[str, Any] = {"steps": {name: str(Path(p).relative_to(out.path)) for name, p in steps.items()}}
     for name, path in steps.items():
         s = read_summary(path)
-        summary[name] = {k: s[k] for k in ("bands", "hard_seeds", "problems", "target_policy") if k in s}
+        keep = ("bands", "hard_seeds", "problems", "target_policy", "rows", "removed", "train_rows", "val_rows")
+        summary[name] = {k: s[k] for k in keep if k in s}
     out.write_summary(summary)
     t = time.perf_counter()
     report = figures.render(out.path, out.path, formats=("png", "pdf"), width="single")
@@ -91,7 +98,8 @@ def run(cfg: DictConfig) -> Path:
     out.write_manifest({"steps": len(steps), "figures": len(report["figures"])}, report=report.get("report"))
     lines = [f"mbs-pipeline finished: outputs in {out.path}"]
     for name, path in steps.items():
-        lines.append(f"  {name:<20} {path}  (summary.json, figures/)")
+        what = "train.parquet, val.parquet, summary.json" if name == "export" else "summary.json, figures/"
+        lines.append(f"  {name:<20} {path}  ({what})")
     if report.get("report"):
         lines.append(f"  {'report':<20} {report['report']}")
     print("\n".join(lines), flush=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -133,3 +134,21 @@ def test_recorded_policies_on_champ(make_cfg):
     assert set(rec["accuracy"]) == set(s["bands"])
     cond = read_records(out, "conditioned", Rollout)
     assert {r.setting.split()[-1] for r in cond} <= {"H", "Soln"} and len(cond) == 6 * 4 * 9
+
+
+def test_multirun_sweep_writes_one_folder_per_point(tmp_path, toy_jsonl):
+    """`-m` works from the console script (the sweep folder resolves before any job runs)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "MBS_OUTPUT_ROOT": str(tmp_path)}
+    cmd = [
+        sys.executable, "-c", "from mbs.cli import calibrate; calibrate()", "-m", "calibrate.n=2,4",
+        *[o for o in toy_overrides(toy_jsonl, "verifier.workers=0") if not o.startswith(("calibrate.n=", "calibrate.budgets="))],
+        "calibrate.budgets=[64]",
+        f"paths.cache_dir={tmp_path / 'cache'}", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+    ]
+    subprocess.run(cmd, check=True, timeout=600, capture_output=True, env=env, cwd=tmp_path)
+    ns = sorted(read_summary(tmp_path / "sweep" / str(i))["n"] for i in (0, 1))
+    assert ns == [2, 4]

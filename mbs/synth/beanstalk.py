@@ -1,0 +1,555 @@
+"""MagicBeanStalk (MBS): grow hard seeds into calibrated problem families (seed paper, Stages 1-3).
+
+Run: ``mbs-synthesize method=mbs calibration_dir=CAL hydra.run.dir=DIR`` (CAL: a ``mbs-calibrate``
+run directory; its ``hard_seeds`` are the seeds, its ``calibrations`` give acc(S, p)).
+
+For each hard seed (p, a*):
+
+* **Stage 1** (:func:`mbs.synth.teacher.find_trace`): the first trace of T_1..T_M (N_t tries
+  each, or a dataset's reference solution) whose final answer verifies against a*. None: the
+  seed is discarded (root status ``no_trace``, reason recorded).
+* **Stage 2** (:meth:`Beanstalk.decompose`): the teacher, given (p, tau, a*), writes at most K
+  self-contained subproblems with solutions and answers (``mbs_decompose_v1``). Subproblems
+  that do not parse, refer to "the original problem"/"above", lack an answer, or whose answer
+  does not verify against their own solution are rejected. Effectivity test: the decomposition
+  passes if for at least one live student S, acc_cond(S, p | the valid subproblems as worked
+  examples) > acc(S, p), both over N rollouts at S's budget (acc of a seed reused from the
+  calibration run; of a subproblem, measured). A failed decomposition is re-prompted: N_d
+  prompts in all (sample indices 0..N_d-1). Children recurse down to depth D. A node at depth
+  D, or whose N_d decompositions all failed, is a leaf.
+* **Stage 3** (:meth:`Beanstalk.synthesize`): each leaf gets N_l harder variants
+  (``mbs_leaf_v1``); a variant the weakest student (first live student) solves above
+  alpha_leaf is discarded. Each internal node composes a new parent from its children's kept
+  synthetic problems, shown the original parent and its children B(G_n) as the
+  demonstration (``mbs_compose_v1``); a parent the weakest student solves above
+  alpha_parent is discarded; up to N_c trials per node, until ``mbs.parents_per_node`` are
+  kept; continuing up to the root.
+* **Grounding** (optional, :mod:`mbs.synth.grounding`): every kept synthetic problem of the
+  tree is rewritten on the seed's top-K_d unused documents.
+* **Final calibration**: every kept synthetic problem against the target policy at its
+  budget: qualified = 0 < pass rate < 1 and >= 1 complete correct response within L. The
+  optional judge pool then reports on the qualified ones (:mod:`mbs.synth.judge`).
+
+Outputs in the run directory: ``trees.*.jsonl`` (every :class:`~mbs.records.TreeNode`, root
+last per seed), ``problems.*.jsonl`` (the qualified problems, data source
+``mbs/math/<origin>-mbs``), ``rollouts.*.jsonl`` (every student rollout), ``figures/``.
+
+Where each decision is recorded:
+
+* root ``problem.metadata["mbs"]``: Stage-1 attempts (teacher, sample index, grade reason),
+  the accepted teacher, teacher tokens and samples of the seed, grounding documents;
+* ``TreeNode.effectivity``: ``{"passed", "students" (of the deciding attempt: acc,
+  acc_source, acc_cond, n, successes, passed), "attempts" (each: subproblems with status and
+  reason, per-student results, reason), "leaf_reason"}``;
+* ``TreeNode.variants``: every candidate (see :class:`mbs.synth.common.SynthBase`) with its
+  weakest-student filter, target calibration and judge verdicts;
+* ``TreeNode.status``: ``no_trace``, ``synthesized`` (kept >= 1 synthetic problem) or
+  ``exhausted`` (``reject_reason`` says why: no variant kept, parent trials exhausted, no
+  synthetic children).
+
+Every teacher prompt is free of alpha_leaf and alpha_parent, samples are seeded by index, so
+a threshold sweep reuses every cached call the threshold does not affect, and an identical
+rerun makes no backend call. A killed run resumes (see :mod:`mbs.synth.common`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections import Counter
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from mbs.io import RunDir
+from mbs.records import Problem, TreeNode
+from mbs.sampling import Group, Policy, messages_for, verifier_for
+from mbs.synth.common import (
+    Calibrate,
+    Gather,
+    RunState,
+    SeedTree,
+    SynthBase,
+    Task,
+    Verify,
+    above,
+    base_summary,
+    clip,
+    fill,
+    generate,
+    load_base_calibrations,
+    load_seeds,
+    mark_verified,
+    one,
+    origin_of,
+    reason_kind,
+    root_id,
+    run_method,
+    write_figures,
+)
+from mbs.synth.structured import StructureError, parse_items, self_reference
+from mbs.synth.teacher import find_trace
+
+log = logging.getLogger(__name__)
+
+#: Order of the stage funnel in summaries and figures.
+FUNNEL = (
+    "hard_seeds",
+    "seeds_with_trace",
+    "seeds_decomposed",
+    "decomposition_attempts",
+    "decompositions_passed",
+    "subproblems_proposed",
+    "subproblems_valid",
+    "leaves",
+    "leaf_variants_proposed",
+    "leaf_variants_valid",
+    "leaf_variants_kept",
+    "composition_trials",
+    "parents_valid",
+    "parents_kept",
+    "synthetic_problems",
+    "qualified_problems",
+    "seeds_qualified",
+)
+
+KEPT = ("kept", "qualified", "unqualified")
+
+
+class Beanstalk(SynthBase):
+    """MagicBeanStalk's per-seed procedure as coroutines (see :mod:`mbs.synth.common`).
+
+    Args:
+        cfg: The synthesize config.
+        seeds: The hard seeds (for document assignment when grounding is on).
+
+    Raises:
+        ValueError: Bad teacher pool, student set or grounding settings.
+    """
+
+    method = "mbs"
+
+    def __init__(self, cfg: DictConfig, seeds: list[Problem]):
+        super().__init__(cfg, cfg.mbs)
+        self.base = load_base_calibrations(cfg)
+        self.docs: dict[str, list[Any]] = {}
+        if cfg.mbs.grounding.enabled:
+            from mbs.synth.grounding import assign_documents
+
+            self.docs = assign_documents(cfg.mbs.grounding, seeds)
+
+    # -- one seed ----------------------------------------------------------------------
+
+    def grow(self, seed: Problem) -> Task:
+        """Stages 1-3, grounding and final calibration for one seed.
+
+        Returns:
+            ``(nodes, qualified problems)``; nodes in creation order, the root first.
+        """
+        root_problem = dataclasses.replace(seed, metadata=dict(seed.metadata))
+        root = TreeNode(node_id=root_id(seed.id), seed_id=seed.id, depth=0, problem=root_problem)
+        tree = SeedTree(seed, root)
+        m = self.cfg.mbs
+        res = yield from find_trace(
+            seed, self.pool, int(self.th.N_t), m.templates.trace, self.max_chars,
+            verifier_for(seed, self.cfg.verifier), tree.tally, int(m.trace_batch),
+        )
+        info: dict[str, Any] = {"trace_teacher": res.teacher, "trace_index": res.index, "trace_attempts": res.attempts}
+        root.problem.metadata["mbs"] = info
+        problems: list[Problem] = []
+        if res.trace is None:
+            root.status, root.reject_reason = "no_trace", res.reason
+        else:
+            root.trace, root.answer, root.status = res.trace, seed.ground_truth, "verified"
+            yield from self.decompose(tree, root)
+            kept = yield from self.synthesize(tree, root)
+            everything = [v for v in tree.variants() if v["status"] == "kept"]
+            if self.docs:
+                info["documents"] = [d.id for d in self.docs.get(seed.id, [])]
+                everything = yield from self.ground(tree, everything)
+            problems = yield from self.final(tree, everything)
+            log.debug("seed %s: %d kept at the root, %d qualified", seed.id, len(kept), len(problems))
+        info.update(teacher_tokens=tree.tally.teacher_tokens, teacher_samples=tree.tally.teacher_samples)
+        return list(tree.nodes.values()), problems
+
+    # -- Stage 2 -----------------------------------------------------------------------
+
+    def base_acc(self, node: TreeNode) -> Task:
+        """acc(S, p) of every live student: from the calibration run (seeds) or measured (N rollouts).
+
+        Returns:
+            ``{student: {"acc", "source", "n"}}``.
+        """
+        out: dict[str, dict[str, Any]] = {}
+        todo: list[Policy] = []
+        for s in self.students:
+            c = self.base.get((node.problem.id, s.name, s.budget)) if node.depth == 0 else None
+            if c is not None:
+                out[s.name] = {"acc": c.pass_rate, "source": "calibration", "n": c.n}
+            else:
+                todo.append(s)
+        if todo:
+            groups = [Group.of(node.problem, int(s.budget), self.templates, self.cfg.verifier) for s in todo]
+            res = yield Gather([one(Calibrate(s, [g], self.n, "band", early_stop=False)) for s, g in zip(todo, groups)])
+            for s, (c,) in zip(todo, res):
+                out[s.name] = {"acc": c.pass_rate, "source": "measured", "n": c.n}
+        return out
+
+    def conditioned(self, node: TreeNode, valid: list[dict[str, Any]], s: Policy, attempt: int) -> Group:
+        """The problem shown after the valid subproblems as worked examples (multi-turn chat)."""
+        messages: list[dict[str, str]] = []
+        for sub in valid:
+            ex = Problem(id="", data_source="", prompt=clip(sub["problem"], self.max_chars), ground_truth=sub["answer"])
+            messages += messages_for(ex, self.templates)
+            messages.append({"role": "assistant", "content": clip(sub["solution"], self.max_chars)})
+        messages += messages_for(node.problem, self.templates)
+        return Group(
+            id=f"{node.problem.id}#cond{attempt}", budget=int(s.budget), messages=messages,
+            ground_truth=node.answer or "", verifier=verifier_for(node.problem, self.cfg.verifier),
+        )
+
+    def decompose(self, tree: SeedTree, node: TreeNode) -> Task:
+        """Stage 2 at one node: up to N_d decompositions, effectivity-tested; recurse to depth D."""
+        th, m = self.th, self.cfg.mbs
+        depth_max, k_max, n_d = int(th.D), int(th.K), int(th.N_d)
+        if node.depth >= depth_max:
+            node.effectivity = {"passed": None, "students": {}, "attempts": [], "leaf_reason": f"depth limit D={depth_max}"}
+            return
+        accs = yield from self.base_acc(node)
+        messages = fill(
+            m.templates.decompose, problem=clip(node.problem.prompt, self.max_chars),
+            solution=clip(node.trace, self.max_chars), answer=node.answer or "", k=str(k_max),
+        )
+        attempts: list[dict[str, Any]] = []
+        accepted: list[dict[str, Any]] | None = None
+        for k in range(n_d):
+            comp = (yield from generate(self.gen, [self.gen.request(messages, k)], tree.tally))[0][0]
+            att: dict[str, Any] = {"attempt": k, "tokens": comp.completion_tokens, "finish_reason": comp.finish_reason}
+            attempts.append(att)
+            try:
+                parsed = parse_items(comp.text, k_max, max_answer_chars=self.max_answer_chars)
+            except StructureError as err:
+                att.update(passed=False, reason=f"parse error: {err}", raw=clip(comp.text, 600))
+                continue
+            subs: list[dict[str, Any]] = []
+            for i, item in enumerate(parsed):
+                if isinstance(item, StructureError):
+                    why = str(item) if str(item).startswith("beyond K") else f"parse error: {item}"
+                    subs.append({"index": i, "status": "rejected", "reason": why})
+                    continue
+                sub = {"index": i, "problem": item.problem, "solution": item.solution, "answer": item.answer, "status": "pending"}
+                ref = self_reference(item.problem, self.patterns)
+                if ref:
+                    sub.update(status="rejected", reason=f"self-reference: {ref!r}")
+                subs.append(sub)
+            pending = [s for s in subs if s["status"] == "pending"]
+            if pending:
+                grades = yield Verify([(s["solution"], s["answer"], "math") for s in pending])
+                for s, g in zip(pending, grades):
+                    mark_verified(s, g)
+            att["subproblems"] = subs
+            valid = [s for s in subs if s["status"] == "valid"]
+            if not valid:
+                att.update(passed=False, reason="no valid subproblem")
+                continue
+            res = yield Gather([
+                one(Calibrate(s, [self.conditioned(node, valid, s, k)], self.n, "above_alpha", accs[s.name]["acc"]))
+                for s in self.students
+            ])
+            per: dict[str, dict[str, Any]] = {}
+            for s, (c,) in zip(self.students, res):
+                a = accs[s.name]
+                per[s.name] = {
+                    "acc": a["acc"], "acc_source": a["source"], "acc_n": a["n"], "acc_cond": c.pass_rate,
+                    "n": c.n, "n_target": c.n_target, "successes": c.successes, "passed": above(c, a["acc"]),
+                }
+            att["students"] = per
+            att["passed"] = any(p["passed"] for p in per.values())
+            if att["passed"]:
+                accepted = valid
+                break
+            att["reason"] = "effectivity failed: no student's acc_cond exceeds its acc"
+        node.effectivity = {
+            "passed": accepted is not None,
+            "students": attempts[-1].get("students", {}) if attempts else {},
+            "attempts": attempts,
+            "leaf_reason": None if accepted is not None else f"decomposition failed N_d={n_d} times",
+        }
+        if accepted is None:
+            return
+        children = []
+        for j, sub in enumerate(accepted):
+            cid = f"{node.node_id}.{j}"
+            problem = Problem(
+                id=cid, data_source=f"mbs/math/{origin_of(tree.seed)}-mbs-subproblem",
+                prompt=sub["problem"], ground_truth=sub["answer"], answer_type="math",
+                reference_solution=sub["solution"], metadata={"seed_id": tree.seed.id}, parents=[node.node_id],
+            )
+            child = TreeNode(node_id=cid, seed_id=tree.seed.id, depth=node.depth + 1, problem=problem,
+                             trace=sub["solution"], answer=sub["answer"], status="verified")
+            tree.add(child)
+            children.append(child)
+        node.children = [c.node_id for c in children]
+        yield Gather([self.decompose(tree, c) for c in children])
+
+    # -- Stage 3 -----------------------------------------------------------------------
+
+    def synthesize(self, tree: SeedTree, node: TreeNode) -> Task:
+        """Stage 3 below and at ``node``: leaf variants, then compositions up to ``node``.
+
+        Returns:
+            The node's kept synthetic problems (candidate dicts).
+        """
+        if not node.children:
+            return (yield from self.leaf(tree, node))
+        kids = [tree.nodes[c] for c in node.children]
+        kept_lists = yield Gather([self.synthesize(tree, c) for c in kids])
+        return (yield from self.compose(tree, node, kids, kept_lists))
+
+    def leaf(self, tree: SeedTree, node: TreeNode) -> Task:
+        """N_l harder variants of a leaf; those the weakest student solves above alpha_leaf are discarded."""
+        th, m = self.th, self.cfg.mbs
+        messages = fill(
+            m.templates.leaf, problem=clip(node.problem.prompt, self.max_chars),
+            solution=clip(node.trace, self.max_chars), answer=node.answer or "",
+        )
+        comps = (yield from generate(self.gen, [self.gen.request(messages, 0, int(th.N_l))], tree.tally))[0]
+        variants = [
+            self.candidate(tree, f"{node.node_id}/v{c.sample_index}", "leaf_variant", c, [node.node_id], node_id=node.node_id)
+            for c in comps
+        ]
+        yield from self.check(variants)
+        valid = [v for v in variants if v["status"] == "valid"]
+        if valid:
+            alpha = float(th.alpha_leaf)
+            cals = yield Calibrate(self.weakest, [self.group(tree, v, self.weakest) for v in valid], self.n, "above_alpha", alpha)
+            for v, c in zip(valid, cals):
+                self.filter(v, c, alpha, "alpha_leaf")
+        node.variants.extend(variants)
+        kept = [v for v in variants if v["status"] == "kept"]
+        if kept:
+            node.status = "synthesized"
+        else:
+            node.status = "exhausted"
+            node.reject_reason = f"no leaf variant kept of N_l={int(th.N_l)}: {_why(variants)}"
+        return kept
+
+    def compose(self, tree: SeedTree, node: TreeNode, kids: list[TreeNode], kept_lists: list[list[dict[str, Any]]]) -> Task:
+        """Up to N_c compositions of a new parent from the children's kept synthetic problems.
+
+        Trial t shows the original parent and all its children (B(G_n)) and, of each child
+        with kept problems, its ``t mod count``-th one. Parents the weakest student solves
+        above alpha_parent are discarded.
+        """
+        th, m = self.th, self.cfg.mbs
+        avail = [(kid, kl) for kid, kl in zip(kids, kept_lists) if kl]
+        if not avail:
+            node.status, node.reject_reason = "exhausted", "no synthetic children: no child kept a synthetic problem"
+            return []
+        parent = clip(node.problem.prompt, self.max_chars)
+        originals = "\n\n".join(f"{i}. {clip(k.problem.prompt, self.max_chars)}" for i, k in enumerate(kids, 1))
+        alpha, n_c, want = float(th.alpha_parent), int(th.N_c), int(m.parents_per_node)
+        kept: list[dict[str, Any]] = []
+        trials: list[dict[str, Any]] = []
+        for t in range(n_c):
+            chosen = [kl[t % len(kl)] for _, kl in avail]
+            new = "\n\n".join(f"{i}. {clip(v['problem'], self.max_chars)}\nAnswer: {v['answer']}" for i, v in enumerate(chosen, 1))
+            messages = fill(m.templates.compose, parent=parent, children=originals, new_children=new)
+            comp = (yield from generate(self.gen, [self.gen.request(messages, t)], tree.tally))[0][0]
+            used = [v["id"] for v in chosen]
+            v = self.candidate(tree, f"{node.node_id}/c{t}", "composed", comp, [node.node_id, *used], node_id=node.node_id, children=used)
+            yield from self.check([v])
+            if v["status"] == "valid":
+                (c,) = yield Calibrate(self.weakest, [self.group(tree, v, self.weakest)], self.n, "above_alpha", alpha)
+                self.filter(v, c, alpha, "alpha_parent")
+            trials.append(v)
+            if v["status"] == "kept":
+                kept.append(v)
+                if len(kept) >= want:
+                    break
+        node.variants.extend(trials)
+        if kept:
+            node.status = "synthesized"
+        else:
+            node.status = "exhausted"
+            node.reject_reason = f"parent trials exhausted: all N_c={n_c} composition trials rejected ({_why(trials)})"
+        return kept
+
+    # -- grounding ---------------------------------------------------------------------
+
+    def ground(self, tree: SeedTree, kept: list[dict[str, Any]]) -> Task:
+        """Rewrite each kept synthetic problem on the seed's documents (grounding on).
+
+        A grounded problem gets a new id (``<id>g``: its rollouts differ); one that fails to
+        parse or verify keeps its ungrounded text, with the reason in ``v["grounding"]``.
+
+        Returns:
+            The candidates to calibrate against the target.
+        """
+        from mbs.synth.grounding import documents_block
+
+        docs = self.docs.get(tree.seed.id, [])
+        if not docs or not kept:
+            for v in kept:
+                v["grounding"] = {"status": "skipped", "reason": "no documents left in the corpus"}
+            return kept
+        block = documents_block(docs, self.max_chars)
+        reqs = [
+            self.gen.request(fill(self.cfg.mbs.templates.ground, problem=clip(v["problem"], self.max_chars),
+                                  solution=clip(v["solution"], self.max_chars), answer=v["answer"], documents=block))
+            for v in kept
+        ]
+        comps = yield from generate(self.gen, reqs, tree.tally)
+        cands = [self.candidate(tree, v["id"] + "g", v["kind"], c[0], v["parents"], dedupe=False) for v, c in zip(kept, comps)]
+        yield from self.check(cands)
+        for v, c in zip(kept, cands):
+            doc_ids = [d.id for d in docs]
+            if c["status"] == "valid":
+                v["grounding"] = {"status": "grounded", "documents": doc_ids,
+                                  "original": {"id": v["id"], "problem": v["problem"], "solution": v["solution"], "answer": v["answer"]}}
+                v.update(id=c["id"], problem=c["problem"], solution=c["solution"], answer=c["answer"])
+            else:
+                v["grounding"] = {"status": "failed", "documents": doc_ids, "reason": c.get("reason")}
+        return kept
+
+
+def _why(cands: list[dict[str, Any]]) -> str:
+    """Counts of rejection reasons, e.g. ``2 parse error, 1 above alpha_leaf``."""
+    c = Counter(reason_kind(v.get("reason")) for v in cands if v["status"] not in KEPT)
+    return ", ".join(f"{n} {k}" for k, n in sorted(c.items())) or "none proposed"
+
+
+# --------------------------------------------------------------------------------------
+# Summary
+# --------------------------------------------------------------------------------------
+
+
+def funnel(state: RunState) -> dict[str, int]:
+    """Counts through each stage (keys in :data:`FUNNEL` order)."""
+    nodes = state.nodes
+    roots = [n for n in nodes if n.depth == 0]
+    attempts = [a for n in nodes for a in n.effectivity.get("attempts", [])]
+    subs = [s for a in attempts for s in a.get("subproblems", [])]
+    leaves = [n for n in nodes if not n.children and n.status != "no_trace"]
+    lv = [v for n in nodes for v in n.variants if v["kind"] == "leaf_variant"]
+    cp = [v for n in nodes for v in n.variants if v["kind"] == "composed"]
+    kept = [v for n in nodes for v in n.variants if v["status"] in KEPT]
+    seeds_q = {p.metadata.get("seed_id") for p in state.qualified}
+    out = {
+        "hard_seeds": len(state.seeds),
+        "seeds_with_trace": sum(1 for r in roots if r.status != "no_trace"),
+        "seeds_decomposed": sum(1 for r in roots if r.children),
+        "decomposition_attempts": len(attempts),
+        "decompositions_passed": sum(1 for a in attempts if a.get("passed")),
+        "subproblems_proposed": len(subs),
+        "subproblems_valid": sum(1 for s in subs if s["status"] == "valid"),
+        "leaves": len(leaves),
+        "leaf_variants_proposed": len(lv),
+        "leaf_variants_valid": sum(1 for v in lv if v["status"] != "rejected"),
+        "leaf_variants_kept": sum(1 for v in lv if v["status"] in KEPT),
+        "composition_trials": len(cp),
+        "parents_valid": sum(1 for v in cp if v["status"] != "rejected"),
+        "parents_kept": sum(1 for v in cp if v["status"] in KEPT),
+        "synthetic_problems": len(kept),
+        "qualified_problems": len(state.qualified),
+        "seeds_qualified": len(seeds_q),
+    }
+    return {k: out[k] for k in FUNNEL}
+
+
+def rejections(nodes: list[TreeNode]) -> dict[str, int]:
+    """Every recorded rejection by ``<what>/<reason kind>`` (trace, decomposition, subproblem, ...)."""
+    c: Counter = Counter()
+    for n in nodes:
+        if n.depth == 0:
+            for a in n.problem.metadata.get("mbs", {}).get("trace_attempts", []):
+                if a["score"] != 1.0:
+                    c["trace/" + ("no reference solution" if a["index"] is None else "not verified")] += 1
+        for a in n.effectivity.get("attempts", []):
+            if not a.get("passed"):
+                c["decomposition/" + reason_kind(a.get("reason"))] += 1
+            for s in a.get("subproblems", []):
+                if s["status"] == "rejected":
+                    c["subproblem/" + reason_kind(s.get("reason"))] += 1
+        for v in n.variants:
+            if v["status"] in ("rejected", "discarded", "unqualified"):
+                c[f"{v['kind']}/" + reason_kind(v.get("reason"))] += 1
+        if n.reject_reason:
+            c[f"node/{n.status}: " + reason_kind(n.reject_reason)] += 1
+    return dict(sorted(c.items()))
+
+
+def effectivity_summary(nodes: list[TreeNode]) -> dict[str, Any]:
+    """Effectivity tests run and passed, overall and per student."""
+    tests = [a for n in nodes for a in n.effectivity.get("attempts", []) if "students" in a]
+    per: dict[str, dict[str, int]] = {}
+    for a in tests:
+        for s, r in a["students"].items():
+            row = per.setdefault(s, {"tests": 0, "passed": 0})
+            row["tests"] += 1
+            row["passed"] += int(bool(r["passed"]))
+    return {"tests": len(tests), "passed": sum(1 for a in tests if a["passed"]), "per_student": per}
+
+
+def summarize(cfg: DictConfig, state: RunState, grower: SynthBase) -> dict[str, Any]:
+    """The MBS summary: contract keys, funnel, rejections, effectivity, tokens, judges, backends."""
+    from mbs.synth.judge import judge_summary
+
+    roots = [n for n in state.nodes if n.depth == 0]
+    teacher_tokens = sum(r.problem.metadata.get("mbs", {}).get("teacher_tokens", 0) for r in roots)
+    s = base_summary("mbs", state.seeds, state.nodes, state.qualified, state.rollouts, teacher_tokens)
+    f = funnel(state)
+    s.update(
+        seeds_with_trace=f["seeds_with_trace"],
+        funnel=f,
+        funnel_order=list(FUNNEL),
+        rejections=rejections(state.nodes),
+        effectivity=effectivity_summary(state.nodes),
+        trace_teachers=dict(Counter(r.problem.metadata.get("mbs", {}).get("trace_teacher") or "none" for r in roots)),
+        judges=judge_summary([v for n in state.nodes for v in n.variants], grower.judges),
+        thresholds=OmegaConf.to_container(cfg.thresholds, resolve=True),
+        students=[p.name for p in grower.students],
+        weakest=grower.weakest.name,
+        target={"policy": grower.target.name, "budget": grower.target.budget, "n": int(cfg.thresholds.N)},
+        teachers=[t.name for t in grower.pool],
+        generator=grower.gen.name,
+        grounding=({"enabled": True, "seeds_with_documents": sum(1 for d in grower.docs.values() if d)}
+                   if cfg.mbs.grounding.enabled else {"enabled": False}),
+        engine=state.engine,
+        backends=state.backends,
+        counts={
+            "hard_seeds": len(state.seeds),
+            "seeds_resumed": state.resumed,
+            "tree_nodes": len(state.nodes),
+            "synthetic_problems": f["synthetic_problems"],
+            "qualified_problems": len(state.qualified),
+            "rollouts": len(state.rollouts),
+        },
+    )
+    return s
+
+
+def run(cfg: DictConfig, out: RunDir) -> dict[str, Any]:
+    """Grow every hard seed of ``cfg.calibration_dir`` into a calibrated problem family.
+
+    Args:
+        cfg: The composed ``synthesize`` config (``method=mbs``).
+        out: The run directory.
+
+    Returns:
+        The summary (see :func:`summarize`); the stage writes it to ``summary.json``.
+
+    Raises:
+        ValueError: ``calibration_dir`` unset, bad teacher pool, student set or grounding settings.
+        FileNotFoundError: ``calibration_dir`` is not a calibration run directory.
+        mbs.records.RecordError: A malformed record in ``calibration_dir`` (names file and line).
+        mbs.llm.BackendError: A backend failed after its retries (finished seeds are written).
+    """
+    seeds = load_seeds(cfg)
+    grower = Beanstalk(cfg, seeds)
+    log.info("MBS: %d hard seeds, teachers %s (generator %s), students %s, target %s",
+             len(seeds), [t.name for t in grower.pool], grower.gen.name, [p.name for p in grower.students], grower.target.name)
+    state = run_method(cfg, out, seeds, grower)
+    summary = summarize(cfg, state, grower)
+    write_figures(cfg, out, summary)
+    return summary
