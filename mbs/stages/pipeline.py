@@ -1,4 +1,4 @@
-"""The main job: calibrate -> (synthesize -> export as they land) -> figures and report.
+"""The main job: calibrate -> synthesize -> export -> figures and report.
 
 Run: ``mbs-pipeline`` (no arguments: the embedded default) or e.g.
 ``mbs-pipeline pipeline.live.limit=20 hydra.run.dir=outputs/my_study``.
@@ -6,8 +6,9 @@ Run: ``mbs-pipeline`` (no arguments: the embedded default) or e.g.
 Each step is the plain ``run(cfg)`` of its stage, pointed at a sub-folder of the pipeline's
 run directory: ``calibrate_recorded/`` (CHAMP's four recorded models on every auto-verifiable
 problem), ``calibrate_live/`` (the configured student set on ``pipeline.live.limit``
-problems), ``figures/`` and ``report.html``. Rerunning with the same ``hydra.run.dir``
-resumes every step.
+problems), ``synthesize_<method>/`` (each of ``pipeline.synthesize.methods`` on the live
+step's hard seeds), ``export/`` (verl parquet), ``figures/``, ``tables/`` and ``report.html``.
+Rerunning with the same ``hydra.run.dir`` resumes every step.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
+import yaml
 from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import ConfigKeyError
 
 from mbs.io import RunDir, read_summary
 
@@ -38,9 +41,28 @@ def sub_config(cfg: DictConfig, out_dir: Path, **overrides: Any) -> DictConfig:
         sub.paths.cache_dir = str(cfg.paths.cache_dir)
         sub.out_dir = str(out_dir)
         for key, value in overrides.items():
-            OmegaConf.update(sub, key, value, merge=False, force_add=False)
+            OmegaConf.update(sub, key, value, merge=False, force_add=True)
     OmegaConf.set_struct(sub, True)
     return sub
+
+
+def apply_overrides(cfg: DictConfig, overrides: Sequence[str]) -> None:
+    """Apply ``key=value`` strings (values parsed as YAML; list indices allowed: ``a.0.b=1``).
+
+    Raises:
+        ValueError: An item without ``=``.
+        omegaconf.errors.ConfigKeyError: A key that does not exist (typos fail, as on the command line).
+    """
+    for item in overrides:
+        key, sep, value = str(item).partition("=")
+        if not sep:
+            raise ValueError(f"pipeline override {item!r} is not key=value")
+        if OmegaConf.select(cfg, key.strip(), default=_MISSING) is _MISSING:
+            raise ConfigKeyError(f"pipeline override {item!r}: no key {key.strip()!r} in the config")
+        OmegaConf.update(cfg, key.strip(), yaml.safe_load(value), merge=False)
+
+
+_MISSING = object()
 
 
 def run(cfg: DictConfig) -> Path:
@@ -49,7 +71,7 @@ def run(cfg: DictConfig) -> Path:
     Returns:
         The pipeline's run directory.
     """
-    from mbs.stages import calibrate, figures
+    from mbs.stages import calibrate, figures, synthesize
 
     logging.getLogger("mbs").setLevel(cfg.log_level)
     out = RunDir(cfg.out_dir, STAGE)
@@ -80,6 +102,13 @@ def run(cfg: DictConfig) -> Path:
         steps["calibrate_live"] = str(calibrate.run(sub))
         out.timings["calibrate_live"] = time.perf_counter() - t
 
+    if "calibrate_live" in steps:
+        for method in pcfg.synthesize.methods:
+            t = time.perf_counter()
+            sub = sub_config(cfg, out.path / f"synthesize_{method}", method=method, calibration_dir=steps["calibrate_live"])
+            apply_overrides(sub, pcfg.synthesize.overrides)
+            steps[f"synthesize_{method}"] = str(synthesize.run(sub))
+            out.timings[f"synthesize_{method}"] = time.perf_counter() - t
     if pcfg.export.enabled and steps:
         from mbs.stages.export import export_runs
 

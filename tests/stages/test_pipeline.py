@@ -30,7 +30,11 @@ def test_pipeline_small(make_cfg, toy_jsonl, capsys):
     out = run(cfg)
     close_all()
     s = read_summary(out)
-    assert set(s["steps"]) == {"calibrate_recorded", "calibrate_live", "export"}
+    assert set(s["steps"]) == {"calibrate_recorded", "calibrate_live", "synthesize_mbs", "synthesize_direct", "export"}
+    # the live step's one hard seed (HARD) went through both synthesis methods
+    for method in ("mbs", "direct"):
+        syn = read_summary(out / f"synthesize_{method}")
+        assert syn["method"] == method and syn["hard_seeds"] == 1
     assert s["calibrate_live"]["bands"]["fake"]["64"]["goldilocks"] == 0.5
     rows = pq.read_table(out / "export" / "train.parquet").num_rows + pq.read_table(out / "export" / "val.parquet").num_rows
     exp = read_summary(out / "export")
@@ -40,6 +44,6 @@ def test_pipeline_small(make_cfg, toy_jsonl, capsys):
     report = (out / "report.html").read_text()
     assert report.count("<img") >= 4 and "calibrate_recorded" in report and "export" in report
     assert (out / "tables" / "export_sources.md").exists()
-    assert read_manifest(out)["counts"]["steps"] == 3
+    assert read_manifest(out)["counts"]["steps"] == 5
     printed = capsys.readouterr().out
     assert f"outputs in {out}" in printed and "train.parquet" in printed
