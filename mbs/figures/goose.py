@@ -1,0 +1,240 @@
+"""Golden Goose figures, tables and the MCQ browser of the report.
+
+* ``goose_pass_rates``: histogram of the student's per-item pass rate (successes out of N) with
+  the trap bands coloured and the 1/k chance level marked; one run has one option count k.
+* ``goose_letters``: answer-letter distribution of built and kept items against uniform.
+* :func:`compare_option_counts`: the option-count ablation across runs (Golden Goose, section 3:
+  3 options too easy, 9 options put most items in the medium band): pass-rate distributions and
+  band shares per k, beside the share a guessing policy would reach.
+* an HTML section listing items (masked passage, options with the answer marked and each
+  distractor's origin, pass rate).
+
+Everything is read through :mod:`mbs.io` (``summary.json``, ``items.*.jsonl``).
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
+
+from mbs.figures import BAND_COLORS, BAND_LABELS, figure, save
+from mbs.io import read_records, read_summary
+
+log = logging.getLogger(__name__)
+
+LETTERS = "ABCDEFGHIJ"
+BANDS = ("solved_all", "goldilocks", "failed_all")
+
+#: Items shown in the report's MCQ browser (the first ones in build order).
+HTML_ITEMS = 40
+
+
+def _band_of(successes: int, n: int) -> str:
+    return "solved_all" if successes == n else "failed_all" if successes == 0 else "goldilocks"
+
+
+def pass_rate_histogram(items: Sequence[dict[str, Any]], summary: dict[str, Any], out_dir: Path, formats: Sequence[str], width: str = "single") -> list[Path]:
+    """Bars of items per success count s = 0..N (x = pass rate s/N), coloured by band, chance 1/k marked.
+
+    Raises:
+        ValueError: No item has a pass rate (the filter did not run).
+    """
+    rated = [it for it in items if it.get("n")]
+    if not rated:
+        raise ValueError("no item has a pass rate (goose.filter.enabled=false or nothing built)")
+    n = int(summary.get("filter", {}).get("n") or max(it["n"] for it in rated))
+    k = int(summary.get("options") or rated[0]["n_options"])
+    counts = [0] * (n + 1)
+    for it in rated:
+        s = round(it["pass_rate"] * n)  # early-stopped items: the rate over the rollouts drawn
+        counts[min(n, max(0, s))] += 1
+    fig, (ax,) = figure(width)
+    xs = [s / n for s in range(n + 1)]
+    colors = [BAND_COLORS[_band_of(s, n)] for s in range(n + 1)]
+    ax.bar(xs, counts, width=0.8 / n, color=colors)
+    ax.axvline(1.0 / k, color="0.3", linestyle="--", linewidth=0.8, label=f"chance 1/{k}")
+    eff = summary.get("effective_share")
+    acc = (summary.get("student") or {}).get("accuracy")
+    title = f"{k} options, {len(rated)} items"
+    if eff is not None:
+        title += f": {100 * eff:.0f}% Goldilocks"
+    if acc is not None:
+        title += f", accuracy {100 * acc:.0f}%"
+    ax.set_title(title)
+    early = bool(summary.get("filter", {}).get("early_stop"))
+    ax.set_xlabel(f"student pass rate ({'over rollouts drawn, early stopping, ' if early else ''}N = {n})")
+    ax.set_ylabel("items")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlim(-0.6 / n, 1 + 0.6 / n)
+    handles = [Patch(color=BAND_COLORS[b], label=BAND_LABELS[b]) for b in BANDS]
+    ax.legend(handles=handles + ax.get_legend_handles_labels()[0], frameon=False, loc="upper right")
+    return save(fig, out_dir, "goose_pass_rates", formats)
+
+
+def letter_distribution(summary: dict[str, Any], out_dir: Path, formats: Sequence[str], width: str = "single") -> list[Path]:
+    """Grouped bars of answer-letter counts (built and kept items) with the uniform expectation.
+
+    Raises:
+        ValueError: The summary has no built items.
+    """
+    letters = summary.get("letters") or {}
+    built = (letters.get("built") or {}).get("counts") or {}
+    if not sum(built.values()):
+        raise ValueError("no items built")
+    kept = (letters.get("kept") or {}).get("counts") or {}
+    keys = list(built)
+    fig, (ax,) = figure(width)
+    xs = range(len(keys))
+    ax.bar([x - 0.2 for x in xs], [built[L] for L in keys], width=0.4, color="#8172B2", label="built")
+    if sum(kept.values()):
+        ax.bar([x + 0.2 for x in xs], [kept.get(L, 0) for L in keys], width=0.4, color=BAND_COLORS["goldilocks"], label="kept")
+    ax.axhline(letters["built"]["expected_per_letter"], color="0.3", linestyle="--", linewidth=0.8, label="uniform (built)")
+    ax.set_xticks(list(xs), keys)
+    ax.set_xlabel("answer letter")
+    ax.set_ylabel("items")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_title(f"Answer positions (chi2 = {letters['built']['chi2']:.2f} over {len(keys)} letters)")
+    ax.legend(frameon=False, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.2))
+    return save(fig, out_dir, "goose_letters", formats)
+
+
+def _pct(x: Any) -> str:
+    return "" if x is None else f"{100 * x:.1f}"
+
+
+def summary_table(summary: dict[str, Any]) -> tuple[str, str]:
+    """Headline numbers of one run as a Markdown and a LaTeX table."""
+    st = summary.get("student") or {}
+    rows = [
+        ("source", str(summary.get("source")) + (" (teacher-free)" if summary.get("teacher_free") else " (teacher)")),
+        ("options k", str(summary.get("options"))),
+        ("passages", str(summary.get("passages"))),
+        ("items built", str(summary.get("items_built"))),
+        ("rejected", ", ".join(f"{r} {n}" for r, n in (summary.get("rejected") or {}).items()) or "0"),
+        ("effective share %", _pct(summary.get("effective_share"))),
+        *((f"{b} %", _pct((summary.get("bands") or {}).get(b))) for b in BANDS),
+        ("student", str(st.get("policy"))),
+        ("student accuracy %", _pct(st.get("accuracy"))),
+        ("chance 1/k %", _pct(st.get("chance"))),
+        ("Goldilocks share of a guessing policy %", _pct(st.get("chance_goldilocks_share"))),
+    ]
+    md = "| quantity | value |\n|---|---|\n" + "".join(f"| {a} | {b} |\n" for a, b in rows)
+    esc = lambda s: s.replace("_", "\\_").replace("%", "\\%").replace("&", "\\&")
+    tex = "\\begin{tabular}{lr}\n\\toprule\nquantity & value \\\\\n\\midrule\n"
+    tex += "".join(f"{esc(a)} & {esc(b)} \\\\\n" for a, b in rows) + "\\bottomrule\n\\end{tabular}\n"
+    return md, tex
+
+
+def items_html(items: Sequence[dict[str, Any]], summary: dict[str, Any], limit: int = HTML_ITEMS) -> str:
+    """A browsable HTML section: each item's masked passage, its options with the answer marked
+    and every distractor's origin, its pass rate and band (the first ``limit`` items)."""
+    parts = [f"<h3>Golden Goose items ({len(items)} built, first {min(limit, len(items))} shown)</h3>"]
+    for it in list(items)[:limit]:
+        rate = "not filtered" if it.get("pass_rate") is None else f"pass rate {it['pass_rate']:.2f} ({it['successes']}/{it['n']}, {it['band']})"
+        kept = {True: "kept", False: "dropped", None: ""}[it.get("kept")]
+        head = f"{html.escape(it['id'])}: answer {html.escape(it['answer'])}, {html.escape(rate)} {kept}"
+        opts = []
+        for letter, opt, origin in zip(LETTERS, it["options"], it.get("option_origins") or [""] * len(it["options"])):
+            body = html.escape(opt).replace("\n", "<br>")
+            if letter == it["answer"]:
+                opts.append(f"<li><strong>&#10003; {body}</strong> <em>(answer)</em></li>")
+            else:
+                opts.append(f"<li>{body} <em>({html.escape(origin)})</em></li>")
+        passage = html.escape(it["question"].split("Options:")[0]).replace("[MASK]", "<mark>[MASK]</mark>")
+        parts.append(
+            f"<details><summary>{head}</summary><p>source <code>{html.escape(it['source_id'])}</code>, span offsets "
+            f"{it['span_offsets'][0]}-{it['span_offsets'][1]}</p><pre style='white-space:pre-wrap'>{passage}</pre>"
+            f"<ol type='A'>{''.join(opts)}</ol></details>"
+        )
+    return "\n".join(parts)
+
+
+def goose_figures(run_dir: str | Path, out_dir: str | Path, formats: Sequence[str] = ("png", "pdf"), width: str = "single") -> dict[str, Any]:
+    """Every figure, table and the HTML item browser of a Goose run directory.
+
+    Returns:
+        ``{"written": [paths], "skipped": {name: why}, "tables": {name: {"md", "tex"}}, "html": section}``.
+    """
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    summary = read_summary(run_dir)
+    items = read_records(run_dir, "items")
+    written: list[str] = []
+    skipped: dict[str, str] = {}
+    for name, draw in (
+        ("goose_pass_rates", lambda: pass_rate_histogram(items, summary, out_dir, formats, width)),
+        ("goose_letters", lambda: letter_distribution(summary, out_dir, formats, width)),
+    ):
+        try:
+            written += [str(p) for p in draw()]
+        except (ValueError, KeyError) as err:
+            skipped[name] = str(err)
+            log.info("figure %s skipped: %s", name, err)
+    md, tex = summary_table(summary)
+    return {"written": written, "skipped": skipped, "tables": {"goose_summary": {"md": md, "tex": tex}}, "html": items_html(items, summary)}
+
+
+def compare_option_counts(run_dirs: Sequence[str | Path], out_dir: str | Path, formats: Sequence[str] = ("png", "pdf"), width: str = "double") -> dict[str, Any]:
+    """The option-count ablation: one Goose run per k (e.g. ``mbs-synthesize -m experiment=goose_options``).
+
+    Left panel: each run's distribution of per-item pass rates; right panel: band shares per k
+    with the Goldilocks share a guessing policy would reach (black marks) and the student's
+    accuracy against chance in the labels.
+
+    Returns:
+        ``{"written", "skipped", "tables": {"goose_option_counts": {"md", "tex"}}}``.
+    """
+    out_dir = Path(out_dir)
+    runs = []
+    skipped: dict[str, str] = {}
+    for rd in run_dirs:
+        try:
+            s = read_summary(rd)
+        except FileNotFoundError as err:
+            skipped[str(rd)] = str(err)
+            continue
+        if s.get("method") != "goose":
+            skipped[str(rd)] = f"not a Goose run (method={s.get('method')!r})"
+            continue
+        runs.append((s, [it for it in read_records(rd, "items") if it.get("n")]))
+    runs.sort(key=lambda r: r[0]["options"])
+    head = ["options k", "items", "solved_all %", "goldilocks %", "failed_all %", "accuracy %", "chance %", "guessing goldilocks %"]
+    rows = []
+    for s, _ in runs:
+        st = s.get("student") or {}
+        rows.append([str(s["options"]), str(s["items_built"])] + [_pct(s["bands"][b]) for b in BANDS] + [_pct(st.get("accuracy")), _pct(st.get("chance")), _pct(st.get("chance_goldilocks_share"))])
+    md = "| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n" + "".join("| " + " | ".join(r) + " |\n" for r in rows)
+    tex = "\\begin{tabular}{" + "r" * len(head) + "}\n\\toprule\n" + " & ".join(h.replace("%", "\\%").replace("_", "\\_") for h in head) + " \\\\\n\\midrule\n"
+    tex += "".join(" & ".join(r) + " \\\\\n" for r in rows) + "\\bottomrule\n\\end{tabular}\n"
+    written: list[str] = []
+    if not any(items for _, items in runs):
+        skipped["goose_option_counts"] = "no filtered items in the given runs"
+        return {"written": written, "skipped": skipped, "tables": {"goose_option_counts": {"md": md, "tex": tex}}}
+    fig, (left, right) = figure(width, aspect=0.35, ncols=2)
+    bins = [i / 10 for i in range(11)]
+    for s, items in runs:
+        rates = [it["pass_rate"] for it in items]
+        if rates:
+            left.hist(rates, bins=bins, histtype="step", linewidth=1.2, label=f"k = {s['options']} ({len(rates)} items)")
+    left.set_xlabel("student pass rate")
+    left.set_ylabel("items")
+    left.yaxis.set_major_locator(MaxNLocator(integer=True))
+    left.legend(frameon=False)
+    labels = [f"k = {s['options']}" for s, _ in runs]
+    bottom = [0.0] * len(runs)
+    for b in BANDS:
+        vals = [100 * s["bands"][b] for s, _ in runs]
+        right.bar(labels, vals, bottom=bottom, color=BAND_COLORS[b], label=BAND_LABELS[b], width=0.6)
+        bottom = [x + v for x, v in zip(bottom, vals)]
+    guess = [100 * (s.get("student") or {}).get("chance_goldilocks_share", 0.0) for s, _ in runs]
+    right.scatter(labels, guess, color="black", marker="_", s=200, zorder=3, label="guessing: Goldilocks")
+    right.set_ylabel("share of items (%)")
+    right.set_ylim(0, 100)
+    right.legend(frameon=False, fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2)
+    written += [str(p) for p in save(fig, out_dir, "goose_option_counts", formats)]
+    return {"written": written, "skipped": skipped, "tables": {"goose_option_counts": {"md": md, "tex": tex}}}
