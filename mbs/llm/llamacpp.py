@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import logging
 import os
 import threading
@@ -58,9 +59,9 @@ class LlamaCppBackend:
     """Runs any GGUF chat model in-process with its own chat template.
 
     Samples are drawn one at a time (llama.cpp's high-level API decodes one sequence); sample
-    ``i`` of a request seeded ``s`` uses seed :func:`mbs.llm.base.sample_seed` ``(s, i)`` and a
-    freshly evaluated prompt, so the N rollouts of a prompt are distinct and reproducible
-    (same text for the same model file, thread count and seed).
+    ``i`` of a request seeded ``s`` uses seed :func:`mbs.llm.base.sample_seed` ``(s, i)`` and
+    starts from the same primed context (see :meth:`_prime`), so the N rollouts of a prompt are
+    distinct and reproducible (same text for the same model file, thread count and seed).
 
     Args:
         model_path: GGUF file; ``None`` means the embedded SmolLM2-135M-Instruct.
@@ -97,6 +98,9 @@ class LlamaCppBackend:
         self.stats = BackendStats()
         self._llm = None
         self._lock = threading.Lock()
+        self._tokens_memo: dict[str, list[int]] = {}
+        self._formatter = None
+        self._render_ok: bool | None = None  # None until checked against a probe
 
     @property
     def model_id(self) -> str:
@@ -127,13 +131,10 @@ class LlamaCppBackend:
         out: list[list[Completion]] = []
         with self._lock:
             for req in requests:
+                self._prime(llm, req)
                 comps = []
                 for idx in req.indices:
                     t0 = time.perf_counter()
-                    # Evaluate the whole prompt afresh: reusing a cached prefix changes the batch
-                    # shapes of prompt evaluation and with them the logits, so the same seed could
-                    # give a different sample depending on what ran before.
-                    llm.reset()
                     try:
                         res = llm.create_chat_completion(
                             messages=req.messages,
@@ -164,6 +165,68 @@ class LlamaCppBackend:
                 self.stats.calls += 1
                 out.append(comps)
         return out
+
+    def _prime(self, llm, req: ChatRequest) -> None:
+        """Put the context in the state every sample of ``req`` starts from.
+
+        The state is "all prompt tokens but the last, evaluated in one batch from an empty
+        context". llama-cpp-python then finds that prefix in its KV cache for every sample,
+        evaluates only the last prompt token and samples. So sample ``i`` is the same whichever
+        samples were drawn before it (a resumed run, a request the cache split up), and the
+        prompt is evaluated once per request instead of once per sample (long Golden Goose
+        prompts cost ~10x their answer).
+        """
+        t0 = time.perf_counter()
+        try:
+            tokens = self._prompt_tokens(llm, req.messages)
+            llm.reset()
+            llm.eval(tokens[:-1])
+        except Exception as err:  # noqa: BLE001 - context overflow etc., named like sampling errors
+            raise BackendError(f"llamacpp ({self.model_path.name}): {err}") from err
+        finally:
+            self.stats.seconds += time.perf_counter() - t0
+
+    def _prompt_tokens(self, llm, messages: list[dict[str, str]]) -> list[int]:
+        """The prompt tokens llama-cpp-python's chat completion feeds the model (memoised).
+
+        Rendered with the GGUF's own chat template through llama-cpp-python's
+        ``Jinja2ChatFormatter``; the first prompt is also checked against a probe completion
+        (which shows the tokens llama.cpp really used), and a model whose template cannot be
+        rendered that way is probed for every new prompt.
+        """
+        key = json.dumps(messages, sort_keys=True)
+        if key not in self._tokens_memo:
+            tokens = self._render(llm, messages) if self._render_ok is not False else None
+            if tokens is None or self._render_ok is None:
+                probed = self._probe(llm, messages)
+                if tokens is not None:
+                    self._render_ok = tokens == probed
+                    if not self._render_ok:
+                        log.warning("llamacpp: rendered chat template differs from llama.cpp's; probing each prompt")
+                tokens = probed
+            self._tokens_memo[key] = tokens
+        return self._tokens_memo[key]
+
+    @staticmethod
+    def _probe(llm, messages: list[dict[str, str]]) -> list[int]:
+        llm.reset()
+        probe = llm.create_chat_completion(messages=messages, max_tokens=1, temperature=0.0)
+        return [int(t) for t in llm.input_ids[: int(probe["usage"]["prompt_tokens"])]]
+
+    def _render(self, llm, messages: list[dict[str, str]]) -> list[int] | None:
+        template = llm.metadata.get("tokenizer.chat_template") if llm.chat_format == "chat_template.default" else None
+        if template is None:
+            return None
+        if self._formatter is None:
+            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+            eos_id, bos_id = llm.token_eos(), llm.token_bos()
+            text = lambda i: llm.detokenize([i], special=True).decode("utf-8", "replace") if i != -1 else ""  # noqa: E731
+            self._formatter = Jinja2ChatFormatter(
+                template=template, eos_token=text(eos_id), bos_token=text(bos_id), stop_token_ids=[eos_id]
+            )
+        res = self._formatter(messages=messages)
+        return [int(t) for t in llm.tokenize(res.prompt.encode("utf-8"), add_bos=not res.added_special, special=True)]
 
     def close(self) -> None:
         if self._llm is not None:

