@@ -102,13 +102,16 @@ def run(cfg: DictConfig) -> Path:
         steps["calibrate_live"] = str(calibrate.run(sub))
         out.timings["calibrate_live"] = time.perf_counter() - t
 
-    if "calibrate_live" in steps:
-        for method in pcfg.synthesize.methods:
-            t = time.perf_counter()
-            sub = sub_config(cfg, out.path / f"synthesize_{method}", method=method, calibration_dir=steps["calibrate_live"])
-            apply_overrides(sub, pcfg.synthesize.overrides)
-            steps[f"synthesize_{method}"] = str(synthesize.run(sub))
-            out.timings[f"synthesize_{method}"] = time.perf_counter() - t
+    for method in pcfg.synthesize.methods:
+        seeds = steps.get("calibrate_live")
+        if method in ("mbs", "direct") and seeds is None:
+            log.warning("pipeline: %s needs the live calibration's hard seeds; skipped", method)
+            continue
+        t = time.perf_counter()
+        sub = sub_config(cfg, out.path / f"synthesize_{method}", method=method, calibration_dir=seeds)
+        apply_overrides(sub, pcfg.synthesize.overrides.get(method) or [])
+        steps[f"synthesize_{method}"] = str(synthesize.run(sub))
+        out.timings[f"synthesize_{method}"] = time.perf_counter() - t
     if pcfg.export.enabled and steps:
         from mbs.stages.export import export_runs
 

@@ -22,6 +22,7 @@ def test_pipeline_small(make_cfg, toy_jsonl, capsys):
             "data=jsonl",
             f"data.path={toy_jsonl}",
             "data.origin=toy",
+            "pipeline.synthesize.overrides.goose=['goose.source=champ','goose.teacher_free=true','data.limit=2','thresholds.N_goose=4']",
             *fake_backend_overrides(),
         ],
     )
@@ -30,7 +31,9 @@ def test_pipeline_small(make_cfg, toy_jsonl, capsys):
     out = run(cfg)
     close_all()
     s = read_summary(out)
-    assert set(s["steps"]) == {"calibrate_recorded", "calibrate_live", "synthesize_mbs", "synthesize_direct", "export"}
+    assert set(s["steps"]) == {"calibrate_recorded", "calibrate_live", "synthesize_mbs", "synthesize_direct", "synthesize_goose", "export"}
+    goose = read_summary(out / "synthesize_goose")
+    assert goose["items_built"] == 2 and goose["method"] == "goose"
     # the live step's one hard seed (HARD) went through both synthesis methods
     for method in ("mbs", "direct"):
         syn = read_summary(out / f"synthesize_{method}")
@@ -44,6 +47,6 @@ def test_pipeline_small(make_cfg, toy_jsonl, capsys):
     report = (out / "report.html").read_text()
     assert report.count("<img") >= 4 and "calibrate_recorded" in report and "export" in report
     assert (out / "tables" / "export_sources.md").exists()
-    assert read_manifest(out)["counts"]["steps"] == 5
+    assert read_manifest(out)["counts"]["steps"] == 6
     printed = capsys.readouterr().out
     assert f"outputs in {out}" in printed and "train.parquet" in printed
