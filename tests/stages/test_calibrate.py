@@ -152,3 +152,21 @@ def test_multirun_sweep_writes_one_folder_per_point(tmp_path, toy_jsonl):
     subprocess.run(cmd, check=True, timeout=600, capture_output=True, env=env, cwd=tmp_path)
     ns = sorted(read_summary(tmp_path / "sweep" / str(i))["n"] for i in (0, 1))
     assert ns == [2, 4]
+
+
+def test_calibration_rewards_equal_compute_score(make_cfg):
+    """The reward that calibrated a problem is the reward verl trains on (same registry, same code)."""
+    from mbs.data.champ import load_champ
+    from mbs.rewards import compute_score
+
+    out = run(make_cfg("calibrate", ["students=champ_recorded", "data.limit=8", "calibrate.figures=false"]))
+    problems = {p.id: p for p in load_champ()}
+    rollouts = read_records(out, "rollouts", Rollout)
+    assert len(rollouts) == 8 * 4 * 9
+    agree = [
+        compute_score(problems[r.problem_id].data_source, r.text, problems[r.problem_id].ground_truth)["score"]
+        == (1.0 if r.reward == 1.0 else 0.0)
+        for r in rollouts
+    ]
+    assert all(agree)
+    assert 0 < sum(r.reward == 1.0 for r in rollouts) < len(rollouts)  # both outcomes occur
