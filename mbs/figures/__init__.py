@@ -34,6 +34,12 @@ BY_STAGE: dict[str, str] = {
     "export": "mbs.figures.export:export_tables",
 }
 
+def stage_key(summary: dict) -> str:
+    """Key of :data:`BY_STAGE` for a run's summary (``synthesize/<method>`` for synthesis)."""
+    stage = summary.get("stage", "")
+    return f"{stage}/{summary['method']}" if stage == "synthesize" and "method" in summary else stage
+
+
 #: Band colours: solved_all (too easy), goldilocks (learnable), failed_all (too hard).
 BAND_COLORS = {"solved_all": "#4C72B0", "goldilocks": "#55A868", "failed_all": "#C44E52"}
 BAND_LABELS = {"solved_all": "solved_all", "goldilocks": "Goldilocks", "failed_all": "failed_all"}

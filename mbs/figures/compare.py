@@ -1,10 +1,12 @@
 """Compare several run directories (e.g. the points of a threshold sweep) in one figure and table.
 
 Each run is labelled by the config keys whose values differ between the runs (read from each
-run's ``config.yaml``), so the points of ``-m thresholds.alpha_leaf=0.6,0.7,0.8`` come out as
-``thresholds.alpha_leaf=0.6`` etc. The headline numbers of each stage (trap bands, synthesis
-yield, Goose effective share, evaluation accuracy) become one Markdown/LaTeX table with a row
-per run and one bar chart.
+run's ``config.yaml``), so the points of ``-m calibrate.n=4,8`` come out as ``calibrate.n=4``
+etc. The headline numbers of each stage (trap bands, evaluation accuracy, ...) become one
+Markdown/LaTeX table with a row per run and one bar chart. Synthesis runs go to the stage's
+own comparisons: MBS against direct or a threshold sweep to
+:func:`mbs.figures.synthesis.compare_yield`, a Goose option-count ablation to
+:func:`mbs.figures.goose.compare_option_counts`.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from mbs.figures import BAND_COLORS, BAND_LABELS, figure, save
+from mbs.figures import BAND_COLORS, BAND_LABELS, figure, save, stage_key
 from mbs.io import read_summary
 
 #: Config keys that differ between runs without describing the experiment.
@@ -120,6 +122,15 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, formats: S
     if len(run_dirs) < 2:
         raise ValueError("compare_runs needs at least two run directories")
     summaries = [read_summary(r) for r in run_dirs]
+    kinds = {stage_key(s) for s in summaries}
+    if kinds == {"synthesize/goose"}:  # e.g. the option-count ablation
+        from mbs.figures.goose import compare_option_counts
+
+        return compare_option_counts(run_dirs, out_dir, formats, width)
+    if kinds <= {"synthesize/mbs", "synthesize/direct"}:  # MBS vs direct, threshold sweeps
+        from mbs.figures.synthesis import compare_yield
+
+        return compare_yield(run_dirs, out_dir, formats, width)
     stages = {s.get("stage") for s in summaries}
     if len(stages) != 1:
         raise ValueError(f"cannot compare runs of different stages: {sorted(map(str, stages))}")

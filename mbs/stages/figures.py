@@ -56,12 +56,6 @@ def _steps(run_dir: Path) -> list[tuple[str, Path]]:
     return [(summary.get("stage", "run"), run_dir)]
 
 
-def stage_key(summary: dict[str, Any]) -> str:
-    """Key of :data:`mbs.figures.BY_STAGE` for a run's summary (``synthesize/<method>`` for synthesis)."""
-    stage = summary.get("stage", "")
-    return f"{stage}/{summary['method']}" if stage == "synthesize" and "method" in summary else stage
-
-
 def render(run_dir: str | Path, out_dir: str | Path, formats: Sequence[str] = ("png", "pdf"), width: str = "single") -> dict[str, Any]:
     """Draw every figure and table of ``run_dir`` into ``out_dir`` and write ``report.html``.
 
@@ -74,7 +68,7 @@ def render(run_dir: str | Path, out_dir: str | Path, formats: Sequence[str] = ("
         ``{"figures": [...], "tables": [...], "skipped": {...}, "report": path}``; missing
         inputs are named in ``skipped`` rather than raised.
     """
-    from mbs.figures import BY_STAGE
+    from mbs.figures import BY_STAGE, stage_key
 
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     result: dict[str, Any] = {"figures": [], "tables": [], "skipped": {}}
