@@ -135,32 +135,43 @@ def champ_is_heldout(problem_id: str, fraction: float) -> bool:
 # --------------------------------------------------------------------------------------
 
 
-def _records_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
+def records_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
+    """``(where, record)`` per non-blank line of a JSONL file; a line that is not JSON yields a
+    :class:`DataError` in place of the record (the caller raises or skips it)."""
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
+            where = f"{path} line {lineno}"
             try:
-                yield f"{path} line {lineno}", json.loads(line)
+                yield where, json.loads(line)
             except json.JSONDecodeError as err:
-                yield f"{path} line {lineno}", DataError(f"{path} line {lineno}: invalid JSON ({err.msg})")
+                yield where, DataError(f"{where}: invalid JSON ({err.msg})")
 
 
-def _records_parquet(path: Path) -> Iterator[tuple[str, Any]]:
+def records_parquet(path: Path) -> Iterator[tuple[str, Any]]:
+    """``(where, record)`` per row of a parquet file, read in batches (large files stream)."""
     import pyarrow.parquet as pq
 
-    table = pq.read_table(path)
-    for i, row in enumerate(table.to_pylist()):
-        yield f"{path} row {i}", row
+    i = 0
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
+        for row in batch.to_pylist():
+            yield f"{path} row {i}", row
+            i += 1
 
 
-def _records_hf_disk(path: Path, split: str | None) -> Iterator[tuple[str, Any]]:
+def records_hf_disk(path: Path, split: str | None, split_key: str = "data.split") -> Iterator[tuple[str, Any]]:
+    """``(where, record)`` per row of a ``datasets.save_to_disk`` folder (``split`` of a DatasetDict).
+
+    Raises:
+        DataError: The split is not in the dataset (names ``split_key`` and the splits there).
+    """
     from datasets import DatasetDict, load_from_disk
 
     ds = load_from_disk(str(path))
     if isinstance(ds, DatasetDict):
         if split not in ds:
-            raise DataError(f"{path}: split {split!r} not in the dataset; splits: {list(ds)}")
+            raise DataError(f"{path}: split {split!r} ({split_key}) not in the dataset; splits: {list(ds)}")
         ds = ds[split]
     for i, row in enumerate(ds):
         yield f"{path} [{split}] row {i}", row
@@ -253,16 +264,16 @@ def _file(data_cfg: Any) -> Path:
 @register_loader("jsonl")
 def _load_jsonl(data_cfg: Any, report: LoadReport) -> list[Problem]:
     path = _file(data_cfg)
-    return problems_from_records(_records_jsonl(path), data_cfg, report, str(path))
+    return problems_from_records(records_jsonl(path), data_cfg, report, str(path))
 
 
 @register_loader("parquet")
 def _load_parquet(data_cfg: Any, report: LoadReport) -> list[Problem]:
     path = _file(data_cfg)
-    return problems_from_records(_records_parquet(path), data_cfg, report, str(path))
+    return problems_from_records(records_parquet(path), data_cfg, report, str(path))
 
 
 @register_loader("hf_disk")
 def _load_hf_disk(data_cfg: Any, report: LoadReport) -> list[Problem]:
     path = _file(data_cfg)
-    return problems_from_records(_records_hf_disk(path, data_cfg.get("split")), data_cfg, report, str(path))
+    return problems_from_records(records_hf_disk(path, data_cfg.get("split")), data_cfg, report, str(path))

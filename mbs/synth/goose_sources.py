@@ -20,14 +20,13 @@ the file, line or row and field; with ``goose.on_error=skip`` the record is coun
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mbs.data import DataError, in_shard
+from mbs.data import DataError, in_shard, records_hf_disk, records_jsonl, records_parquet
 
 #: Placeholder that replaces the removed span (Golden Goose writes ``[MASK]``).
 MASK = "[MASK]"
@@ -322,52 +321,22 @@ def _from_records(records: Iterator[tuple[str, Any]], gcfg: Any, report: SourceR
         raise DataError(f"{source}: no records (empty corpus)")
 
 
-def _jsonl_records(path: Path) -> Iterator[tuple[str, Any]]:
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path} line {lineno}"
-            try:
-                yield where, json.loads(line)
-            except json.JSONDecodeError as err:
-                yield where, DataError(f"{where}: invalid JSON ({err.msg})")
-
-
 @register_source("jsonl")
 def _jsonl(gcfg: Any, report: SourceReport) -> Iterator[Passage]:
     path = _path(gcfg)
-    yield from _from_records(_jsonl_records(path), gcfg, report, str(path))
+    yield from _from_records(records_jsonl(path), gcfg, report, str(path))
 
 
 @register_source("parquet")
 def _parquet(gcfg: Any, report: SourceReport) -> Iterator[Passage]:
-    import pyarrow.parquet as pq
-
     path = _path(gcfg)
-    pf = pq.ParquetFile(path)
-
-    def rows() -> Iterator[tuple[str, Any]]:
-        i = 0
-        for batch in pf.iter_batches(batch_size=1024):
-            for row in batch.to_pylist():
-                yield f"{path} row {i}", row
-                i += 1
-
-    yield from _from_records(rows(), gcfg, report, str(path))
+    yield from _from_records(records_parquet(path), gcfg, report, str(path))
 
 
 @register_source("hf_disk")
 def _hf_disk(gcfg: Any, report: SourceReport) -> Iterator[Passage]:
-    from datasets import DatasetDict, load_from_disk
-
     path = _path(gcfg)
-    ds = load_from_disk(str(path))
-    if isinstance(ds, DatasetDict):
-        if gcfg.split not in ds:
-            raise DataError(f"{path}: split {gcfg.split!r} (goose.split) not in the dataset; splits: {list(ds)}")
-        ds = ds[gcfg.split]
-    yield from _from_records(((f"{path} [{gcfg.split}] row {i}", row) for i, row in enumerate(ds)), gcfg, report, str(path))
+    yield from _from_records(records_hf_disk(path, gcfg.split, "goose.split"), gcfg, report, str(path))
 
 
 @register_source("text_dir")
