@@ -59,7 +59,11 @@ def test_every_group_option_composes(make_cfg, group, option):
     if group == "data" and option != "champ":
         overrides += ["data.path=/tmp/x"]
     cfg = make_cfg(_primary_using(group), overrides)
-    OmegaConf.to_container(cfg, resolve=True)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    text = (CONF / group / f"{option}.yaml").read_text()
+    if "@package _global_" not in text:  # the option's keys land under the group's name
+        own = OmegaConf.to_container(OmegaConf.load(CONF / group / f"{option}.yaml"))
+        assert set(own or {}) <= set(resolved[group]), f"{group}={option} keys missing from the composed config"
 
 
 def _key_lines(path: Path):

@@ -229,7 +229,8 @@ def test_profiles_compose_with_the_submitit_schema(profile):
 
 
 def test_local_cluster_script_parses():
-    subprocess.run(["bash", "-n", str(REPO / "slurm" / "local_cluster.sh")], check=True, timeout=30)
+    res = subprocess.run(["bash", "-n", str(REPO / "slurm" / "local_cluster.sh")], capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
 
 
 # --------------------------------------------------------------------------------------
