@@ -100,7 +100,8 @@ _RUNON = re.compile(
     re.IGNORECASE,
 )
 _MATH_SPAN = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
-_SENTENCE_END = re.compile(r"[.!?;](?=\s|$)|\n")
+# "!" after a digit or closing bracket is a factorial ("5! = 120"), not a sentence end.
+_SENTENCE_END = re.compile(r"(?:[.?;]|(?<![0-9)}\]])!)(?=\s|$)|\n")
 _COPULA = re.compile(
     r"\b(?:is|are|was|were|be|equals?|gets?|costs?|holds?|makes?|gives?|becomes?|yields?|totals?|remains?|"
     r"has|have|contains?)\b",
@@ -342,8 +343,20 @@ def _first_sentence(text: str) -> str:
     return text[: m.start()] if m else text
 
 
+_NEGATED = re.compile(r"\s*(?:\*\*)?\s*(?:not|never)\b", re.IGNORECASE)
+_CLAUSE_BREAK = re.compile(r"[;,]|\bbut\b|\brather\b|\binstead\b", re.IGNORECASE)
+
+
 def _answer_from_line(segment: str) -> str | None:
-    """The answer in the text that follows an answer marker (up to the end of line)."""
+    """The answer in the text that follows an answer marker (up to the end of line).
+
+    A negated marker ("The answer is not 5; it is 7") names no answer itself: the answer
+    is the complement of a copula in the clause after it, else ``None``.
+    """
+    if _NEGATED.match(segment):
+        parts = _CLAUSE_BREAK.split(segment, maxsplit=1)
+        rest = _first_sentence(parts[1]) if len(parts) > 1 else ""
+        return _copula_answer(rest) if rest.strip() else None
     span = _span_answer(segment)
     if span is not None:
         return span
@@ -399,16 +412,32 @@ _FILLER = re.compile(
 )
 
 
+# A conclusion inside a sentence: "3 boxes of 4 apples, so there are 12 apples".
+_CONCLUSION = re.compile(
+    r"\b(?:so|thus|therefore|hence|consequently|in\s+total|altogether|overall|finally)\b", re.IGNORECASE
+)
+
+
 def _copula_answer(sentence: str) -> str | None:
     """The complement of the first copula of a prose sentence that is an answer.
 
-    Copulas inside math are ignored ("the sequence \\(a_{n+1} = ...\\) is 3" reads 3). The
-    complement is the math that follows the copula after filler words ("is given by the
-    formula", "is always", "is equal to"), as a ``$...$``/``\\(...\\)`` span or a run of
-    plain-text math; a copula followed by prose ("is achieved when a = b") is skipped.
+    When the sentence draws a conclusion ("3 boxes of 4 apples each, so there are 12
+    apples"), copulas after its last conclusion word ("so", "thus", "therefore", "hence",
+    "in total") come first. Copulas inside math are ignored ("the sequence
+    \\(a_{n+1} = ...\\) is 3" reads 3). The complement is the math that follows the copula
+    after filler words ("is given by the formula", "is always", "is equal to"), as a
+    ``$...$``/``\\(...\\)`` span or a run of plain-text math; a copula followed by prose
+    ("is achieved when a = b") is skipped.
     """
     masked = _MATH_SPAN.sub(lambda m: "\x00" * (m.end() - m.start()), sentence)
-    for cop in _COPULA.finditer(masked):
+    copulas = list(_COPULA.finditer(masked))
+    conclusions = list(_CONCLUSION.finditer(masked))
+    for conclusion in reversed(conclusions):
+        after = [c for c in copulas if c.start() >= conclusion.end()]
+        if after:
+            copulas = after + [c for c in copulas if c not in after]
+            break
+    for cop in copulas:
         start = _FILLER.match(sentence, cop.end()).end()
         span = _MATH_SPAN.match(sentence, start)
         if span is not None:
@@ -531,6 +560,9 @@ def _mixed_number(m: re.Match[str]) -> str:
     return f"({whole}+\\frac{{{num}}}{{{den}}})"
 
 
+# Scientific e-notation "3e-5", "1.5E+8" (a number right before e and the exponent digits;
+# "2e" or "2e - 1" stays Euler's number).
+_E_NOTATION = re.compile(r"(?<![\w.\\^{])(\d+(?:\.\d+)?)[eE]([-+]?\d+)(?![\w.])")
 _LATEX_MIXED = re.compile(r"(?<![\w.^_}\\])(?P<whole>\d+)\s*\\frac\s*\{(?P<num>\d+)\}\s*\{(?P<den>\d+)\}")
 _LATEX_MIXED_SHORT = re.compile(r"(?<![\w.^_}\\])(?P<whole>\d+)\s*\\frac(?P<num>\d)(?P<den>\d)(?!\d)")
 _PLAIN_MIXED = re.compile(r"(?<![\w.^_/*}])(?P<whole>\d+)\s+(?P<num>\d+)\s*/\s*(?P<den>\d+)(?![\d/.])")
@@ -557,6 +589,7 @@ def normalize(answer: str) -> str:
     s = s.replace("\\$", "").replace("$", "")
     if "\\" not in s and "{" not in s and _PLAIN_CALL.search(s):
         s = plain_to_latex(s) or s
+    s = _E_NOTATION.sub(r"\1\\times 10^{\2}", s)
     s = re.sub(r"\\[dt]frac(?![a-zA-Z])", r"\\frac", s)
     s = re.sub(r"\\displaystyle(?![a-zA-Z])", "", s)
     s = re.sub(r"\\(?:left|right)\s*\.|\\(?:left|right|[bB]igg?[lr]?)(?![a-zA-Z])", "", s)
@@ -729,6 +762,33 @@ def confirm_equal(gold: sympy.Basic, pred: sympy.Basic) -> bool | None:
     return None
 
 
+def _solution_set(x: object) -> sympy.Set | None:
+    """The set an inequality in one variable describes (``0 \\le x < 1`` -> ``[0, 1)``);
+    an interval or union as itself; else ``None``."""
+    if isinstance(x, sympy.Set) and not isinstance(x, sympy.FiniteSet):
+        return x
+    relational = isinstance(x, (sympy.core.relational.Relational, sympy.And, sympy.Or))
+    if relational and not isinstance(x, sympy.Eq) and len(x.free_symbols) == 1:
+        try:
+            return x.as_set()
+        except Exception:  # noqa: BLE001 - sympy cannot solve every relation
+            return None
+    return None
+
+
+def _same_solution_set(golds: tuple, preds: list) -> bool:
+    """An interval gold answered by an inequality (``[2,5]`` vs ``2 \\le x \\le 5``) or the
+    reverse: math-verify compares these in one direction only."""
+    for g in golds:
+        for p in preds:
+            if isinstance(g, sympy.Set) == isinstance(p, sympy.Set):
+                continue  # both intervals or both relations: math-verify has decided
+            g_set, p_set = _solution_set(g), _solution_set(p)
+            if g_set is not None and p_set is not None and g_set == p_set:
+                return True
+    return False
+
+
 def _compare(golds: tuple, preds: list) -> tuple[float | None, str]:
     """Score and reason for parsed gold/answer candidates (math-verify + exact check)."""
     error: Exception | None = None
@@ -750,6 +810,8 @@ def _compare(golds: tuple, preds: list) -> tuple[float | None, str]:
             return 1.0, "equal"
     if inexact:
         return 0.0, "not equal (exact check; math-verify's tolerance said equal)"
+    if _same_solution_set(golds, preds):
+        return 1.0, "equal (inequality read as an interval)"
     if error is not None:
         return None, f"error: {type(error).__name__}: {error}"[:300]
     if not _has_sympy(list(golds)):

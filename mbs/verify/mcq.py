@@ -27,11 +27,25 @@ __all__ = ["extract_choice", "grade_mcq", "parse_option"]
 LETTERS = "ABCDEFGHIJ"
 
 _THINK_END = "</think>"
+# Explicit final-answer markers ("strong"): the last one that names an option wins.
 _MARKER = re.compile(
-    r"(?:\bfinal\s+answer|\banswer|\bchoice|\boption)\s*(?:\*\*|__)?\s*[:：]"
-    r"|\b(?:answer|option|choice)\s+(?:is|(?:would|should|must|will)\s+be)\b\s*:?"
-    r"|\b(?:i\s+(?:choose|pick|select)|i\s+would\s+(?:choose|pick|select))\b\s*:?"
+    r"(?:\bfinal\s+answer|\banswer|\bfinal)\s*(?:\*\*|__)?\s*(?:[:：]|\s[-–—](?=\s))"
+    r"|\banswer\s+(?:is|(?:would|should|must|will)\s+be)\b\s*:?"
+    r"|\b(?:correct|right|best|final)\s+(?:option|choice)\s+(?:is|(?:would|should|must|will)\s+be)\b\s*:?"
+    r"|\bi\s+(?:would\s+|will\s+)?(?:choose|pick|select|go\s+with)\b\s*:?"
     r"|\#\#\#\#",
+    re.IGNORECASE,
+)
+# Weaker markers, used only when no strong one names an option ("Option: C", "the option is C").
+_WEAK_MARKER = re.compile(r"\b(?:option|choice)\s*(?:[:：]|\s+is\b|\s+(?:would|should|must|will)\s+be\b)", re.I)
+# An option named before its verdict: "Option B is correct", "(B) is the right answer".
+_VERDICT = re.compile(
+    r"(?:\b(?:option|choice)\s+)?(?<![A-Za-z0-9\\'’])\(?([A-J])\)?(?![A-Za-z0-9'’])\s+is\s+(?:the\s+)?"
+    r"(?:correct|right|best|true)\b"
+)
+# A marker that introduces another option, not the final one ("Common wrong answer: D").
+_NOT_FINAL = re.compile(
+    r"\b(?:other|wrong|incorrect|distractors?|alternative|tempting|common|another|tricky|trap)\b[^.,;:\n]*$",
     re.IGNORECASE,
 )
 # A single letter standing alone: not inside a word, a contraction ("Don't") or a command.
@@ -41,9 +55,32 @@ _NEGATION = re.compile(
     r"[\s(*$]*(?:option|choice)?[\s(*$]*$",
     re.IGNORECASE,
 )
+# After a letter: the option is rejected ("D is wrong", "B fails").
+_REJECTED = re.compile(
+    r"\)?\s+(?:is|are|was|seems|looks)\s+(?:also\s+)?(?:incorrect|wrong|false|invalid|not\b|impossible)"
+    r"|\)?\s+(?:fails|violates|cannot|can['’]t|doesn['’]t|does\s+not)\b",
+    re.IGNORECASE,
+)
+# Words that may stand between an answer marker and its letter ("Answer: I think it's C").
+_FILLER_WORDS = frozenset(
+    """it is it's its i i'm think believe guess would will should must be say probably likely definitely
+    clearly certainly surely option choice letter the correct right best one therefore so thus hence then
+    final answer my go with am that that's this to choose pick select maybe perhaps going here
+    a an""".split()
+)
+_NEGATORS = frozenset("not never neither nor".split())
+_CLAUSE_WORDS = frozenset("but rather instead".split())
+# Words after "I" that make it option I, not the pronoun ("The answer is I because ...").
+_AFTER_OPTION_I = frozenset("because since as which for given and or so".split())
+_TOKENS = re.compile(r"[A-Za-z]+(?:['’][A-Za-z]+)?|[,;]|\S")
 _WRAPPERS = re.compile(r"^[\s(\[{*$_]*$")
 _TEXT_COMMAND = re.compile(r"\\(?:text|textbf|textrm|mathrm|mathbf|mathit|mbox|operatorname)\s*\{([^{}]*)\}")
-_OPTION_START = re.compile(r"\s*(?:\*\*|__)?\s*\(([A-J])\)|\s*(?:\*\*|__)?([A-J])(?:[.):]|\*\*)(?!\w)")
+_OPTION_START = re.compile(
+    r"\s*(?:\*\*|__)?\s*\(([A-Ja-j])\)|\s*(?:\*\*|__)?([A-J])(?:[.):]|\*\*)(?!\w)|\s*([a-j])\)(?!\w)"
+)
+_OPTION_LINE = re.compile(r"^\s*(?:\*\*|__)?\s*(?:\(?[A-Ja-j]\)|[A-J][.:])\s*\S", re.MULTILINE)
+_MATH = re.compile(r"\$\$.+?\$\$|\$.+?\$|\\\(.+?\\\)|\\\[.+?\\\]", re.DOTALL)
+_SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
 
 
 def _unwrap(text: str) -> str:
@@ -70,48 +107,160 @@ def parse_option(text: str, n_options: int = 10) -> str | None:
     return letter.upper() if len(letter) == 1 and letter.upper() in LETTERS[:n_options] else None
 
 
+def _echoed_option(text: str, n_options: int) -> str | None:
+    """The letter of a text that starts as one option with its text (``(C) 60 degrees``,
+    ``c) 60``, ``C. 60^\\circ``); ``None`` for an echoed list of several options."""
+    if len(_OPTION_LINE.findall(text)) > 1:
+        return None
+    m = _OPTION_START.match(text)
+    letter = next((g for g in m.groups() if g), None) if m else None
+    return letter.upper() if letter and letter.upper() in LETTERS[:n_options] else None
+
+
 def _letter_after_marker(segment: str, letters: str) -> str | None:
-    """The option named right after an answer marker (``segment`` = rest of that line)."""
-    for m in _LETTER.finditer(segment):
-        letter = m.group(1)
-        before, after = segment[: m.start()], segment[m.end() :]
-        first = bool(_WRAPPERS.match(before))
-        wrapped = bool(re.search(r"[(*{$\[]\s*$", before)) or bool(re.match(r"\s*[)*}\]]", after))
-        followed_by_word = bool(re.match(r"\s+[a-z]", after))
-        if letter.islower():
-            # "answer: c" counts; "a car" (article) and letters inside prose do not.
-            if first and not re.match(r"\s*[)*}\]$]*\s*[A-Za-z]", after) and letter.upper() in letters:
-                return letter.upper()
-            continue
-        if letter not in letters or _NEGATION.search(before):
-            continue
-        if letter in "AI" and followed_by_word and not wrapped and (letter == "I" or not first):
-            continue  # pronoun "I ...", article "A ..."
-        return letter
+    """The option an answer marker names (``segment`` = the rest of its line).
+
+    Only filler words ("it is", "I think", "option", "the correct one") may stand between
+    the marker and the letter; a negated letter ("not B") is skipped until a clause break
+    ("not B, the answer is D", "not A but E"); any other word ends the search. "I"
+    followed by a word is the pronoun unless the word is "because", "since", ...; a
+    lower-case letter counts only when nothing but punctuation follows it ("answer: c").
+    """
+    tokens = [(m.group(), m.start(), m.end()) for m in _TOKENS.finditer(segment)]
+    negated = False
+    for k, (tok, _, end) in enumerate(tokens):
+        nxt = tokens[k + 1][0] if k + 1 < len(tokens) else ""
+        low = tok.lower()
+        if len(tok) == 1 and tok.isalpha():
+            if negated:
+                continue
+            if tok.isupper():
+                if tok == "I" and nxt[:1].isalpha() and nxt.lower() not in _AFTER_OPTION_I:
+                    continue  # the pronoun: "Answer: I think c"
+                return tok if tok in letters else None
+            if not nxt[:1].isalpha():
+                return tok.upper() if tok.upper() in letters else None
+            if low == "a":
+                continue  # the article: "answer: a car ..." reaches "car" and stops
+            return None
+        if tok in (",", ";") or low in _CLAUSE_WORDS:
+            negated = False
+        elif low in _NEGATORS or low.endswith(("n't", "n’t")):
+            negated = True
+        elif tok[0].isalpha() and low not in _FILLER_WORDS:
+            return None
     return None
+
+
+def _strong_choices(text: str, letters: str) -> list[tuple[int, str, str]]:
+    """``(position, letter, source)`` of every explicit final choice in ``text``."""
+    found = []
+    for marker in _MARKER.finditer(text):
+        clause = text[text.rfind("\n", 0, marker.start()) + 1 : marker.start()]
+        if _NOT_FINAL.search(clause):
+            continue
+        letter = _letter_after_marker(line_after(text, marker.end()), letters)
+        if letter:
+            found.append((marker.start(), letter, "answer line"))
+    for m in _VERDICT.finditer(text):
+        if m.group(1) in letters and not _NEGATION.search(text[: m.start()]):
+            found.append((m.start(), m.group(1), "answer line"))
+    for m in _BOXES.finditer(text):
+        contents = boxed_contents(text[m.start() :])
+        letter = parse_option(contents[0] or "", len(letters)) if contents else None
+        if letter is None and contents and contents[0]:
+            letter = _echoed_option(_unwrap_text(contents[0]), len(letters))
+        if letter:
+            found.append((m.start(), letter, "boxed"))
+    return found
+
+
+_BOXES = re.compile(r"\\(?:boxed|fbox)(?![a-zA-Z])")
+
+
+def _unwrap_text(content: str) -> str:
+    prev = None
+    while prev != content:
+        prev = content
+        content = _TEXT_COMMAND.sub(r"\1", content)
+    return content.replace("$", "")
+
+
+def _mask_boxes(text: str) -> str:
+    """``text`` with every ``\\boxed{...}`` (balanced braces) replaced by a space."""
+    out, i = [], 0
+    for m in _BOXES.finditer(text):
+        if m.start() < i:
+            continue
+        j, depth = m.end(), 0
+        while j < len(text) and text[j].isspace():
+            j += 1
+        if not text.startswith("{", j):
+            continue  # "\\boxed 5": nothing braced to mask
+        while j < len(text):
+            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            j += 1
+            if depth == 0 and text[j - 1] == "}":
+                break
+        out.append(text[i : m.start()] + " ")
+        i = j
+    out.append(text[i:])
+    return "".join(out)
+
+
+def _last_sentence_letter(text: str, letters: str) -> str | None:
+    """The one option letter standing alone in the last sentence ("Hence C.",
+    "Therefore, (C).", "I don't know for sure, but C."), outside math, not negated or
+    rejected, not the pronoun "I" or the article "A"; ``None`` if there is not exactly one."""
+    masked = _mask_boxes(_MATH.sub(" ", text))
+    sentences = [s for s in _SENTENCE.findall(masked) if s.strip()]
+    if not sentences:
+        return None
+    last = sentences[-1]
+    if _OPTION_LINE.match(last) and len(_OPTION_LINE.findall(text)) > 1:
+        return None  # the last line of an echoed option list
+    chosen = set()
+    for m in _LETTER.finditer(last):
+        letter = m.group(1)
+        after = last[m.end() :]
+        wrapped = last[max(0, m.start() - 1) : m.start()] == "(" and after.startswith(")")
+        if letter.islower() and not wrapped:
+            continue
+        letter = letter.upper()
+        if letter not in letters or _NEGATION.search(last[: m.start()]) or _REJECTED.match(after):
+            continue
+        if letter in "AI" and not wrapped and re.match(r"\s+[A-Za-z]", after):
+            continue  # pronoun "I ...", article "A ..."
+        chosen.add(letter)
+    return chosen.pop() if len(chosen) == 1 else None
 
 
 def _choice(text: str, n_options: int) -> tuple[str, str] | None:
-    """``(letter, source)`` of the final choice, or ``None``."""
+    """``(letter, source)`` of the final choice, or ``None``.
+
+    In order: the last explicit choice (answer marker, ``\\boxed{}`` letter, "B is
+    correct"); else the last weak marker ("the option is C"); else a response that is
+    one option with its text; else the one letter of the last sentence.
+    """
     letters = LETTERS[:n_options]
     text = cut_runon(text.rsplit(_THINK_END, 1)[-1], _MARKER)
-    for marker in reversed(list(_MARKER.finditer(text))):
-        segment = line_after(text, marker.end())
-        letter = _letter_after_marker(segment, letters)
+    strong = _strong_choices(text, letters)
+    if strong:
+        _, letter, source = max(strong)
+        return letter, source
+    for marker in reversed(list(_WEAK_MARKER.finditer(text))):
+        clause = text[text.rfind("\n", 0, marker.start()) + 1 : marker.start()]
+        letter = None if _NOT_FINAL.search(clause) else _letter_after_marker(line_after(text, marker.end()), letters)
         if letter:
             return letter, "answer line"
-    for content in reversed(boxed_contents(text)):
-        letter = parse_option(content or "", n_options)
-        if letter:
-            return letter, "boxed"
     stripped = text.strip()
-    m = _OPTION_START.match(stripped)
-    letter = next((g for g in m.groups() if g), None) if m else None
+    letter = _echoed_option(stripped, n_options)
     if letter is None and len(stripped) <= 24:
         letter = parse_option(stripped, n_options)
-    if letter and letter in letters:
+    if letter:
         return letter, "option echo"
-    return None
+    letter = _last_sentence_letter(text, letters)
+    return (letter, "last sentence") if letter else None
 
 
 def extract_choice(text: str, n_options: int = 10) -> str | None:

@@ -62,3 +62,27 @@ def test_crash_case_does_not_raise_and_is_not_correct():
 def pool():
     with GradingPool(workers=1, timeout_s=TIMEOUT_S) as p:
         yield p
+
+
+# Cases of the same kinds written for this project (extraction order, brace matching,
+# tuple fusion, interval openness, tiny values, letters read from words): 225 responses,
+# each graded as a careful human grader would.
+MORE = [
+    json.loads(line)
+    for line in (Path(__file__).parents[1] / "data" / "grading_cases_same_kinds.jsonl").read_text().splitlines()
+    if line.strip()
+]
+
+
+def test_same_kind_file_covers_every_fault_kind():
+    assert len(MORE) == len({c["id"] for c in MORE}) >= 200
+    assert sum(not c["expected"] for c in MORE) >= 50  # wrong answers that must not pass
+
+
+@pytest.mark.parametrize("case", MORE, ids=[c["id"] for c in MORE])
+def test_same_kind_case(case, pool):
+    if case["kind"] == "hang":  # through the pool, so a regression fails instead of hanging
+        g = pool.submit(case["response"], case["gold"], "auto").result()
+    else:
+        g = grade(case["response"], case["gold"], verifier="auto")
+    assert (g.score == 1.0) == case["expected"], g
