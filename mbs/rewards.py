@@ -16,8 +16,9 @@ trains on it.
 
 Every call has a hard timeout: gradings run in a lazily created module-level
 :class:`~mbs.verify.pool.GradingPool` (one per process; recreated after a fork). Its size
-and limit come from the environment: ``MBS_REWARD_WORKERS`` (default 1; ``0`` grades
-in-process without a timeout) and ``MBS_REWARD_TIMEOUT_S`` (default 5.0 seconds).
+and limits come from the environment: ``MBS_REWARD_WORKERS`` (default 1; ``0`` grades
+in-process without a timeout), ``MBS_REWARD_TIMEOUT_S`` (CPU seconds per grading, default
+5.0) and ``MBS_REWARD_WALL_TIMEOUT_S`` (wall-clock seconds, default 4 x the CPU limit).
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ def _shared_pool() -> GradingPool:
             _pool = GradingPool(
                 workers=int(os.environ.get("MBS_REWARD_WORKERS", "1")),
                 timeout_s=float(os.environ.get("MBS_REWARD_TIMEOUT_S", "5.0")),
+                wall_timeout_s=float(os.environ["MBS_REWARD_WALL_TIMEOUT_S"])
+                if os.environ.get("MBS_REWARD_WALL_TIMEOUT_S")
+                else None,
             )
             _pool_pid = os.getpid()
         return _pool

@@ -246,7 +246,7 @@ def run(cfg: DictConfig) -> Path:
     stats: Counter = Counter()
     backends: dict[str, Any] = {}
     t1 = time.perf_counter()
-    with GradingPool(workers=int(cfg.verifier.workers), timeout_s=float(cfg.verifier.timeout_s)) as pool, shard, cond_shard:
+    with GradingPool.from_config(cfg.verifier) as pool, shard, cond_shard:
         writer = RolloutWriter(pool, shard, done)
         cond_writer = RolloutWriter(pool, cond_shard, cond_done)
         try:

@@ -110,7 +110,7 @@ def run(cfg: DictConfig) -> Path:
     resumed = len(done)
     backends: dict[str, dict[str, Any]] = {}
     t1 = time.perf_counter()
-    with GradingPool(workers=int(cfg.verifier.workers), timeout_s=float(cfg.verifier.timeout_s)) as pool, shard:
+    with GradingPool.from_config(cfg.verifier) as pool, shard:
         writer = RolloutWriter(pool, shard, done)
         try:
             for model in models:

@@ -857,7 +857,7 @@ def run_method(cfg: DictConfig, out: RunDir, seeds: list[Problem], grower: Synth
         log.info("seed %s: %s, %d qualified problem(s)", todo[i].id, nodes[0].status, len(problems))
 
     t0 = time.perf_counter()
-    with GradingPool(workers=int(cfg.verifier.workers), timeout_s=float(cfg.verifier.timeout_s)) as pool, shard:
+    with GradingPool.from_config(cfg.verifier) as pool, shard:
         writer = RolloutWriter(pool, shard, done)
         engine = Engine(cfg, pool, writer)
         try:

@@ -344,7 +344,7 @@ def difficulty_filter(
     backend = build_backend(policy.backend, cfg.paths.cache_dir)
     before = backend.stats.as_dict()
     es = {"enabled": bool(cfg.synth.early_stop), "batch": int(cfg.synth.early_stop_batch), "decision": "band", "alpha": 0.5}
-    with GradingPool(workers=int(cfg.verifier.workers), timeout_s=float(cfg.verifier.timeout_s)) as pool, shard:
+    with GradingPool.from_config(cfg.verifier) as pool, shard:
         writer = RolloutWriter(pool, shard, done)
         try:
             drawn = draw(

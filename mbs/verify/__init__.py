@@ -14,7 +14,8 @@ the ground truth (:func:`detect_verifier`). Any importable function can be used 
 an import path ``"pkg.module:function"``.
 
 :func:`grade` runs in-process without a timeout; pipelines grade model output through
-:class:`mbs.verify.pool.GradingPool`, which adds a hard wall-clock timeout per grading.
+:class:`mbs.verify.pool.GradingPool`, which adds a CPU-time limit and a hard wall-clock
+timeout per grading.
 """
 
 from __future__ import annotations
@@ -165,8 +166,8 @@ def grade(response: str, ground_truth: str, verifier: str = "math") -> Grade:
     """Grade one response in this process, with no timeout.
 
     Never raises on model output: any exception inside the verifier becomes
-    ``Grade(None, None, "error: ...")``. Use :class:`mbs.verify.pool.GradingPool` for a
-    hard wall-clock timeout (sympy can hang on inputs such as ``5^{5^{5^{5^5}}}``).
+    ``Grade(None, None, "error: ...")``. Use :class:`mbs.verify.pool.GradingPool` for
+    hard time limits (sympy can hang on inputs such as ``5^{5^{5^{5^5}}}``).
 
     Args:
         response: The model's full response text.

@@ -2,17 +2,22 @@
 
 :func:`extract_choice` reads the final choice in priority order:
 
-1. the last explicit final-answer marker that names an option (``Answer: (C)``,
-   ``ANSWER: **A**``, ``Answer: $B``, ``answer: c``, ``The correct option is D``);
-2. the last ``\\boxed{}`` that holds a bare letter (``\\boxed{B}``, ``\\boxed{\\text{E}}``;
-   ``\\boxed{\\Delta E}`` is not a letter);
-3. a response that *is* an option, echoed with its text (``(C) 60 degrees``).
+1. the last explicit choice: an answer marker that names an option (``Answer: (C)``,
+   ``ANSWER: **A**``, ``Answer: $B``, ``answer: I think c``, ``Final: B``, ``The correct
+   option is D``, ``I choose B``), a ``\\boxed{}`` that holds a letter (``\\boxed{B}``,
+   ``\\boxed{\\text{E}}``, ``\\boxed{\\text{C. } 60^\\circ}``; ``\\boxed{\\Delta E}`` is not a
+   letter), or a verdict (``Option B is correct``, ``B is the correct answer``);
+2. the last weaker marker (``the option is C``);
+3. a response that *is* one option, echoed with its text (``(C) 60 degrees``, ``c) 60``);
+   an echoed list of several options is no choice;
+4. the one option letter standing alone in the last sentence (``Hence C.``).
 
 Letters are never read out of words ("Don't" is not D), the pronoun "I" ("because I
 computed", "I cannot determine") is not option I and the article "a" is not A; options
-mentioned after the final answer ("Note that option D ...") or negated before it
-("It is not B, the answer is D") are not the choice. Letters beyond the number of options
-are not options. A response that picks no option scores 0.0 (it is wrong, not ungradable).
+mentioned after the final answer ("Note that option D ...", "The only other option is
+D", "Common wrong answer: D") or negated ("It is not B, the answer is D") are not the
+choice. Letters beyond the number of options are not options. A response that picks no
+option scores 0.0 (it is wrong, not ungradable).
 """
 
 from __future__ import annotations

@@ -3,9 +3,19 @@
 sympy can run for hours on some answers (``5^{5^{5^{5^5}}}`` is evaluated as an integer)
 and math-verify's own ``signal.alarm`` timeouts neither work off the main thread nor
 interrupt long C-level arithmetic. :class:`GradingPool` therefore grades in ``pebble``
-worker processes: a grading that runs past ``timeout_s`` has its worker killed and
-replaced, and resolves to ``Grade(None, None, "timeout after 5.0s")``. The caller is never
-killed or stalled; a hung grading costs about ``timeout_s`` of one worker.
+worker processes, with two limits enforced from outside the grading code:
+
+* a CPU-time limit of ``timeout_s`` per grading, set with ``setitimer(ITIMER_PROF)``
+  before each grading: the kernel ends the worker (``SIGPROF``, default action) even
+  inside one long C call. CPU time does not depend on how loaded the machine is, so the
+  same answer gets the same verdict in a quiet single run and in a busy SLURM array;
+* a hard wall-clock limit of ``wall_timeout_s`` (default ``4 x timeout_s``), enforced by
+  the parent, for a grading that blocks without using CPU (and on systems without
+  ``ITIMER_PROF``, where it is the only limit).
+
+Either way the worker is replaced and the grading resolves to
+``Grade(None, None, "timeout after 5.0s")``. The caller is never killed or stalled; a
+hung grading costs about ``timeout_s`` of one worker on an idle machine.
 
 Workers are forked from a ``forkserver`` that has already imported sympy and
 math-verify (``set_forkserver_preload``), so a replacement worker starts in milliseconds,
@@ -60,21 +70,44 @@ class GradingPoolError(RuntimeError):
 _progress = None
 
 
-def _init_worker(progress) -> None:
-    """Worker initializer: keep the progress array; let SIGTERM kill at once.
+#: Whether the kernel can limit a worker's CPU time per grading (POSIX ``ITIMER_PROF``).
+CPU_LIMIT = hasattr(signal, "setitimer") and hasattr(signal, "SIGPROF")
+# Worker side: CPU seconds one grading may use (0: no CPU limit).
+_cpu_limit_s = 0.0
+
+
+def _init_worker(progress, cpu_limit_s: float = 0.0) -> None:
+    """Worker initializer: keep the progress array and CPU limit; let SIGTERM and SIGPROF kill.
 
     pebble installs a Python-level SIGTERM handler, which cannot run while sympy is
     inside one long C call (a huge integer power); the default action ends the worker
     immediately, so a timed-out worker is replaced without pebble's 3 s SIGKILL grace.
+    ``SIGPROF``'s default action likewise ends the worker when a grading has used its CPU
+    time (:func:`_limited_grade`).
     """
-    global _progress
+    global _progress, _cpu_limit_s
     _progress = progress
+    _cpu_limit_s = cpu_limit_s if CPU_LIMIT else 0.0
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if CPU_LIMIT:
+        signal.signal(signal.SIGPROF, signal.SIG_DFL)
+
+
+def _limited_grade(item: Item) -> Grade:
+    """Grade one item with the worker's CPU-time limit armed (the kernel sends
+    ``SIGPROF`` after ``_cpu_limit_s`` CPU seconds, which ends the worker)."""
+    if not _cpu_limit_s:
+        return grade(*item)
+    signal.setitimer(signal.ITIMER_PROF, _cpu_limit_s)
+    try:
+        return grade(*item)
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
 
 
 def _grade_task(response: str, ground_truth: str, verifier: str) -> Grade:
     """Worker entry point for one grading (module level: pickles by reference)."""
-    return grade(response, ground_truth, verifier)
+    return _limited_grade((response, ground_truth, verifier))
 
 
 def _grade_chunk(chunk_id: int, items: list[Item], budget_s: float) -> list[Grade]:
@@ -92,8 +125,13 @@ def _grade_chunk(chunk_id: int, items: list[Item], budget_s: float) -> list[Grad
             break
         if _progress is not None:
             _progress[slot], _progress[slot + 1] = chunk_id, i
-        out.append(grade(*item))
+        out.append(_limited_grade(item))
     return out
+
+
+def _cpu_exhausted(exc: BaseException) -> bool:
+    """Whether a worker was ended by its CPU-time limit (``SIGPROF``)."""
+    return CPU_LIMIT and isinstance(exc, ProcessExpired) and exc.exitcode == -signal.SIGPROF
 
 
 def _mp_context() -> multiprocessing.context.BaseContext:
@@ -107,16 +145,18 @@ def _mp_context() -> multiprocessing.context.BaseContext:
 class GradingPool:
     """Grades in worker processes with a hard wall-clock timeout per grading.
 
-    Timeout semantics: every grading gets at least ``timeout_s`` seconds of wall-clock
-    time on a worker (queueing time is not counted) and a grading still running after
-    that resolves to a timeout Grade; nothing else is ever lost or reported as a timeout.
+    Timeout semantics: every grading may use ``timeout_s`` seconds of CPU time and at
+    least ``wall_timeout_s`` seconds of wall-clock time on a worker (queueing time is
+    not counted); a grading that exceeds either resolves to a timeout Grade; nothing
+    else is ever lost or reported as a timeout. Where the kernel cannot limit CPU time
+    (no ``ITIMER_PROF``), ``timeout_s`` is the wall-clock limit.
 
     * :meth:`submit` sends one grading as one pebble task with ``timeout=timeout_s``.
     * :meth:`map` sends small chunks (up to :data:`MAX_CHUNK` items) to cut per-task IPC
       cost. A chunk stops starting new items once it has run ``budget_s``
       (``min(0.05, timeout_s / 20)`` seconds) and returns; items it did not reach are sent
       again. So each item starts at most ``budget_s`` after its chunk, and the chunk's
-      pebble timeout is ``timeout_s + budget_s``. When a chunk is killed, a shared-memory
+      pebble timeout is ``wall_timeout_s + budget_s``. When a chunk is killed, a shared-memory
       progress slot tells which item was running: that item (which has run for at least
       ``timeout_s``) resolves to a timeout Grade; the others are sent again. Without a
       readable slot every item of the chunk is retried as its own task.
@@ -125,19 +165,27 @@ class GradingPool:
         workers: Number of worker processes. ``0`` grades in the calling process with no
             timeout (for debugging: breakpoints and tracebacks work, and a hanging input
             hangs the caller).
-        timeout_s: Wall-clock limit per grading, in seconds.
+        timeout_s: CPU-time limit per grading, in seconds (the wall-clock limit where
+            CPU time cannot be limited).
+        wall_timeout_s: Hard wall-clock limit per grading, in seconds; ``None`` means
+            ``4 x timeout_s`` (room for a loaded machine), or ``timeout_s`` without a
+            CPU limit.
 
     Raises:
-        ValueError: If ``workers < 0`` or ``timeout_s <= 0``.
+        ValueError: If ``workers < 0``, ``timeout_s <= 0`` or ``wall_timeout_s < timeout_s``.
     """
 
-    def __init__(self, workers: int = 2, timeout_s: float = 5.0):
+    def __init__(self, workers: int = 2, timeout_s: float = 5.0, wall_timeout_s: float | None = None):
         if workers < 0:
             raise ValueError(f"workers must be >= 0, got {workers}")
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        if wall_timeout_s is not None and wall_timeout_s < timeout_s:
+            raise ValueError(f"wall_timeout_s ({wall_timeout_s}) must be >= timeout_s ({timeout_s})")
         self.workers = workers
         self.timeout_s = float(timeout_s)
+        default_wall = 4 * self.timeout_s if CPU_LIMIT else self.timeout_s
+        self.wall_timeout_s = float(wall_timeout_s) if wall_timeout_s is not None else default_wall
         self.budget_s = min(0.05, self.timeout_s / 20)
         self._closed = False
         self._chunk_ids = itertools.count(1)
@@ -147,9 +195,20 @@ class GradingPool:
             self._pool = ProcessPool(
                 max_workers=workers,
                 initializer=_init_worker,
-                initargs=(self._progress,),
+                initargs=(self._progress, self.timeout_s),
                 context=_mp_context(),
             )
+
+    @classmethod
+    def from_config(cls, verifier_cfg) -> GradingPool:
+        """A pool from the ``verifier`` config group (``workers``, ``timeout_s``,
+        ``wall_timeout_s``; see ``conf/verifier/default.yaml``)."""
+        wall = verifier_cfg.get("wall_timeout_s")
+        return cls(
+            workers=int(verifier_cfg.workers),
+            timeout_s=float(verifier_cfg.timeout_s),
+            wall_timeout_s=None if wall is None else float(wall),
+        )
 
     def submit(self, response: str, ground_truth: str, verifier: str = "math") -> concurrent.futures.Future:
         """Schedule one grading.
@@ -219,14 +278,14 @@ class GradingPool:
         """
         try:
             if len(pending) == 1:
-                task = self._pool.schedule(_grade_task, args=pending[0][0], timeout=self.timeout_s)
+                task = self._pool.schedule(_grade_task, args=pending[0][0], timeout=self.wall_timeout_s)
                 task.add_done_callback(lambda done: self._single_done(done, pending, retried))
                 return
             chunk_id = next(self._chunk_ids)
             task = self._pool.schedule(
                 _grade_chunk,
                 args=(chunk_id, [item for item, _ in pending], self.budget_s),
-                timeout=self.timeout_s + self.budget_s,
+                timeout=self.wall_timeout_s + self.budget_s,
             )
             task.add_done_callback(lambda done: self._chunk_done(done, chunk_id, pending))
         except Exception as exc:  # noqa: BLE001 - e.g. pool closed or broken while retrying
@@ -238,7 +297,7 @@ class GradingPool:
         try:
             future.set_result(done.result())
         except ProcessExpired as exc:
-            if retried:
+            if retried or _cpu_exhausted(exc):
                 future.set_result(self._failure(exc))
             else:
                 self._schedule(pending, retried=True)
@@ -251,7 +310,7 @@ class GradingPool:
             grades = done.result()
         except (TimeoutError, ProcessExpired) as exc:
             running = self._running_item(chunk_id)
-            if running is None or isinstance(exc, ProcessExpired):
+            if running is None or (isinstance(exc, ProcessExpired) and not _cpu_exhausted(exc)):
                 # unknown which item hung, or the worker died: each gets its own task
                 for one in pending:
                     self._schedule([one])
@@ -283,7 +342,7 @@ class GradingPool:
             future.set_exception(GradingPoolError(f"grading pool failed: {type(exc).__name__}: {exc}"[:300]))
 
     def _failure(self, exc: BaseException) -> Grade:
-        if isinstance(exc, TimeoutError):
+        if isinstance(exc, TimeoutError) or _cpu_exhausted(exc):
             return Grade(None, None, f"timeout after {self.timeout_s}s")
         if isinstance(exc, ProcessExpired):
             return Grade(None, None, f"error: worker died (exit code {exc.exitcode})")

@@ -149,3 +149,39 @@ def test_closed_pool_refuses_work():
 def test_invalid_arguments(kwargs):
     with pytest.raises(ValueError):
         GradingPool(**kwargs)
+
+
+# --- the CPU-time limit and the wall-clock backstop --------------------------------------
+def test_limit_is_cpu_time_so_a_blocked_grading_is_not_cut_at_timeout_s(pool):
+    # 1.6 s of waiting uses no CPU: within timeout_s of CPU and the 4 x timeout_s wall limit.
+    g = pool.submit("1.6", "1", "tests.support.graders:sleeping").result()
+    assert g == Grade(1.0, "1.6", "slept")
+
+
+def test_cpu_hungry_grading_ends_at_its_cpu_limit(pool):
+    start = time.monotonic()
+    g = pool.submit("30", "1", "tests.support.graders:spinning").result()
+    assert g == Grade(None, None, f"timeout after {TIMEOUT_S}s")
+    assert TIMEOUT_S <= time.monotonic() - start < TIMEOUT_S + SLACK_S
+
+
+def test_cpu_limit_holds_inside_a_chunk_and_the_rest_is_graded(pool):
+    items = [("0.01", "1", "tests.support.graders:spinning")] * 40
+    items[7] = ("30", "1", "tests.support.graders:spinning")
+    grades = pool.map(items)
+    assert grades[7] == Grade(None, None, f"timeout after {TIMEOUT_S}s")
+    assert all(g == Grade(1.0, "0.01", "spun") for i, g in enumerate(grades) if i != 7)
+
+
+def test_wall_clock_backstop_ends_a_grading_that_never_uses_cpu():
+    with GradingPool(workers=1, timeout_s=0.5, wall_timeout_s=1.0) as p:
+        start = time.monotonic()
+        g = p.submit("30", "1", "tests.support.graders:sleeping").result()
+        assert g == Grade(None, None, "timeout after 0.5s")
+        assert 1.0 <= time.monotonic() - start < 1.0 + SLACK_S
+
+
+def test_wall_limit_defaults_to_four_times_the_cpu_limit():
+    assert GradingPool(workers=0, timeout_s=2.0).wall_timeout_s == 8.0
+    with pytest.raises(ValueError, match="wall_timeout_s"):
+        GradingPool(workers=0, timeout_s=2.0, wall_timeout_s=1.0)
