@@ -186,7 +186,10 @@ def _strip_currency(text: str) -> str:
             line_end = text.find("\n", i_dollar + 1)
             same_line = close >= 0 and (line_end < 0 or close < line_end)
             money = text[i_dollar + 1 : i_dollar + 2].isdigit() and (
-                not same_line or _PROSE_WORD.search(text, i_dollar + 1, close) is not None
+                not same_line
+                or _PROSE_WORD.search(text, i_dollar + 1, close) is not None
+                or text[close + 1 : close + 2].isdigit()  # "$4 + $8 = $12": amounts, not math
+                or text[close - 1 : close] in "+-=*/×"  # "3 × $4 = $12."
             )
             if money:  # drop the sign, keep the amount
                 i = i_dollar + 1
@@ -448,17 +451,34 @@ def _copula_answer(sentence: str) -> str | None:
     return None
 
 
+_NEGATION = re.compile(r"\b(?:not|never|cannot)\b|n['’]t\b", re.IGNORECASE)
+# A response cut off inside prose: no sentence mark, and it ends on a word ("... 11 seats").
+_CUT_IN_PROSE = re.compile(r"(?<![\\A-Za-z])([A-Za-z]{3,})\s*$")
+
+
 def _last_sentence_math(text: str) -> str | None:
     """Math in the last sentence that holds any: the complement of its copula ("X is 2"),
-    else its last ``$...$``, else its last run of plain-text math."""
+    else its last ``$...$``, else its last run of plain-text math.
+
+    Two guards keep this fallback from rewarding text that states no answer: the response
+    not stop inside prose (a response cut off at the budget, "Consider a row of 11 seats",
+    states no final answer; "The angle is pi/2" does), and a negated sentence ("The answer
+    is not 252") gives none.
+    """
+    cut = _CUT_IN_PROSE.search(text)
+    if cut and cut.group(1).lower() not in _MATH_WORDS:
+        return None
     for sentence in reversed(_sentences(text)):
-        found = _copula_answer(_REMARK.sub("", sentence))
+        clean = _REMARK.sub("", sentence)
+        if _NEGATION.search(_MATH_SPAN.sub(" ", clean)):
+            continue
+        found = _copula_answer(clean)
         if found is not None:
             return found
         span = _span_answer(sentence, last=True)
         if span is not None:
             return span
-        found = _math_from_prose(_REMARK.sub("", sentence), leading=False)
+        found = _math_from_prose(clean, leading=False)
         if found is not None:
             return found
     return None
@@ -560,6 +580,12 @@ def _mixed_number(m: re.Match[str]) -> str:
     return f"({whole}+\\frac{{{num}}}{{{den}}})"
 
 
+_UNIT_WORD = (
+    r"(?:km|cm|mm|nm|m|s|sec|ms|h|hr|hrs|min|g|kg|mg|mL|ml|L|ft|in|yd|mi|mph|lb|lbs|oz|N|J|kJ|W|kW|kWh|V|Hz|Pa|"
+    r"kPa|mol|cal|kcal|units?|degrees?|cm\^?[23]|m\^?[23])"
+)
+# A plain-text unit after a number at the end of an answer: "15 km/h", "9.8 m/s^2", "20 mL".
+_PLAIN_UNIT = re.compile(rf"(?<=\d)\s+{_UNIT_WORD}(?:\^\{{?\d\}}?)?(?:\s*/\s*{_UNIT_WORD}(?:\^\{{?\d\}}?)?)*\s*$")
 # Scientific e-notation "3e-5", "1.5E+8" (a number right before e and the exponent digits;
 # "2e" or "2e - 1" stays Euler's number).
 _E_NOTATION = re.compile(r"(?<![\w.\\^{])(\d+(?:\.\d+)?)[eE]([-+]?\d+)(?![\w.])")
@@ -593,12 +619,13 @@ def normalize(answer: str) -> str:
     s = re.sub(r"\\[dt]frac(?![a-zA-Z])", r"\\frac", s)
     s = re.sub(r"\\displaystyle(?![a-zA-Z])", "", s)
     s = re.sub(r"\\(?:left|right)\s*\.|\\(?:left|right|[bB]igg?[lr]?)(?![a-zA-Z])", "", s)
-    s = re.sub(r"(?<=\d)\\[,!](?=\d{3}(?!\d))", "", s)  # 1\,000 -> 1000
-    s = re.sub(r"\\[,;:! ]|\\q?quad(?![a-zA-Z])|~", " ", s)
+    s = re.sub(r"(?<=\d)(?:\\[,!]|,\\!)(?=\d{3}(?!\d))", "", s)  # 1\,000, 1,\!000 -> 1000
+    s = re.sub(r"(?<!\\)\\[,;:! ]|\\q?quad(?![a-zA-Z])|~", " ", s)  # not the row break "\\ "
     s = re.sub(r"\^\s*\{?\s*\\circ\s*\}?", "", s).replace("\\%", "%")
     s = re.sub(r"\\text\s*\{\s*(?:and|or)\s*\}", ",", s)
     while (t := _TRAILING_UNIT.sub("", s)) != s:
         s = t
+    s = _PLAIN_UNIT.sub("", s)
     s = _sqrt_parens(s)
     s = re.sub(r"(?<![\\A-Za-z])pi(?![A-Za-z])", r"\\pi ", s)
     s = re.sub(r"(?<![\\A-Za-z])(?:infinity|inf)(?![A-Za-z])", r"\\infty ", s)
@@ -767,6 +794,14 @@ def _solution_set(x: object) -> sympy.Set | None:
     an interval or union as itself; else ``None``."""
     if isinstance(x, sympy.Set) and not isinstance(x, sympy.FiniteSet):
         return x
+    if isinstance(x, (sympy.FiniteSet, sympy.Tuple)) and len(x.args) > 1:
+        # "$x < -1$ or $x > 2$" is extracted as a list of inequalities in one variable
+        parts = [_solution_set(a) for a in x.args]
+        symbols = {frozenset(a.free_symbols) for a in x.args}
+        if None not in parts and len(symbols) == 1 and all(isinstance(a, sympy.Basic) for a in x.args):
+            if all(not isinstance(a, sympy.Set) for a in x.args):
+                return sympy.Union(*parts)
+        return None
     relational = isinstance(x, (sympy.core.relational.Relational, sympy.And, sympy.Or))
     if relational and not isinstance(x, sympy.Eq) and len(x.free_symbols) == 1:
         try:
@@ -776,12 +811,17 @@ def _solution_set(x: object) -> sympy.Set | None:
     return None
 
 
+def _is_interval_like(x: object) -> bool:
+    return isinstance(x, sympy.Set) and not isinstance(x, sympy.FiniteSet)
+
+
 def _same_solution_set(golds: tuple, preds: list) -> bool:
-    """An interval gold answered by an inequality (``[2,5]`` vs ``2 \\le x \\le 5``) or the
-    reverse: math-verify compares these in one direction only."""
+    """An interval gold answered by an inequality (``[2,5]`` vs ``2 \\le x \\le 5``, or
+    ``(-\\infty,-1)\\cup(2,\\infty)`` vs ``x < -1 or x > 2``) or the reverse: math-verify
+    compares these in one direction only."""
     for g in golds:
         for p in preds:
-            if isinstance(g, sympy.Set) == isinstance(p, sympy.Set):
+            if _is_interval_like(g) == _is_interval_like(p):
                 continue  # both intervals or both relations: math-verify has decided
             g_set, p_set = _solution_set(g), _solution_set(p)
             if g_set is not None and p_set is not None and g_set == p_set:
@@ -789,8 +829,94 @@ def _same_solution_set(golds: tuple, preds: list) -> bool:
     return False
 
 
+def _percent_equal(golds: tuple, preds: list) -> bool:
+    """``12.5\\%`` against ``12.5`` or ``0.125`` (math-verify accepts the integer case only):
+    the exact check on every reading of a percent."""
+    for g in golds:
+        for p in preds:
+            if not (isinstance(g, sympy.Expr) and isinstance(p, sympy.Expr)):
+                continue
+            if _PERCENT not in getattr(g, "args", ()) and _PERCENT not in getattr(p, "args", ()):
+                continue
+            try:
+                if any(_confirm_numbers(rg, rp) for rg in _readings(g) for rp in _readings(p)):
+                    return True
+            except Exception:  # noqa: BLE001 - sympy internals
+                continue
+    return False
+
+
+#: Largest integer (in decimal digits) :func:`_tower` evaluates; beyond it a power stays
+#: a (base, exponent) pair, so ``2^{2^{2^{2^2}}}`` meets ``2^{65536}`` without a hang.
+_TOWER_DIGITS = 5000
+
+
+def _perfect_power(n: int) -> tuple[int, int]:
+    """``n = r^k`` with the smallest root ``r`` (``9 -> (3, 2)``; ``n >= 2``)."""
+    for k in range(int(n.bit_length()), 1, -1):
+        r = sympy.integer_nthroot(n, k)
+        if r[1] and r[0] > 1:
+            return r[0], k
+    return n, 1
+
+
+def _tower(expr: sympy.Basic) -> tuple | int | None:
+    """An exact value of an integer power expression, evaluated only while small.
+
+    Returns an ``int`` when the value has at most :data:`_TOWER_DIGITS` digits, else
+    ``("pow", r, e)`` meaning ``r^e`` with ``r`` not a perfect power and ``e`` itself a
+    value of this form; ``None`` for anything but integers, sums, products and powers.
+    """
+    if isinstance(expr, sympy.Integer):
+        return int(expr)
+    if isinstance(expr, sympy.Pow):
+        base, exp = _tower(expr.base), _tower(expr.exp)
+        if not isinstance(base, int) or base < 2 or exp is None:
+            return None
+        root, k = _perfect_power(base)
+        if isinstance(exp, int):
+            if exp < 0:
+                return None
+            if exp * len(str(root)) * k <= _TOWER_DIGITS:
+                return base**exp
+            return ("pow", root, exp * k)
+        return ("pow", root, exp if k == 1 else ("mul", k, exp))
+    if isinstance(expr, (sympy.Add, sympy.Mul)):
+        args = [_tower(a) for a in expr.args]
+        if all(isinstance(a, int) for a in args):
+            total = 0 if isinstance(expr, sympy.Add) else 1
+            for a in args:
+                total = total + a if isinstance(expr, sympy.Add) else total * a
+            if len(str(abs(total))) <= _TOWER_DIGITS:
+                return total
+        return None
+    return None
+
+
+def _towers_equal(golds: tuple, preds: list) -> bool | None:
+    """Integer power towers compared as (root, exponent) pairs (``9^{9^9}`` vs
+    ``3^{2 \\cdot 9^9}``), where sympy would evaluate them and hang.
+
+    Returns ``True``/``False`` when gold and answer are both too large to evaluate and
+    both reduce to that form, ``None`` when this comparison does not apply.
+    """
+    verdict = None
+    for g in golds:
+        for p in preds:
+            if isinstance(g, sympy.Pow) and isinstance(p, sympy.Pow):
+                tg, tp = _tower(g), _tower(p)
+                if isinstance(tg, tuple) and isinstance(tp, tuple):
+                    if tg == tp:
+                        return True
+                    verdict = False
+    return verdict
+
+
 def _compare(golds: tuple, preds: list) -> tuple[float | None, str]:
     """Score and reason for parsed gold/answer candidates (math-verify + exact check)."""
+    towers = _towers_equal(golds, preds)
+    if towers is not None:  # decided without evaluating the integers
+        return (1.0, "equal (power towers)") if towers else (0.0, "not equal (power towers)")
     error: Exception | None = None
     inexact = False
     for g in golds:
@@ -812,6 +938,9 @@ def _compare(golds: tuple, preds: list) -> tuple[float | None, str]:
         return 0.0, "not equal (exact check; math-verify's tolerance said equal)"
     if _same_solution_set(golds, preds):
         return 1.0, "equal (inequality read as an interval)"
+    if _percent_equal(golds, preds):
+        return 1.0, "equal (percent)"
+
     if error is not None:
         return None, f"error: {type(error).__name__}: {error}"[:300]
     if not _has_sympy(list(golds)):

@@ -71,12 +71,25 @@ _FILLER_WORDS = frozenset(
     """it is it's its i i'm think believe guess would will should must be say probably likely definitely
     clearly certainly surely option choice letter the correct right best one therefore so thus hence then
     final answer my go with am that that's this to choose pick select maybe perhaps going here
-    a an""".split()
+    actually really indeed now still most a an""".split()
 )
 _NEGATORS = frozenset("not never neither nor".split())
 _CLAUSE_WORDS = frozenset("but rather instead".split())
 # Words after "I" that make it option I, not the pronoun ("The answer is I because ...").
-_AFTER_OPTION_I = frozenset("because since as which for given and or so".split())
+_AFTER_OPTION_I = frozenset("because since as which for given and or so is".split())
+#: ``_choice`` result when one answer names several options ("Answer: B and C").
+SEVERAL = "several"
+_JOINERS = frozenset(", and or / & +".split())
+# A correction after the final answer: "Wait, actually, it's C", "On second thought, B".
+_CORRECTION = re.compile(
+    r"\b(?:wait|actually|on\s+second\s+thought|correction|i\s+made\s+a\s+mistake|i\s+was\s+wrong)\b", re.I
+)
+# A range of options ("A through H", "A to D", "A-D"): named to be dismissed together.
+_RANGE = re.compile(r"(?<![A-Za-z0-9\\'’])[A-J]\s*(?:through|thru|to|-|–)\s*[A-J](?![A-Za-z0-9'’])")
+# An option marked right on its own line: "Option B: 15 - correct."
+_OPTION_VERDICT = re.compile(
+    r"\b(?:option|choice)\s+\(?([A-J])\)?\s*[:.)]([^\n]*?)\b(?:correct|right|true)\b", re.IGNORECASE
+)
 _TOKENS = re.compile(r"[A-Za-z]+(?:['’][A-Za-z]+)?|[,;]|\S")
 _WRAPPERS = re.compile(r"^[\s(\[{*$_]*$")
 _TEXT_COMMAND = re.compile(r"\\(?:text|textbf|textrm|mathrm|mathbf|mathit|mbox|operatorname)\s*\{([^{}]*)\}")
@@ -85,7 +98,9 @@ _OPTION_START = re.compile(
 )
 _OPTION_LINE = re.compile(r"^\s*(?:\*\*|__)?\s*(?:\(?[A-Ja-j]\)|[A-J][.:])\s*\S", re.MULTILINE)
 _MATH = re.compile(r"\$\$.+?\$\$|\$.+?\$|\\\(.+?\\\)|\\\[.+?\\\]", re.DOTALL)
-_SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
+# A sentence: up to ". ", "! ", "? " or a line end ("2.4 J" stays whole).
+_SENTENCE = re.compile(r"(?:[^.!?\n]|[.!?](?=\S))+[.!?]*")
+_CONCLUDES = re.compile(r"\b(?:therefore|thus|hence|so|which\s+leaves|leaving)\b", re.IGNORECASE)
 
 
 def _unwrap(text: str) -> str:
@@ -142,7 +157,9 @@ def _letter_after_marker(segment: str, letters: str) -> str | None:
             if tok.isupper():
                 if tok == "I" and nxt[:1].isalpha() and nxt.lower() not in _AFTER_OPTION_I:
                     continue  # the pronoun: "Answer: I think c"
-                return tok if tok in letters else None
+                if tok not in letters:
+                    return None
+                return SEVERAL if _names_another(tokens[k + 1 :], letters) else tok
             if not nxt[:1].isalpha():
                 return tok.upper() if tok.upper() in letters else None
             if low == "a":
@@ -155,6 +172,13 @@ def _letter_after_marker(segment: str, letters: str) -> str | None:
         elif tok[0].isalpha() and low not in _FILLER_WORDS:
             return None
     return None
+
+
+def _names_another(rest: list[tuple[str, int, int]], letters: str) -> bool:
+    """Whether the tokens after a chosen letter add another option ("B and C", "(A), (C)",
+    "B/C", "B or C")."""
+    words = [t for t, _, _ in rest if t not in "()*$"]
+    return len(words) >= 2 and words[0].lower() in _JOINERS and words[1] in letters and len(words[1]) == 1
 
 
 def _strong_choices(text: str, letters: str) -> list[tuple[int, str, str]]:
@@ -170,6 +194,10 @@ def _strong_choices(text: str, letters: str) -> list[tuple[int, str, str]]:
     for m in _VERDICT.finditer(text):
         if m.group(1) in letters and not _NEGATION.search(text[: m.start()]):
             found.append((m.start(), m.group(1), "answer line"))
+    for m in _OPTION_VERDICT.finditer(text):
+        between = m.group(2)
+        if m.group(1).upper() in letters and not re.search(r"\b(?:not|in)\s*$|n['’]t\s*$", between, re.I):
+            found.append((m.start(), m.group(1).upper(), "answer line"))
     for m in _BOXES.finditer(text):
         contents = boxed_contents(text[m.start() :])
         letter = parse_option(contents[0] or "", len(letters)) if contents else None
@@ -224,17 +252,24 @@ def _last_sentence_letter(text: str, letters: str) -> str | None:
     last = sentences[-1]
     if _OPTION_LINE.match(last) and len(_OPTION_LINE.findall(text)) > 1:
         return None  # the last line of an echoed option list
+    conclusions = list(_CONCLUDES.finditer(last))
+    if conclusions and _LETTER.search(last, conclusions[-1].end()):
+        last = last[conclusions[-1].end() :]  # "Both A and C are incorrect; therefore B."
+    ranges = [(m.start(), m.end()) for m in _RANGE.finditer(last)]
     chosen = set()
     for m in _LETTER.finditer(last):
         letter = m.group(1)
-        after = last[m.end() :]
-        wrapped = last[max(0, m.start() - 1) : m.start()] == "(" and after.startswith(")")
+        before, after = last[: m.start()], last[m.end() :]
+        wrapped = before.endswith("(") and after.startswith(")")
         if letter.islower() and not wrapped:
             continue
         letter = letter.upper()
-        if letter not in letters or _NEGATION.search(last[: m.start()]) or _REJECTED.match(after):
+        if letter not in letters or _NEGATION.search(before) or _REJECTED.match(after):
             continue
-        if letter in "AI" and not wrapped and re.match(r"\s+[A-Za-z]", after):
+        if any(a <= m.start() < b for a, b in ranges) or re.search(r"\d\s*$", before):
+            continue  # a range of options ("A through H"), a unit ("5 A", "2.4 J")
+        next_word = re.match(r"\s+([A-Za-z]+)", after)
+        if letter in "AI" and not wrapped and next_word and next_word.group(1).lower() not in _AFTER_OPTION_I:
             continue  # pronoun "I ...", article "A ..."
         chosen.add(letter)
     return chosen.pop() if len(chosen) == 1 else None
@@ -251,7 +286,11 @@ def _choice(text: str, n_options: int) -> tuple[str, str] | None:
     text = cut_runon(text.rsplit(_THINK_END, 1)[-1], _MARKER)
     strong = _strong_choices(text, letters)
     if strong:
-        _, letter, source = max(strong)
+        pos, letter, source = max(strong)
+        correction = _CORRECTION.search(text, pos + 1)
+        corrected = _last_sentence_letter(text[correction.start() :], letters) if correction else None
+        if corrected:
+            return corrected, "correction"
         return letter, source
     for marker in reversed(list(_WEAK_MARKER.finditer(text))):
         clause = text[text.rfind("\n", 0, marker.start()) + 1 : marker.start()]
@@ -287,7 +326,7 @@ def extract_choice(text: str, n_options: int = 10) -> str | None:
         True
     """
     found = _choice(text, n_options)
-    return found[0] if found else None
+    return found[0] if found and found[0] != SEVERAL else None
 
 
 @register("mcq")
@@ -309,6 +348,8 @@ def grade_mcq(response: str, ground_truth: str) -> Grade:
     if found is None:
         return Grade(0.0, None, "no option letter found")
     letter, source = found
+    if letter == SEVERAL:
+        return Grade(0.0, None, f"{source}: several options chosen")
     if letter == gold:
         return Grade(1.0, letter, f"{source}: equal")
     return Grade(0.0, letter, f"{source}: {letter} != {gold}")

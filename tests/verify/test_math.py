@@ -323,3 +323,20 @@ def test_doctests():
 )
 def test_prose_final_sentence(response, gold, expected):
     assert _score(response, gold) == expected
+
+
+# --- the last-sentence fallback does not reward text that states no answer --------------
+@pytest.mark.parametrize(
+    "response,gold,expected",
+    [
+        ("Consider a row of 11 seats", "11", 0.0),  # cut off at the budget inside prose
+        ("To solve this, first we compute 239 and then", "239", 0.0),
+        ("The answer is not 252", "252", 0.0),
+        ("The answer is not 252.", "252", 0.0),
+        ("It is 7. It is not 5.", "7", 1.0),
+        ("There are 252 ways in total.", "252", 1.0),
+        ("The angle is pi/2", r"\frac{\pi}{2}", 1.0),  # ends in math: a finished answer
+    ],
+)
+def test_fallback_guards(response, gold, expected):
+    assert _score(response, gold) == expected
