@@ -29,68 +29,68 @@ def config_dir() -> str:
 CONF = config_dir()
 
 
+def _run(module: str, cfg: DictConfig) -> None:
+    """Call ``module.run(cfg)``; bad input (:class:`mbs.data.DataError`, whose message names
+    the file, record and field) ends the command with that message and exit status 2,
+    without a Python traceback."""
+    import importlib
+    import logging
+
+    from mbs.data import DataError
+
+    try:
+        importlib.import_module(module).run(cfg)
+    except DataError as err:
+        logging.getLogger(module).error("bad input: %s", err)
+        raise SystemExit(2) from None
+
+
 @hydra.main(version_base="1.3", config_path=CONF, config_name="calibrate")
 def calibrate(cfg: DictConfig) -> None:
     """mbs-calibrate: N rollouts per problem, pass rates, trap bands, hard seeds."""
-    from mbs.stages.calibrate import run
-
-    run(cfg)
+    _run("mbs.stages.calibrate", cfg)
 
 
 @hydra.main(version_base="1.3", config_path=CONF, config_name="synthesize")
 def synthesize(cfg: DictConfig) -> None:
     """mbs-synthesize: MagicBeanStalk (method=mbs), Golden Goose (method=goose) or direct prompting."""
-    from mbs.stages.synthesize import run
-
-    run(cfg)
+    _run("mbs.stages.synthesize", cfg)
 
 
 @hydra.main(version_base="1.3", config_path=CONF, config_name="export")
 def export(cfg: DictConfig) -> None:
     """mbs-export: union, deduplicate and decontaminate sources into verl's parquet (train/val)."""
-    from mbs.stages.export import run
-
-    run(cfg)
+    _run("mbs.stages.export", cfg)
 
 
 @hydra.main(version_base="1.3", config_path=CONF, config_name="train")
 def train(cfg: DictConfig) -> None:
     """mbs-train: build and launch verl's GRPO trainer (locally or on SLURM); train.dry_run prints it."""
-    from mbs.stages.train import run
-
-    run(cfg)
+    _run("mbs.stages.train", cfg)
 
 
 @hydra.main(version_base="1.3", config_path=CONF, config_name="evaluate")
 def evaluate(cfg: DictConfig) -> None:
     """mbs-evaluate: k samples per problem at each budget; avg@k, pass@k, table and figure."""
-    from mbs.stages.evaluate import run
-
-    run(cfg)
+    _run("mbs.stages.evaluate", cfg)
 
 
 @hydra.main(version_base="1.3", config_path=CONF, config_name="figures")
 def figures(cfg: DictConfig) -> None:
     """mbs-figures: regenerate figures, tables and the report of run directories."""
-    from mbs.stages.figures import run
-
-    run(cfg)
+    _run("mbs.stages.figures", cfg)
 
 
 @hydra.main(version_base="1.3", config_path=CONF, config_name="pipeline")
 def pipeline(cfg: DictConfig) -> None:
     """mbs-pipeline: the main job (calibrate -> synthesize -> export -> figures)."""
-    from mbs.stages.pipeline import run
-
-    run(cfg)
+    _run("mbs.stages.pipeline", cfg)
 
 
 @hydra.main(version_base="1.3", config_path=CONF, config_name="merge")
 def merge(cfg: DictConfig) -> None:
     """mbs-merge: union the shard run directories of a sharded stage (a SLURM array) into one run directory."""
-    from mbs.stages.merge import run
-
-    run(cfg)
+    _run("mbs.stages.merge", cfg)
 
 
 @hydra.main(version_base="1.3", config_path=CONF, config_name="serve")

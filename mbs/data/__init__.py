@@ -189,13 +189,21 @@ def problems_from_records(records: Iterable[tuple[str, Any]], data_cfg: Any, rep
     if on_error not in ("raise", "skip"):
         raise DataError(f"data.on_error={on_error!r}: valid values are raise, skip")
     out: list[Problem] = []
+    first_seen: dict[str, str] = {}
     seen = 0
     for i, (where, rec) in enumerate(records):
         seen += 1
         try:
             if isinstance(rec, Exception):
                 raise rec
-            out.append(_problem_from_record(rec, i, where, fields, origin, data_cfg.get("answer_type", "math")))
+            problem = _problem_from_record(rec, i, where, fields, origin, data_cfg.get("answer_type", "math"))
+            if problem.id in first_seen:
+                raise DataError(
+                    f"{where}: duplicate id {problem.id!r} in field {fields.get('id')!r} (data.fields.id); "
+                    f"first seen at {first_seen[problem.id]}"
+                )
+            first_seen[problem.id] = where
+            out.append(problem)
         except DataError as err:
             if on_error == "raise":
                 raise
@@ -204,6 +212,8 @@ def problems_from_records(records: Iterable[tuple[str, Any]], data_cfg: Any, rep
             log.warning("skipping bad record: %s", err)
     if seen == 0:
         raise DataError(f"{source}: no records (empty input)")
+    if not out:
+        raise DataError(f"{source}: 0 valid records of {seen} (all skipped; first error: {report.errors[0]})")
     return out
 
 
@@ -226,6 +236,12 @@ def _problem_from_record(rec: Any, i: int, where: str, fields: Any, origin: str,
         raise DataError(f"{where}: field {fields.prompt!r} (data.fields.prompt) must be a non-empty string")
     gt = get("ground_truth", True)
     answer_type = get("answer_type", False) or default_type
+    verifiable = not str(answer_type).startswith("unverifiable")
+    if verifiable and not str(gt).strip():
+        raise DataError(
+            f"{where}: field {fields.ground_truth!r} (data.fields.ground_truth) is empty; "
+            "give the answer, or mark the record unverifiable:<why> in its answer type"
+        )
     if answer_type not in KNOWN_ANSWER_TYPES and not str(answer_type).startswith("unverifiable"):
         raise DataError(
             f"{where}: unknown answer type {answer_type!r} in field {fields.get('answer_type') or 'data.answer_type'}; "

@@ -20,6 +20,7 @@ from typing import Any, Sequence
 
 from omegaconf import DictConfig
 
+from mbs.data import DataError
 from mbs.io import RunDir, read_summary, write_text_atomic
 
 log = logging.getLogger(__name__)
@@ -135,16 +136,34 @@ def _md_table_html(md: str) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def _unreadable(run_dir: Path) -> str | None:
+    """Why ``run_dir`` cannot be drawn, or ``None`` when it can."""
+    if not run_dir.is_dir():
+        return "no such directory"
+    if not (run_dir / "summary.json").is_file():
+        return "no summary.json (not a finished mbs run directory)"
+    return None
+
+
 def run(cfg: DictConfig) -> Path:
     """Regenerate the figures of ``cfg.run_dir`` (and ``cfg.figures.run_dirs``) into ``cfg.out_dir``.
 
+    A run directory that does not exist or has no ``summary.json`` is named in the log and
+    in ``summary.json``'s ``missing``, and the others are drawn.
+
     Raises:
         ValueError: No run directory given.
-        FileNotFoundError: A run directory has no ``summary.json``.
+        DataError: None of the run directories given can be read (each is named).
     """
-    inputs = ([cfg.run_dir] if cfg.run_dir else []) + list(cfg.figures.run_dirs)
-    if not inputs:
+    requested = ([cfg.run_dir] if cfg.run_dir else []) + list(cfg.figures.run_dirs)
+    if not requested:
         raise ValueError("mbs-figures needs run_dir=RUN (or figures.run_dirs=[RUN1,RUN2])")
+    missing = {str(rd): _unreadable(Path(rd)) for rd in requested if _unreadable(Path(rd))}
+    for rd, why in missing.items():
+        log.error("mbs-figures: skipping %s: %s", rd, why)
+    inputs = [rd for rd in requested if str(rd) not in missing]
+    if not inputs:
+        raise DataError("mbs-figures: no readable run directory: " + "; ".join(f"{k}: {v}" for k, v in missing.items()))
     out = RunDir(cfg.out_dir, STAGE)
     results = {}
     for i, rd in enumerate(inputs):
@@ -158,7 +177,9 @@ def run(cfg: DictConfig) -> Path:
         for name, texts in comparison["tables"].items():
             for ext, text in texts.items():
                 write_text_atomic(out.path / "compare" / f"{name}.{ext}", text)
-    out.write_summary({"inputs": [str(i) for i in inputs], "results": results, "comparison": comparison})
+    out.write_summary(
+        {"inputs": [str(i) for i in inputs], "missing": missing, "results": results, "comparison": comparison}
+    )
     n_figs = sum(len(r["figures"]) for r in results.values()) + (len(comparison["written"]) if comparison else 0)
     out.write_manifest({"inputs": len(inputs), "figures": n_figs})
     print(f"mbs-figures: wrote {out.path}", flush=True)

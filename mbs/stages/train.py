@@ -131,15 +131,28 @@ def job_env(cfg: DictConfig) -> dict[str, str]:
     return {str(k): str(v) for k, v in OmegaConf.to_container(cfg.train.env, resolve=True).items()}
 
 
-def check_data(data_dir: str | os.PathLike) -> dict[str, int]:
+def _train_batch_size(cfg: DictConfig) -> int | None:
+    value = OmegaConf.select(cfg, "train.verl.data.train_batch_size")
+    return int(value) if value is not None else None
+
+
+def check_data(data_dir: str | os.PathLike, train_batch_size: int | None = None, rows_out: dict | None = None) -> dict[str, int]:
     """Rows of ``train.parquet`` and ``val.parquet`` in ``data_dir``.
 
+    Args:
+        data_dir: The export's run directory.
+        train_batch_size: verl's ``data.train_batch_size`` (prompts per step); its training
+            dataloader drops the last incomplete batch, so fewer training rows than this
+            leave it empty ("Train dataloader is empty!").
+        rows_out: Filled with the row counts as they are read (kept when this raises).
+
     Raises:
-        TrainError: A file is missing or empty (names it).
+        TrainError: A file is missing or empty, or holds fewer training rows than one
+            batch (names the file, the counts and the override that fixes it).
     """
     import pyarrow.parquet as pq
 
-    rows = {}
+    rows = {} if rows_out is None else rows_out
     for split in ("train", "val"):
         path = Path(data_dir) / f"{split}.parquet"
         if not path.is_file():
@@ -147,6 +160,12 @@ def check_data(data_dir: str | os.PathLike) -> dict[str, int]:
         rows[split] = pq.ParquetFile(path).metadata.num_rows
         if rows[split] == 0:
             raise TrainError(f"{path} has no rows: verl needs training and validation rows (export more problems)")
+    if train_batch_size and rows["train"] < train_batch_size:
+        raise TrainError(
+            f"{Path(data_dir) / 'train.parquet'} has {rows['train']} rows, fewer than one batch "
+            f"(train.verl.data.train_batch_size={train_batch_size}): verl drops the incomplete batch and "
+            "stops with an empty dataloader; export more problems or lower train_batch_size"
+        )
     return rows
 
 
@@ -273,14 +292,16 @@ def run(cfg: DictConfig) -> Path:
     summary: dict[str, Any] = {"command": cmd, "env": env, "dry_run": bool(tcfg.dry_run), "launcher": str(tcfg.launcher)}
     if tcfg.dry_run:
         print(shlex.join(cmd), flush=True)
+        summary["data_rows"] = {}
         try:
-            summary["data_rows"] = check_data(tcfg.data_dir)
+            check_data(tcfg.data_dir, _train_batch_size(cfg), rows_out=summary["data_rows"])
         except TrainError as err:
             log.warning("dry run: %s", err)
+            summary["warnings"] = [str(err)]
         out.write_summary(summary)
         out.write_manifest({"overrides": len(cmd) - 3})
         return out.path
-    summary["data_rows"] = check_data(tcfg.data_dir)
+    summary["data_rows"] = check_data(tcfg.data_dir, _train_batch_size(cfg))
     log_path = str(out.path / "train.log")
     s = tcfg.submitit
     job = VerlJob(cmd, env, str(out.path), log_path, int(s.ray_port), float(s.ray_wait_s))

@@ -181,3 +181,18 @@ def test_champ_split_is_disjoint():
     assert not {p.id for p in train} & {p.id for p in held}
     assert len(train) + len(held) == 270
     assert 30 < len(held) < 80
+
+
+def test_duplicate_ids_empty_answers_and_nothing_valid(tmp_path):
+    jl = tmp_path / "dup.jsonl"
+    jl.write_text('{"id": "a", "problem": "2+2?", "answer": "4"}\n{"id": "a", "problem": "7+7?", "answer": "14"}\n')
+    with pytest.raises(DataError, match=r"dup\.jsonl line 2: duplicate id 'toy/a' in field 'id' \(data\.fields\.id\); first seen at .*line 1"):
+        load_problems(data_cfg(path=str(jl)))
+    probs, report = load_problems(data_cfg(path=str(jl), on_error="skip"))
+    assert [p.prompt for p in probs] == ["2+2?"] and report.skipped == 1
+    jl.write_text('{"id": "a", "problem": "2+2?", "answer": "  "}\n{"id": "b", "problem": "3+3?", "answer": "6"}\n')
+    with pytest.raises(DataError, match=r"line 1: field 'answer' \(data\.fields\.ground_truth\) is empty"):
+        load_problems(data_cfg(path=str(jl)))
+    jl.write_text('{"id": "a", "problem": "2+2?", "answer": ""}\nnot json\n')
+    with pytest.raises(DataError, match=r"0 valid records of 2 \(all skipped; first error: .*line 1"):
+        load_problems(data_cfg(path=str(jl), on_error="skip"))

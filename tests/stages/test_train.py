@@ -135,7 +135,17 @@ def test_missing_data_dir_is_named(make_cfg, tmp_path):
 
 def _launch_overrides(data_dir, stub_verl, record, rc=0):
     return [f"train.data_dir={data_dir}", f"+train.env.PYTHONPATH={stub_verl}", f"+train.env.STUB_RECORD={record}",
-            f"+train.env.STUB_RC={rc}"]
+            f"+train.env.STUB_RC={rc}", "train.verl.data.train_batch_size=1"]
+
+
+def test_fewer_training_rows_than_one_batch_is_refused(make_cfg, data_dir, stub_verl, tmp_path, caplog):
+    record = tmp_path / "argv.json"
+    overrides = _launch_overrides(data_dir, stub_verl, record)[:-1] + ["train.verl.data.train_batch_size=128"]
+    with pytest.raises(TrainError, match=r"train.parquet has 1 rows, fewer than one batch \(train.verl.data.train_batch_size=128\)"):
+        run(make_cfg("train", overrides))
+    assert not record.exists()  # verl never started
+    out = run(make_cfg("train", overrides + ["train.dry_run=true"], out="dry"))  # the dry run still prints
+    assert "fewer than one batch" in caplog.text and read_summary(out)["command"]
 
 
 def test_local_launch_runs_verl_and_logs(make_cfg, data_dir, stub_verl, tmp_path):
