@@ -12,7 +12,8 @@ Steps, in order (each removal is written to ``removed.jsonl`` with its reason):
 3. decontamination: a word n-gram (``export.decontam.n``, default 13) shared with any
    evaluation benchmark (``eval.benchmarks``, the ones ``mbs-evaluate`` scores);
 4. mixing by ``export.weights`` (:mod:`mbs.export.mix`);
-5. train/validation split by a stable hash of the problem id;
+5. train/validation split by a stable hash of each row's family (its seed or source
+   problem, so variants of one problem never straddle the split);
 6. the prompt column rendered with the calibration templates (``export.templates``; a source
    run that used other templates is refused), so training sees what calibration measured.
 
@@ -154,13 +155,29 @@ def clean(
     return [r for i, r in enumerate(rows) if i not in gone], removed
 
 
+def family_of(problem: Problem) -> str:
+    """The problem a row descends from: its seed (MagicBeanStalk and direct variants), its
+    source passage (Golden Goose items, e.g. the CHAMP problem whose solution was masked),
+    its first parent, else itself. Rows of one family share a split, so a validation item
+    is never a rewrite of a training problem."""
+    meta = problem.metadata or {}
+    for key in ("seed_id", "source_id"):
+        if meta.get(key):
+            return str(meta[key])
+    return problem.parents[0] if problem.parents else problem.id
+
+
 def split_rows(ids: Sequence[str], fraction: float, salt: str) -> list[bool]:
-    """Validation flags by stable hash; with two or more rows, each split gets at least one."""
+    """Validation flags by stable hash of each row's key (its family, :func:`family_of`);
+    rows with one key share a split; with two or more keys, each split gets at least one."""
     flags = [is_val(i, fraction, salt) for i in ids]
-    if len(ids) >= 2 and fraction > 0 and not any(flags):
-        flags[min(range(len(ids)), key=lambda k: is_val_rank(ids[k], salt))] = True
-    if len(ids) >= 2 and all(flags):
-        flags[max(range(len(ids)), key=lambda k: is_val_rank(ids[k], salt))] = False
+    several = len(set(ids)) >= 2
+    if several and fraction > 0 and not any(flags):
+        key = min(ids, key=lambda i: is_val_rank(i, salt))
+        flags = [i == key for i in ids]
+    if several and all(flags):
+        key = max(ids, key=lambda i: is_val_rank(i, salt))
+        flags = [i != key for i in ids]
     return flags
 
 
@@ -210,7 +227,7 @@ def run(cfg: DictConfig) -> Path:
     if not final:
         raise ValueError(f"mbs-export: nothing left to export after cleaning ({len(removed)} rows removed; see removed.jsonl)")
 
-    flags = split_rows([p.id for _, p in final], float(ecfg.split.val_fraction), str(ecfg.split.salt))
+    flags = split_rows([family_of(p) for _, p in final], float(ecfg.split.val_fraction), str(ecfg.split.salt))
     files = {"train": [], "val": []}
     for (s, p), val in zip(final, flags):
         split = "val" if val else "train"

@@ -283,3 +283,26 @@ def test_quotas_and_take():
     assert sorted(take(items, items, 3, 0)) == items
     assert take(items, items, 2, 0) == take(items, items, 2, 0)
     assert sorted(take(items, items, 7, 0)) == sorted(items * 2 + [take(items, items, 1, 0)[0]])
+
+
+def test_a_family_never_straddles_the_split():
+    from mbs.records import Problem
+    from mbs.stages.export import family_of, split_rows
+
+    seed = Problem(id="champ/P_1", data_source="mbs/math/champ", prompt="p", ground_truth="1")
+    variant = Problem(id="mbs/champ/P_1/0/1/v2", data_source="mbs/math/champ-mbs", prompt="q", ground_truth="2",
+                      metadata={"seed_id": "champ/P_1"}, parents=["champ/P_1/0/1"])
+    item = Problem(id="goose/champ/P_1", data_source="mbs/mcq/goose-champ", prompt="r", ground_truth="C",
+                   answer_type="mcq", metadata={"source_id": "champ/P_1"}, parents=["champ/P_1"])
+    other = Problem(id="corpus/7", data_source="mbs/math/corpus", prompt="s", ground_truth="3", parents=["corpus/line-7"])
+    assert [family_of(p) for p in (seed, variant, item, other)] == ["champ/P_1"] * 3 + ["corpus/line-7"]
+    keys = [f"champ/P_{i % 40}" for i in range(400)]
+    flags = split_rows(keys, 0.2, "s")
+    by_key = {}
+    for k, f in zip(keys, flags):
+        by_key.setdefault(k, set()).add(f)
+    assert all(len(v) == 1 for v in by_key.values()) and 0 < sum(flags) < len(flags)
+    # two families: each split gets one whole family, even when the hash puts both on one side
+    for salt in ("a", "b", "c", "d"):
+        flags = split_rows(["x", "x", "y", "y", "y"], 0.5, salt)
+        assert flags[0] == flags[1] and flags[2] == flags[3] == flags[4] and flags[0] != flags[2]
