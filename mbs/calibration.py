@@ -11,6 +11,7 @@ reason ``stop``).
 from __future__ import annotations
 
 import itertools
+import math
 from collections import defaultdict
 from typing import Any, Iterable, Sequence
 
@@ -129,7 +130,7 @@ def trap_summary(calibrations: Iterable[Calibration]) -> dict[str, Any]:
     counts: dict[str, dict[str, dict[str, Any]]] = {}
     for policy in sorted(groups):
         bands[policy], counts[policy] = {}, {}
-        for bkey in sorted(groups[policy], key=_budget_sort):
+        for bkey in sorted(groups[policy], key=budget_sort_key):
             cals = list(groups[policy][bkey].values())
             n = len(cals)
             cnt = {b: sum(1 for c in cals if c.band == b) for b in BANDS}
@@ -139,12 +140,12 @@ def trap_summary(calibrations: Iterable[Calibration]) -> dict[str, Any]:
                 "n_problems": n,
                 "usable": sum(1 for c in cals if c.usable),
                 "trapped": (cnt["solved_all"] + cnt["failed_all"]) / n,
-                "pass_rate_mean": sum(c.pass_rate for c in cals) / n,
+                "pass_rate_mean": math.fsum(c.pass_rate for c in cals) / n,
                 "rollouts": sum(c.n for c in cals),
                 "truncated": sum(c.truncated for c in cals),
             }
     recl_pol: dict[str, dict[str, float]] = {}
-    all_budgets = sorted({b for p in groups for b in groups[p]}, key=_budget_sort)
+    all_budgets = sorted({b for p in groups for b in groups[p]}, key=budget_sort_key)
     for bkey in all_budgets:
         pols = [p for p in sorted(groups) if bkey in groups[p]]
         for a, b in itertools.combinations(pols, 2):
@@ -153,7 +154,7 @@ def trap_summary(calibrations: Iterable[Calibration]) -> dict[str, Any]:
                 recl_pol.setdefault(bkey, {})[f"{a}|{b}"] = rate
     recl_bud: dict[str, dict[str, float]] = {}
     for policy in sorted(groups):
-        for x, y in itertools.combinations(sorted(groups[policy], key=_budget_sort), 2):
+        for x, y in itertools.combinations(sorted(groups[policy], key=budget_sort_key), 2):
             rate = _reclassified(groups[policy][x], groups[policy][y])
             if rate is not None:
                 recl_bud.setdefault(policy, {})[f"{x}|{y}"] = rate
@@ -167,5 +168,7 @@ def _reclassified(a: dict[str, Calibration], b: dict[str, Calibration]) -> float
     return sum(1 for pid in common if a[pid].band != b[pid].band) / len(common)
 
 
-def _budget_sort(key: str) -> tuple[int, int]:
+def budget_sort_key(key: str) -> tuple[int, int]:
+    """Sort key of a budget key: numeric budgets L in order (``"64"`` before ``"128"``), then
+    ``"recorded"``."""
     return (1, 0) if key == "recorded" else (0, int(key))

@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 from typing import Any, Sequence
 
+from mbs.calibration import budget_sort_key
 from mbs.figures import BAND_COLORS, BAND_LABELS, figure, save
 from mbs.io import read_summary
 
@@ -21,7 +22,7 @@ def _budget_label(key: str) -> str:
 def trap_bands(summary: dict[str, Any], out_dir: Path, formats: Sequence[str], width: str = "single") -> list[Path]:
     """Stacked band shares (solved_all / Goldilocks / failed_all) per (policy, budget L)."""
     bands = summary.get("bands") or {}
-    rows = [(p, b, bands[p][b]) for p in bands for b in bands[p]]
+    rows = [(p, b, bands[p][b]) for p in bands for b in sorted(bands[p], key=budget_sort_key)]
     if not rows:
         raise ValueError("summary has no bands")
     fig, (ax,) = figure(width, aspect=0.45 + 0.06 * len(rows))

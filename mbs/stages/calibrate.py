@@ -15,6 +15,7 @@ resumes: finished rollouts are read back, and the LLM cache makes redrawn sample
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -125,8 +126,9 @@ def recorded_report(problems: Sequence[Problem], rollouts: Sequence[Rollout], co
     for policy, probs in sorted(per_problem.items()):
         row: dict[str, Any] = {}
         for kind in ("sample", "hint", "partial_solution"):
-            vals = [sum(v[kind]) / len(v[kind]) for v in probs.values() if v[kind]]
-            row[f"acc_{kind}"] = sum(vals) / len(vals) if vals else None
+            # by problem id, with fsum: the same number whatever order the shards came in
+            vals = [math.fsum(probs[pid][kind]) / len(probs[pid][kind]) for pid in sorted(probs) if probs[pid][kind]]
+            row[f"acc_{kind}"] = math.fsum(vals) / len(vals) if vals else None
         both = [(sum(v["sample"]) / len(v["sample"]), sum(v["hint"]) / len(v["hint"])) for v in probs.values() if v["sample"] and v["hint"]]
         row["hint_raises_acc_share"] = sum(1 for a, b in both if b > a) / len(both) if both else None
         row["hint_lowers_acc_share"] = sum(1 for a, b in both if b < a) / len(both) if both else None
@@ -236,7 +238,20 @@ def run(cfg: DictConfig) -> Path:
     ccfg = cfg.calibrate
     policies = policies_from_cfg(cfg.students)
     budgets = [int(b) for b in ccfg.budgets]
-    log.info("calibrating %d problems x %d policies x budgets %s, N=%d", len(problems), len(policies), budgets, ccfg.n)
+    live = [p.name for p in policies if p.source == "live"]
+    recorded = [p.name for p in policies if p.source == "recorded"]
+    log.info(
+        "calibrating %d problems: %s",
+        len(problems),
+        "; ".join(
+            part
+            for part in (
+                f"live {live} at budgets {budgets}, N={ccfg.n}" if live else "",
+                f"recorded {recorded} (their no-hint answers are the rollouts)" if recorded else "",
+            )
+            if part
+        ),
+    )
 
     shard = out.shard("rollouts", Rollout)
     cond_shard = out.shard("conditioned", Rollout)
@@ -318,8 +333,10 @@ def finalize(
             "problems": len(problems),
             "policies": [p.name for p in policies],
             "target_policy": str(cfg.students.target),
-            "budgets": budgets,
-            "n": n_target,
+            # budgets L and N of the live policies (recorded ones have no budget; their N is
+            # the number of no-hint settings, in counts[policy]["recorded"])
+            "budgets": budgets if any(p.source == "live" for p in policies) else [],
+            "n": n_target if any(p.source == "live" for p in policies) else None,
             "hard_seeds": len(hard),
             "hard_seed_budget": _hard_seed_budget(cfg, policies),
             "rollouts": {
@@ -359,6 +376,8 @@ def finalize(
             "calibrations": len(calibrations),
             "hard_seeds": len(hard),
             "skipped_records": (load_report or {}).get("skipped", 0),
+            # rollouts read back from this run directory's own files (a resumed or repeated run)
+            "resumed_rollouts": int(stats.get("resumed", 0)),
         },
         backends=backends,
         backend_calls=sum(b["calls"] for b in backends.values()),

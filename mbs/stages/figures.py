@@ -20,6 +20,7 @@ from typing import Any, Sequence
 
 from omegaconf import DictConfig
 
+from mbs.calibration import budget_sort_key
 from mbs.data import DataError
 from mbs.io import RunDir, read_summary, write_text_atomic
 
@@ -33,7 +34,7 @@ def bands_table(summary: dict[str, Any]) -> tuple[str, str]:
     """The band shares per (policy, budget) as a Markdown and a LaTeX table."""
     rows = []
     for policy, per_budget in summary.get("bands", {}).items():
-        for budget, shares in per_budget.items():
+        for budget, shares in sorted(per_budget.items(), key=lambda kv: budget_sort_key(kv[0])):
             n = summary.get("counts", {}).get(policy, {}).get(budget, {}).get("n_problems", "")
             rows.append([policy, budget, str(n)] + [f"{100 * shares[b]:.1f}" for b in BANDS])
     head = ["policy", "budget L", "problems", "solved_all %", "goldilocks %", "failed_all %"]

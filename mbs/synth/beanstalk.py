@@ -85,6 +85,7 @@ from mbs.synth.common import (
     reason_kind,
     root_id,
     run_method,
+    seed_provenance,
     write_figures,
 )
 from mbs.synth.structured import StructureError, parse_items, self_reference
@@ -511,6 +512,7 @@ def summarize(cfg: DictConfig, state: RunState, grower: SynthBase) -> dict[str, 
         students=[p.name for p in grower.students],
         weakest=grower.weakest.name,
         target={"policy": grower.target.name, "budget": grower.target.budget, "n": int(cfg.thresholds.N)},
+        seeds_from=seed_provenance(cfg, grower.target),
         teachers=[t.name for t in grower.pool],
         generator=grower.gen.name,
         grounding=({"enabled": True, "seeds_with_documents": sum(1 for d in grower.docs.values() if d)}

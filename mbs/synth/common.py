@@ -44,7 +44,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from mbs.data import in_shard
-from mbs.io import RunDir, Shard, read_records, shard_files
+from mbs.io import RunDir, Shard, read_records, read_summary, shard_files
 from mbs.llm import build_backend
 from mbs.llm.base import ChatRequest, Completion
 from mbs.prompts import _placeholders, load_template
@@ -326,6 +326,34 @@ def load_seeds(cfg: DictConfig) -> list[Problem]:
     if cfg.synth.seeds_limit is not None:
         seeds = seeds[: int(cfg.synth.seeds_limit)]
     return seeds
+
+
+def seed_provenance(cfg: DictConfig, target: Policy) -> dict[str, Any]:
+    """Which policy and budget made the seeds hard, against the target synthesis calibrates for.
+
+    Hard seeds are failed_all for the calibration run's target policy at its hard-seed budget;
+    synthesis qualifies problems for ``students.target`` at its own budget. When the two
+    differ (e.g. seeds from the recorded GPT-4 Turbo study, synthesis for the embedded
+    model), a warning says so and the summary records it.
+
+    Returns:
+        ``{"calibration_target", "calibration_budget", "same_target"}`` (``None`` values when
+        the calibration run has no summary).
+    """
+    path = calibration_dir(cfg)
+    try:
+        summary = read_summary(path)
+    except FileNotFoundError:
+        summary = {}
+    cal_target, cal_budget = summary.get("target_policy"), summary.get("hard_seed_budget")
+    same = cal_target == target.name and cal_budget == target.budget
+    if summary and not same:
+        log.warning(
+            "hard seeds of %s are failed_all for %s at L=%s; synthesis qualifies problems for %s at L=%s "
+            "(set students.target / budget.L to match, if that is not intended)",
+            path, cal_target, cal_budget, target.name, target.budget,
+        )
+    return {"calibration_target": cal_target, "calibration_budget": cal_budget, "same_target": same}
 
 
 def load_base_calibrations(cfg: DictConfig) -> dict[tuple[str, str, int | None], Calibration]:

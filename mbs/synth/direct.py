@@ -36,6 +36,7 @@ from mbs.synth.common import (
     reason_kind,
     root_id,
     run_method,
+    seed_provenance,
     write_figures,
 )
 
@@ -106,6 +107,7 @@ def summarize(cfg: DictConfig, state: RunState, grower: Direct) -> dict[str, Any
         thresholds=OmegaConf.to_container(cfg.thresholds, resolve=True),
         students=[p.name for p in grower.students],
         target={"policy": grower.target.name, "budget": grower.target.budget, "n": int(cfg.thresholds.N)},
+        seeds_from=seed_provenance(cfg, grower.target),
         teachers=[t.name for t in grower.pool],
         generator=grower.gen.name,
         engine=state.engine,

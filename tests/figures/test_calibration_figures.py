@@ -110,3 +110,12 @@ def test_missing_input_is_named(tmp_path):
     result = render(tmp_path / "pipe", tmp_path / "out")
     assert "calibrate_live" in result["skipped"] and "not found" in result["skipped"]["calibrate_live"]
     assert Path(result["report"]).exists()
+
+
+def test_bands_table_orders_budgets_as_numbers():
+    from mbs.stages.figures import bands_table
+
+    shares = {"solved_all": 0.0, "goldilocks": 0.5, "failed_all": 0.5}
+    md, tex = bands_table({"bands": {"pi": {"128": shares, "64": shares, "1024": shares}}})
+    assert [line.split("|")[2].strip() for line in md.splitlines()[2:]] == ["64", "128", "1024"]
+    assert tex.index("pi & 64") < tex.index("pi & 128") < tex.index("pi & 1024")
