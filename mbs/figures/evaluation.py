@@ -99,7 +99,7 @@ def results_table(summary: dict[str, Any]) -> tuple[str, str]:
     ks = [str(x) for x in summary.get("pass_k") or []]
     head = ["benchmark", "model", "problems"]
     for L in budgets:
-        head += [f"avg@{k} {budget_label(L)}"] + [f"pass@{x} {budget_label(L)}" for x in ks if x != "1"]
+        head += [f"avg@{k} % (L={budget_label(L)})"] + [f"pass@{x} % (L={budget_label(L)})" for x in ks if x != "1"]
     rows = []
     for key, name in benches:
         for model in models:

@@ -47,7 +47,9 @@ def pass_rate_histogram(items: Sequence[dict[str, Any]], summary: dict[str, Any]
     """
     rated = [it for it in items if it.get("n")]
     if not rated:
-        raise ValueError("no item has a pass rate (goose.filter.enabled=false or nothing built)")
+        if not items:
+            raise ValueError("no items (no items.*.jsonl in the run directory, or nothing was built)")
+        raise ValueError(f"none of {len(items)} items has a pass rate (goose.filter.enabled=false)")
     n = int(summary.get("filter", {}).get("n") or max(it["n"] for it in rated))
     k = int(summary.get("options") or rated[0]["n_options"])
     counts = [0] * (n + 1)

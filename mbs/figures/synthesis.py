@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from matplotlib.ticker import MaxNLocator
+
 from mbs.figures import figure, save
 from mbs.io import read_records, read_summary
 from mbs.records import TreeNode
@@ -79,6 +81,7 @@ def qualified_per_seed(summary: dict[str, Any], out_dir: Path, formats: Sequence
     fig, (ax,) = figure(width)
     ax.hist(counts, bins=[x - 0.5 for x in range(top + 2)], color=METHOD_COLORS.get(summary.get("method"), "#4C72B0"), rwidth=0.8)
     ax.set_xticks(range(top + 1))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # seed counts
     ax.set_xlabel("qualified problems per hard seed")
     ax.set_ylabel("hard seeds")
     mean = sum(counts) / len(counts)
@@ -98,6 +101,7 @@ def funnel_figure(summary: dict[str, Any], out_dir: Path, formats: Sequence[str]
     for i, v in enumerate(vals):
         ax.text(v, i, f" {v}", va="center", fontsize=6)
     ax.set_xlim(0, max(vals) * 1.15 + 1)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("count")
     ax.invert_yaxis()
     ax.set_title(f"{summary.get('method', '?')}: stage funnel")

@@ -45,8 +45,8 @@ def eval_run(tmp_path):
 def test_table_has_every_model_benchmark_and_budget():
     md, tex = results_table(SUMMARY)
     lines = md.strip().splitlines()
-    assert lines[0] == ("| benchmark | model | problems | avg@16 16K | pass@16 16K | avg@16 24K | pass@16 24K "
-                        "| avg@16 32K | pass@16 32K |")
+    assert lines[0] == ("| benchmark | model | problems | avg@16 % (L=16K) | pass@16 % (L=16K) | avg@16 % (L=24K) "
+                        "| pass@16 % (L=24K) | avg@16 % (L=32K) | pass@16 % (L=32K) |")
     assert "| AIME 2024 | base | 30 | 10.0 | 40.0 | 12.0 | 45.0 | 13.0 | 50.0 |" in lines
     assert "| MATH-500 | trained | 500 | 80.0 | 95.0 | 82.0 | 96.0 | 84.0 | 97.0 |" in lines
     assert "| Mean | trained |  | 50.0 |  | 53.5 |  | 55.5 |  |" in lines  # unweighted over benchmarks
