@@ -88,7 +88,18 @@ class Completion:
 
 @dataclass
 class BackendStats:
-    """Counters a backend (or the cache in front of it) keeps; written to manifests."""
+    """Counters a backend (or the cache in front of it) keeps; written to manifests.
+
+    Attributes:
+        calls: Batches sent to the backend (one ``generate()`` call each; a batch holds one or
+            many requests; an HTTP backend may split it into several requests, counted in
+            ``extra["http_requests"]`` where it reports them). ``0`` means nothing was generated.
+        samples: Completions the backend generated (cache misses).
+        cache_hits: Completions served from the cache.
+        prompt_tokens, completion_tokens: Tokens of the generated completions.
+        seconds: Wall-clock seconds spent in the backend and the cache.
+        retries: Requests retried after a transient failure.
+    """
 
     calls: int = 0
     samples: int = 0

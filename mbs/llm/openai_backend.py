@@ -99,7 +99,7 @@ class OpenAIBackend:
         self.name = name
         self.extra_body = dict(extra_body) if extra_body else None
         self.preferred_batch = self.max_concurrency
-        self.stats = BackendStats(extra={"n_ignored": 0, "peak_in_flight": 0})
+        self.stats = BackendStats(extra={"n_ignored": 0, "peak_in_flight": 0, "http_requests": 0})
         self._server_ignores_n = False
         self._in_flight = 0
         self._lock = threading.Lock()  # stats may be updated from several generate() threads
@@ -228,6 +228,7 @@ class OpenAIBackend:
         async with sem:
             with self._lock:
                 self._in_flight += 1
+                self.stats.extra["http_requests"] += 1
                 self.stats.extra["peak_in_flight"] = max(self.stats.extra["peak_in_flight"], self._in_flight)
             t0 = time.perf_counter()
             try:

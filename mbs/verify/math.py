@@ -451,7 +451,10 @@ def _copula_answer(sentence: str) -> str | None:
     return None
 
 
-_NEGATION = re.compile(r"\b(?:not|never|cannot)\b|n['’]t\b", re.IGNORECASE)
+_NEGATED_BEFORE = re.compile(
+    r"(?:\bnot|\bnever|\bcannot|n['’]t)(?:\s+(?:be|equal|equals|to|exactly|just|simply|the|answer|always))*\s*$",
+    re.IGNORECASE,
+)
 # A response cut off inside prose: no sentence mark, and it ends on a word ("... 11 seats").
 _CUT_IN_PROSE = re.compile(r"(?<![\\A-Za-z])([A-Za-z]{3,})\s*$")
 
@@ -470,18 +473,28 @@ def _last_sentence_math(text: str) -> str | None:
         return None
     for sentence in reversed(_sentences(text)):
         clean = _REMARK.sub("", sentence)
-        if _NEGATION.search(_MATH_SPAN.sub(" ", clean)):
-            continue
         found = _copula_answer(clean)
-        if found is not None:
-            return found
-        span = _span_answer(sentence, last=True)
-        if span is not None:
-            return span
-        found = _math_from_prose(clean, leading=False)
-        if found is not None:
-            return found
+        if found is None:
+            found = _span_answer(sentence, last=True)
+        if found is None:
+            found = _math_from_prose(clean, leading=False)
+        if found is None:
+            continue
+        if _negated(clean, found):
+            continue  # "The answer is not 252": look further back
+        return found
     return None
+
+
+def _negated(sentence: str, answer: str) -> bool:
+    """Whether ``answer`` follows a negation in ``sentence`` ("is not 252", "isn't $5$",
+    "cannot be 3"); a negation elsewhere ("5, since it is not even") does not count."""
+    first = answer.split(",")[0].strip()
+    at = sentence.rfind(first) if first else -1
+    if at < 0:
+        return False
+    before = sentence[:at].rstrip(" $\\(")
+    return bool(_NEGATED_BEFORE.search(before))
 
 
 def cut_runon(text: str, answer_marker: re.Pattern[str]) -> str:

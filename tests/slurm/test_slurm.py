@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from support.fakes import fake_backend_overrides
+from support.slurm_cluster import slurm_ready
 
 from mbs.cli import config_dir
 from mbs.data import in_shard
@@ -40,20 +40,6 @@ N, BUDGETS = 4, (64, 128)
 # --------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------
-
-
-def slurm_ready() -> str | None:
-    """``None`` when a SLURM node accepts jobs, else why not."""
-    if not (shutil.which("sbatch") and shutil.which("sinfo")):
-        return "no SLURM client (sbatch/sinfo) on PATH: run `slurm/local_cluster.sh start`"
-    try:
-        res = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], capture_output=True, text=True, timeout=15, check=False)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        return f"sinfo failed ({err}): run `slurm/local_cluster.sh start`"
-    states = res.stdout.split()
-    if res.returncode != 0 or not any(s.rstrip("*") in ("idle", "mixed", "allocated", "completing") for s in states):
-        return f"no SLURM node accepts jobs (sinfo: {res.stdout.strip() or res.stderr.strip()}): run `slurm/local_cluster.sh start`"
-    return None
 
 
 @pytest.fixture(scope="module")

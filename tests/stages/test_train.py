@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import shlex
-import shutil
 import textwrap
 from pathlib import Path
 
 import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from support.slurm_cluster import slurm_ready
 from support.verl import VERL_VERSION, override_problems, source, trainer_config, verl_package_dir
 
 from mbs.export.verl_schema import verl_row, write_parquet
@@ -175,8 +175,9 @@ def test_submitit_launch_runs_the_same_command(make_cfg, data_dir, stub_verl, tm
 
 @pytest.mark.slurm
 def test_slurm_launch(make_cfg, data_dir, stub_verl, tmp_path):
-    if shutil.which("sbatch") is None:
-        pytest.skip("no SLURM cluster here (sbatch not found; slurm/local_cluster.sh start makes one)")
+    reason = slurm_ready()
+    if reason:
+        pytest.skip(reason)
     record = tmp_path / "argv.json"
     out = run(make_cfg("train", _launch_overrides(data_dir, stub_verl, record) + [
         "train.launcher=submitit", "train.submitit.cluster=slurm", "train.submitit.gpus_per_node=0",

@@ -334,6 +334,8 @@ def test_prose_final_sentence(response, gold, expected):
         ("The answer is not 252", "252", 0.0),
         ("The answer is not 252.", "252", 0.0),
         ("It is 7. It is not 5.", "7", 1.0),
+        ("So x is 12, which is not prime.", "12", 1.0),  # a negation elsewhere in the sentence
+        ("The result isn't $5$.", "5", 0.0),
         ("There are 252 ways in total.", "252", 1.0),
         ("The angle is pi/2", r"\frac{\pi}{2}", 1.0),  # ends in math: a finished answer
     ],
