@@ -8,7 +8,8 @@ case ids in ``tests/data/grading_cases.jsonl`` name examples):
    ``\\boxed{}``/``\\fbox{}`` with balanced braces (an unterminated last box means the
    answer is missing, never an earlier box); else the last explicit answer line
    (``Answer:``, ``The final answer is``, ``####``, bold); else the last sentence that
-   holds math (its ``$...$`` math, or the expression after a copula such as "is").
+   holds math (its ``$...$`` math, or the expression after a copula such as "is"), unless
+   the response stops inside prose (cut off at the budget) or the math follows a negation.
 2. :func:`normalize` rewrites notation math-verify misreads (``\\dfrac``, plain ``pi``,
    mixed numbers ``2 2/3``, ``\\sqrt(2)``, ``\\left``/``\\right``, trailing units). A
    structural fast path compares canonical strings before any sympy work, which grades
@@ -464,7 +465,7 @@ def _last_sentence_math(text: str) -> str | None:
     else its last ``$...$``, else its last run of plain-text math.
 
     Two guards keep this fallback from rewarding text that states no answer: the response
-    not stop inside prose (a response cut off at the budget, "Consider a row of 11 seats",
+    must not stop inside prose (a response cut off at the budget, "Consider a row of 11 seats",
     states no final answer; "The angle is pi/2" does), and a negated sentence ("The answer
     is not 252") gives none.
     """

@@ -91,7 +91,7 @@ _OPTION_VERDICT = re.compile(
     r"\b(?:option|choice)\s+\(?([A-J])\)?\s*[:.)]([^\n]*?)\b(?:correct|right|true)\b", re.IGNORECASE
 )
 _TOKENS = re.compile(r"[A-Za-z]+(?:['’][A-Za-z]+)?|[,;]|\S")
-_WRAPPERS = re.compile(r"^[\s(\[{*$_]*$")
+_BOXES = re.compile(r"\\(?:boxed|fbox)(?![a-zA-Z])")
 _TEXT_COMMAND = re.compile(r"\\(?:text|textbf|textrm|mathrm|mathbf|mathit|mbox|operatorname)\s*\{([^{}]*)\}")
 _OPTION_START = re.compile(
     r"\s*(?:\*\*|__)?\s*\(([A-Ja-j])\)|\s*(?:\*\*|__)?([A-J])(?:[.):]|\*\*)(?!\w)|\s*([a-j])\)(?!\w)"
@@ -103,12 +103,18 @@ _SENTENCE = re.compile(r"(?:[^.!?\n]|[.!?](?=\S))+[.!?]*")
 _CONCLUDES = re.compile(r"\b(?:therefore|thus|hence|so|which\s+leaves|leaving)\b", re.IGNORECASE)
 
 
-def _unwrap(text: str) -> str:
-    """Strip ``\\text{}``-style wrappers, ``$``, bold and brackets around a short answer."""
+def _strip_text_commands(text: str) -> str:
+    """``\\text{C. } 60`` -> ``C. 60``: remove ``\\text{}``-style wrappers (nested too) and ``$``."""
     prev = None
     while prev != text:
         prev = text
         text = _TEXT_COMMAND.sub(r"\1", text)
+    return text.replace("$", "")
+
+
+def _unwrap(text: str) -> str:
+    """Strip ``\\text{}``-style wrappers, ``$``, bold and brackets around a short answer."""
+    text = _strip_text_commands(text)
     text = re.sub(r"^\s*(?:option|choice)\s+", "", text.replace("$", "").strip(), flags=re.IGNORECASE)
     return text.strip(" \t\n*_()[]{}.:")
 
@@ -148,7 +154,7 @@ def _letter_after_marker(segment: str, letters: str) -> str | None:
     """
     tokens = [(m.group(), m.start(), m.end()) for m in _TOKENS.finditer(segment)]
     negated = False
-    for k, (tok, _, end) in enumerate(tokens):
+    for k, (tok, _, _) in enumerate(tokens):
         nxt = tokens[k + 1][0] if k + 1 < len(tokens) else ""
         low = tok.lower()
         if len(tok) == 1 and tok.isalpha():
@@ -202,21 +208,12 @@ def _strong_choices(text: str, letters: str) -> list[tuple[int, str, str]]:
         contents = boxed_contents(text[m.start() :])
         letter = parse_option(contents[0] or "", len(letters)) if contents else None
         if letter is None and contents and contents[0]:
-            letter = _echoed_option(_unwrap_text(contents[0]), len(letters))
+            letter = _echoed_option(_strip_text_commands(contents[0]), len(letters))
         if letter:
             found.append((m.start(), letter, "boxed"))
     return found
 
 
-_BOXES = re.compile(r"\\(?:boxed|fbox)(?![a-zA-Z])")
-
-
-def _unwrap_text(content: str) -> str:
-    prev = None
-    while prev != content:
-        prev = content
-        content = _TEXT_COMMAND.sub(r"\1", content)
-    return content.replace("$", "")
 
 
 def _mask_boxes(text: str) -> str:
