@@ -59,7 +59,7 @@ import logging
 from collections import Counter
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from mbs.io import RunDir
 from mbs.records import Problem, TreeNode
@@ -85,7 +85,7 @@ from mbs.synth.common import (
     reason_kind,
     root_id,
     run_method,
-    seed_provenance,
+    setup_summary,
     write_figures,
 )
 from mbs.synth.structured import StructureError, parse_items, self_reference
@@ -508,17 +508,10 @@ def summarize(cfg: DictConfig, state: RunState, grower: SynthBase) -> dict[str, 
         effectivity=effectivity_summary(state.nodes),
         trace_teachers=dict(Counter(r.problem.metadata.get("mbs", {}).get("trace_teacher") or "none" for r in roots)),
         judges=judge_summary([v for n in state.nodes for v in n.variants], grower.judges),
-        thresholds=OmegaConf.to_container(cfg.thresholds, resolve=True),
-        students=[p.name for p in grower.students],
+        **setup_summary(cfg, grower, state),
         weakest=grower.weakest.name,
-        target={"policy": grower.target.name, "budget": grower.target.budget, "n": int(cfg.thresholds.N)},
-        seeds_from=seed_provenance(cfg, grower.target),
-        teachers=[t.name for t in grower.pool],
-        generator=grower.gen.name,
         grounding=({"enabled": True, "seeds_with_documents": sum(1 for d in grower.docs.values() if d)}
                    if cfg.mbs.grounding.enabled else {"enabled": False}),
-        engine=state.engine,
-        backends=state.backends,
         counts={
             "hard_seeds": len(state.seeds),
             "seeds_resumed": state.resumed,

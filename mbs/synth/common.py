@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from mbs.data import in_shard
 from mbs.io import RunDir, Shard, read_records, read_summary, shard_files
@@ -354,6 +354,22 @@ def seed_provenance(cfg: DictConfig, target: Policy) -> dict[str, Any]:
             path, cal_target, cal_budget, target.name, target.budget,
         )
     return {"calibration_target": cal_target, "calibration_budget": cal_budget, "same_target": same}
+
+
+def setup_summary(cfg: DictConfig, grower: Any, state: Any) -> dict[str, Any]:
+    """The summary keys MagicBeanStalk and direct synthesis share: thresholds, the student
+    set and target (with :func:`seed_provenance`), the teacher pool, the generator, the
+    engine and the backend counters of ``state``."""
+    return {
+        "thresholds": OmegaConf.to_container(cfg.thresholds, resolve=True),
+        "students": [p.name for p in grower.students],
+        "target": {"policy": grower.target.name, "budget": grower.target.budget, "n": int(cfg.thresholds.N)},
+        "seeds_from": seed_provenance(cfg, grower.target),
+        "teachers": [t.name for t in grower.pool],
+        "generator": grower.gen.name,
+        "engine": state.engine,
+        "backends": state.backends,
+    }
 
 
 def load_base_calibrations(cfg: DictConfig) -> dict[tuple[str, str, int | None], Calibration]:

@@ -19,7 +19,7 @@ import logging
 from collections import Counter
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from mbs.io import RunDir
 from mbs.records import Problem, TreeNode
@@ -36,7 +36,7 @@ from mbs.synth.common import (
     reason_kind,
     root_id,
     run_method,
-    seed_provenance,
+    setup_summary,
     write_figures,
 )
 
@@ -104,14 +104,7 @@ def summarize(cfg: DictConfig, state: RunState, grower: Direct) -> dict[str, Any
         rejections=dict(sorted(rej.items())),
         judges=judge_summary(variants, grower.judges),
         n_variants=int(cfg.direct.n_variants),
-        thresholds=OmegaConf.to_container(cfg.thresholds, resolve=True),
-        students=[p.name for p in grower.students],
-        target={"policy": grower.target.name, "budget": grower.target.budget, "n": int(cfg.thresholds.N)},
-        seeds_from=seed_provenance(cfg, grower.target),
-        teachers=[t.name for t in grower.pool],
-        generator=grower.gen.name,
-        engine=state.engine,
-        backends=state.backends,
+        **setup_summary(cfg, grower, state),
         counts={
             "hard_seeds": len(state.seeds),
             "seeds_resumed": state.resumed,
