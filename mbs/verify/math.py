@@ -39,8 +39,11 @@ from mbs.textmath import plain_to_latex
 from mbs.verify import Grade, register
 
 __all__ = [
+    "MATH_SPAN",
+    "Box",
     "Extraction",
     "boxed_contents",
+    "boxes",
     "canonical",
     "confirm_equal",
     "cut_runon",
@@ -100,7 +103,8 @@ _RUNON = re.compile(
     r"\n[ \t]*(?:\*\*|#+[ \t]*)?(?:Question|Problem|Q|Human|User)[ \t]*\d*[ \t]*(?:\*\*)?[ \t]*[:：]",
     re.IGNORECASE,
 )
-_MATH_SPAN = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
+# Inline or display math: $$...$$, $...$, \\(...\\), \\[...\\] (the first non-None group is the body).
+MATH_SPAN = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
 # "!" after a digit or closing bracket is a factorial ("5! = 120"), not a sentence end.
 _SENTENCE_END = re.compile(r"(?:[.?;]|(?<![0-9)}\]])!)(?=\s|$)|\n")
 _COPULA = re.compile(
@@ -202,24 +206,49 @@ def _strip_currency(text: str) -> str:
     return "".join(out)
 
 
-def boxed_contents(text: str) -> list[str | None]:
-    """Contents of every ``\\boxed``/``\\fbox`` in ``text``, in order of appearance.
+@dataclass(frozen=True)
+class Box:
+    """One ``\\boxed``/``\\fbox`` in a text.
+
+    Attributes:
+        start: Index of the backslash of ``\\boxed``.
+        end: Index just past the box: past its closing ``}``, past the token of an unbraced
+            ``\\boxed 5``, or the end of the text for an unterminated box.
+        content: The stripped content; ``None`` when the braces are unterminated.
+        braced: Whether the content is in braces.
+    """
+
+    start: int
+    end: int
+    content: str | None
+    braced: bool
+
+
+def boxes(text: str) -> list[Box]:
+    """Every ``\\boxed``/``\\fbox`` in ``text``, in order of appearance.
 
     Braces are matched with nesting (``\\boxed{\\frac{a}{\\sqrt{b}}}``); ``\\boxed 5``
-    without braces takes one token. An unterminated box gives ``None``.
+    without braces takes one token. An unterminated box has content ``None``.
     """
-    out: list[str | None] = []
+    out: list[Box] = []
     closing: dict[int, int] | None = None
     for box in _BOX.finditer(text):
         i = _SPACES.match(text, box.end()).end()
         if text.startswith("{", i):
             closing = _closing_braces(text) if closing is None else closing
             j = closing.get(i)
-            out.append(None if j is None else text[i + 1 : j].strip())
+            content = None if j is None else text[i + 1 : j].strip()
+            out.append(Box(box.start(), len(text) if j is None else j + 1, content, True))
         else:
             token = _BOX_TOKEN.match(text, box.end())
-            out.append(token.group(1).rstrip(".,;") if token else "")
+            content = token.group(1).rstrip(".,;") if token else ""
+            out.append(Box(box.start(), token.end() if token else box.end(), content, False))
     return out
+
+
+def boxed_contents(text: str) -> list[str | None]:
+    """Contents of every box of ``text`` (see :func:`boxes`); ``None`` for an unterminated one."""
+    return [b.content for b in boxes(text)]
 
 
 def _last_box(text: str) -> Extraction | None:
@@ -328,7 +357,7 @@ def _span_answer(text: str, *, last: bool = False) -> str | None:
     only a connector separates (``$x=3$ or $x=-3$`` -> ``x=3, x=-3``, a set)."""
     spans = [
         (m.start(), m.end(), next(g for g in m.groups() if g is not None).strip())
-        for m in _MATH_SPAN.finditer(text)
+        for m in MATH_SPAN.finditer(text)
     ]
     spans = [sp for sp in spans if sp[2]]
     if not spans:
@@ -393,7 +422,7 @@ def _last_answer_line(text: str) -> str | None:
 
 def _sentences(text: str) -> list[str]:
     """Split into sentences/lines, never inside ``$...$`` math."""
-    spans = [(m.start(), m.end()) for m in _MATH_SPAN.finditer(text)]
+    spans = [(m.start(), m.end()) for m in MATH_SPAN.finditer(text)]
     starts = [a for a, _ in spans]
     out, start = [], 0
     for m in _SENTENCE_END.finditer(text):
@@ -433,7 +462,7 @@ def _copula_answer(sentence: str) -> str | None:
     ``$...$``/``\\(...\\)`` span or a run of plain-text math; a copula followed by prose
     ("is achieved when a = b") is skipped.
     """
-    masked = _MATH_SPAN.sub(lambda m: "\x00" * (m.end() - m.start()), sentence)
+    masked = MATH_SPAN.sub(lambda m: "\x00" * (m.end() - m.start()), sentence)
     copulas = list(_COPULA.finditer(masked))
     conclusions = list(_CONCLUSION.finditer(masked))
     for conclusion in reversed(conclusions):
@@ -443,7 +472,7 @@ def _copula_answer(sentence: str) -> str | None:
             break
     for cop in copulas:
         start = _FILLER.match(sentence, cop.end()).end()
-        span = _MATH_SPAN.match(sentence, start)
+        span = MATH_SPAN.match(sentence, start)
         if span is not None:
             return _span_answer(sentence[start:])
         runs = _math_runs(sentence[start:])
@@ -599,7 +628,8 @@ _UNIT_WORD = (
     r"kPa|mol|cal|kcal|units?|degrees?|cm\^?[23]|m\^?[23])"
 )
 # A plain-text unit after a number at the end of an answer: "15 km/h", "9.8 m/s^2", "20 mL".
-_PLAIN_UNIT = re.compile(rf"(?<=\d)\s+{_UNIT_WORD}(?:\^\{{?\d\}}?)?(?:\s*/\s*{_UNIT_WORD}(?:\^\{{?\d\}}?)?)*\s*$")
+_UNIT_POWER = r"(?:\^\{?\d\}?)?"
+_PLAIN_UNIT = re.compile(rf"(?<=\d)\s+{_UNIT_WORD}{_UNIT_POWER}(?:\s*/\s*{_UNIT_WORD}{_UNIT_POWER})*\s*$")
 # Scientific e-notation "3e-5", "1.5E+8" (a number right before e and the exponent digits;
 # "2e" or "2e - 1" stays Euler's number).
 _E_NOTATION = re.compile(r"(?<![\w.\\^{])(\d+(?:\.\d+)?)[eE]([-+]?\d+)(?![\w.])")

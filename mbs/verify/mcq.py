@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 
 from mbs.verify import Grade, register
-from mbs.verify.math import boxed_contents, cut_runon, line_after
+from mbs.verify.math import MATH_SPAN, boxes, cut_runon, line_after
 
 __all__ = ["extract_choice", "grade_mcq", "parse_option"]
 
@@ -42,7 +42,9 @@ _MARKER = re.compile(
     re.IGNORECASE,
 )
 # Weaker markers, used only when no strong one names an option ("Option: C", "the option is C").
-_WEAK_MARKER = re.compile(r"\b(?:option|choice)\s*(?:[:：]|\s+is\b|\s+(?:would|should|must|will)\s+be\b)", re.I)
+_WEAK_MARKER = re.compile(
+    r"\b(?:option|choice)\s*(?:[:：]|\s+is\b|\s+(?:would|should|must|will)\s+be\b)", re.IGNORECASE
+)
 # An option named before its verdict: "Option B is correct", "(B) is the right answer".
 _VERDICT = re.compile(
     r"(?:\b(?:option|choice)\s+)?(?<![A-Za-z0-9\\'’])\(?([A-J])\)?(?![A-Za-z0-9'’])\s+is\s+(?:the\s+)?"
@@ -91,13 +93,11 @@ _OPTION_VERDICT = re.compile(
     r"\b(?:option|choice)\s+\(?([A-J])\)?\s*[:.)]([^\n]*?)\b(?:correct|right|true)\b", re.IGNORECASE
 )
 _TOKENS = re.compile(r"[A-Za-z]+(?:['’][A-Za-z]+)?|[,;]|\S")
-_BOXES = re.compile(r"\\(?:boxed|fbox)(?![a-zA-Z])")
 _TEXT_COMMAND = re.compile(r"\\(?:text|textbf|textrm|mathrm|mathbf|mathit|mbox|operatorname)\s*\{([^{}]*)\}")
 _OPTION_START = re.compile(
     r"\s*(?:\*\*|__)?\s*\(([A-Ja-j])\)|\s*(?:\*\*|__)?([A-J])(?:[.):]|\*\*)(?!\w)|\s*([a-j])\)(?!\w)"
 )
 _OPTION_LINE = re.compile(r"^\s*(?:\*\*|__)?\s*(?:\(?[A-Ja-j]\)|[A-J][.:])\s*\S", re.MULTILINE)
-_MATH = re.compile(r"\$\$.+?\$\$|\$.+?\$|\\\(.+?\\\)|\\\[.+?\\\]", re.DOTALL)
 # A sentence: up to ". ", "! ", "? " or a line end ("2.4 J" stays whole).
 _SENTENCE = re.compile(r"(?:[^.!?\n]|[.!?](?=\S))+[.!?]*")
 _CONCLUDES = re.compile(r"\b(?:therefore|thus|hence|so|which\s+leaves|leaving)\b", re.IGNORECASE)
@@ -187,14 +187,20 @@ def _names_another(rest: list[tuple[str, int, int]], letters: str) -> bool:
     return len(words) >= 2 and words[0].lower() in _JOINERS and words[1] in letters and len(words[1]) == 1
 
 
+def _marked_letter(text: str, marker: re.Match[str], letters: str) -> str | None:
+    """The option an answer marker names, unless the marker introduces another option
+    ("Common wrong answer: D", "The other choice is C")."""
+    clause = text[text.rfind("\n", 0, marker.start()) + 1 : marker.start()]
+    if _NOT_FINAL.search(clause):
+        return None
+    return _letter_after_marker(line_after(text, marker.end()), letters)
+
+
 def _strong_choices(text: str, letters: str) -> list[tuple[int, str, str]]:
     """``(position, letter, source)`` of every explicit final choice in ``text``."""
     found = []
     for marker in _MARKER.finditer(text):
-        clause = text[text.rfind("\n", 0, marker.start()) + 1 : marker.start()]
-        if _NOT_FINAL.search(clause):
-            continue
-        letter = _letter_after_marker(line_after(text, marker.end()), letters)
+        letter = _marked_letter(text, marker, letters)
         if letter:
             found.append((marker.start(), letter, "answer line"))
     for m in _VERDICT.finditer(text):
@@ -204,36 +210,24 @@ def _strong_choices(text: str, letters: str) -> list[tuple[int, str, str]]:
         between = m.group(2)
         if m.group(1).upper() in letters and not re.search(r"\b(?:not|in)\s*$|n['’]t\s*$", between, re.I):
             found.append((m.start(), m.group(1).upper(), "answer line"))
-    for m in _BOXES.finditer(text):
-        contents = boxed_contents(text[m.start() :])
-        letter = parse_option(contents[0] or "", len(letters)) if contents else None
-        if letter is None and contents and contents[0]:
-            letter = _echoed_option(_strip_text_commands(contents[0]), len(letters))
+    for box in boxes(text):
+        letter = parse_option(box.content or "", len(letters))
+        if letter is None and box.content:
+            letter = _echoed_option(_strip_text_commands(box.content), len(letters))
         if letter:
-            found.append((m.start(), letter, "boxed"))
+            found.append((box.start, letter, "boxed"))
     return found
 
 
 
 
 def _mask_boxes(text: str) -> str:
-    """``text`` with every ``\\boxed{...}`` (balanced braces) replaced by a space."""
+    """``text`` with every braced ``\\boxed{...}`` replaced by a space."""
     out, i = [], 0
-    for m in _BOXES.finditer(text):
-        if m.start() < i:
-            continue
-        j, depth = m.end(), 0
-        while j < len(text) and text[j].isspace():
-            j += 1
-        if not text.startswith("{", j):
-            continue  # "\\boxed 5": nothing braced to mask
-        while j < len(text):
-            depth += {"{": 1, "}": -1}.get(text[j], 0)
-            j += 1
-            if depth == 0 and text[j - 1] == "}":
-                break
-        out.append(text[i : m.start()] + " ")
-        i = j
+    for box in boxes(text):
+        if box.braced:
+            out.append(text[i : box.start] + " ")
+            i = box.end
     out.append(text[i:])
     return "".join(out)
 
@@ -242,7 +236,7 @@ def _last_sentence_letter(text: str, letters: str) -> str | None:
     """The one option letter standing alone in the last sentence ("Hence C.",
     "Therefore, (C).", "I don't know for sure, but C."), outside math, not negated or
     rejected, not the pronoun "I" or the article "A"; ``None`` if there is not exactly one."""
-    masked = _mask_boxes(_MATH.sub(" ", text))
+    masked = _mask_boxes(MATH_SPAN.sub(" ", text))
     sentences = [s for s in _SENTENCE.findall(masked) if s.strip()]
     if not sentences:
         return None
@@ -290,8 +284,7 @@ def _choice(text: str, n_options: int) -> tuple[str, str] | None:
             return corrected, "correction"
         return letter, source
     for marker in reversed(list(_WEAK_MARKER.finditer(text))):
-        clause = text[text.rfind("\n", 0, marker.start()) + 1 : marker.start()]
-        letter = None if _NOT_FINAL.search(clause) else _letter_after_marker(line_after(text, marker.end()), letters)
+        letter = _marked_letter(text, marker, letters)
         if letter:
             return letter, "answer line"
     stripped = text.strip()
