@@ -314,6 +314,7 @@ def finalize(
     policies = policies_from_cfg(cfg.students)
     budgets = [int(b) for b in ccfg.budgets]
     n_target = int(ccfg.n)
+    has_live = any(p.source == "live" for p in policies)
     groups: dict[tuple, list[Rollout]] = defaultdict(list)
     for r in rollouts:
         groups[(r.problem_id, r.policy, r.budget)].append(r)
@@ -335,8 +336,8 @@ def finalize(
             "target_policy": str(cfg.students.target),
             # budgets L and N of the live policies (recorded ones have no budget; their N is
             # the number of no-hint settings, in counts[policy]["recorded"])
-            "budgets": budgets if any(p.source == "live" for p in policies) else [],
-            "n": n_target if any(p.source == "live" for p in policies) else None,
+            "budgets": budgets if has_live else [],
+            "n": n_target if has_live else None,
             "hard_seeds": len(hard),
             "hard_seed_budget": _hard_seed_budget(cfg, policies),
             "rollouts": {

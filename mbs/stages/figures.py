@@ -159,7 +159,8 @@ def run(cfg: DictConfig) -> Path:
     requested = ([cfg.run_dir] if cfg.run_dir else []) + list(cfg.figures.run_dirs)
     if not requested:
         raise ValueError("mbs-figures needs run_dir=RUN (or figures.run_dirs=[RUN1,RUN2])")
-    missing = {str(rd): _unreadable(Path(rd)) for rd in requested if _unreadable(Path(rd))}
+    why = {str(rd): _unreadable(Path(rd)) for rd in requested}
+    missing = {rd: reason for rd, reason in why.items() if reason}
     for rd, why in missing.items():
         log.error("mbs-figures: skipping %s: %s", rd, why)
     inputs = [rd for rd in requested if str(rd) not in missing]
