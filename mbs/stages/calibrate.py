@@ -325,7 +325,10 @@ def finalize(
         n_group = len(rs) if key[2] is None else n_target  # recorded: every no-hint setting is a rollout
         calibrations.append(calibrate_group(rs[:n_group], n_group, es.decision, float(es.alpha)))
     _rewrite(out.shard("calibrations", Calibration), calibrations)
-    hard = hard_seeds(calibrations, problems, cfg)
+    from mbs.verify.gold import ungradable_golds
+
+    ungradable = ungradable_golds(problems, cfg.verifier)  # never hard seeds: no trace can verify
+    hard = [p for p in hard_seeds(calibrations, problems, cfg) if p.id not in ungradable]
     _rewrite(out.shard("hard_seeds", Problem), hard)
 
     summary = trap_summary(calibrations)
@@ -339,6 +342,7 @@ def finalize(
             "budgets": budgets if has_live else [],
             "n": n_target if has_live else None,
             "hard_seeds": len(hard),
+            "ungradable": {"count": len(ungradable), "ids": list(ungradable), "reasons": ungradable},
             "hard_seed_budget": _hard_seed_budget(cfg, policies),
             "rollouts": {
                 "drawn": len(rollouts),
