@@ -275,7 +275,9 @@ def compare_yield(run_dirs: Sequence[str | Path], out_dir: str | Path, formats: 
     Runs are labelled by their method and the config values that differ between them.
 
     Returns:
-        ``{"written": [paths], "skipped": {}, "tables": {"yield": {"md", "tex"}}}``.
+        ``{"written": [paths], "skipped": {}, "tables": {"yield": {"md", "tex"}}}``, plus the
+        ``mbs_vs_direct`` table and figure when MBS and a direct run are among the runs
+        (:mod:`mbs.figures.mbs_vs_direct`).
 
     Raises:
         ValueError: No run, or a run that is not a synthesis run.
@@ -309,4 +311,11 @@ def compare_yield(run_dirs: Sequence[str | Path], out_dir: str | Path, formats: 
     rows = [[lab, str(s["hard_seeds"]), str(s["seeds_qualified"]), f"{100 * s['yield']:.1f}", str(s["qualified_problems"]), f"{p:.2f}"]
             for lab, s, p in zip(labels, summaries, per)]
     table = _table(["run", "hard seeds", "seeds qualified", "yield %", "qualified", "per seed"], rows)
-    return {"written": written, "skipped": {}, "tables": {"yield": table}}
+    tables = {"yield": table}
+    from mbs.figures.mbs_vs_direct import compare_methods
+
+    methods = compare_methods(run_dirs, out_dir, formats, width)  # MBS, root-only, direct, cost-matched
+    if methods is not None:
+        written += methods["written"]
+        tables.update(methods["tables"])
+    return {"written": written, "skipped": {}, "tables": tables}

@@ -3,9 +3,11 @@
 A problem whose ground truth the verifier cannot parse is failed by every rollout (each grade
 is ``None`` or ``0``), so calibration would band it ``failed_all`` and hand it to synthesis as
 a hard seed that no teacher trace can ever verify: it lowers the yield of every method and
-says nothing about the policy. :func:`ungradable_golds` finds such problems by grading the
-gold answer, written the way the verifier reads a final answer, against itself: a gold the
-verifier does not accept as its own answer is *ungradable*.
+says nothing about the policy. :func:`ungradable_golds` finds such problems with two gradings
+per gold: the gold answer, written the way the verifier reads a final answer, against itself,
+and a probe answer (``0``, or option ``A``) against it. A gold the verifier does not accept as its
+own answer, or cannot grade a probe against (score ``None``: "could not parse gold"), is
+*ungradable*.
 """
 
 from __future__ import annotations
@@ -13,9 +15,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mbs.records import Problem
+from mbs.sampling import verifier_for
+from mbs.verify.pool import GradingPool
 
 #: How the self-check writes a gold answer as a response, per verifier (others: boxed).
 _RESPONSE = {"mcq": "The answer is ({gold})."}
+#: The probe answer per verifier (others: 0).
+_PROBE = {"mcq": "A"}
 
 
 def self_check_response(ground_truth: str, verifier: str) -> str:
@@ -43,9 +49,6 @@ def ungradable_golds(problems: Sequence[Problem], verifier_cfg, pool=None) -> di
         ``{"champ/P_7": "gold '\\\\frac{' not gradable: could not parse gold"}``; problems
         without a ground truth are listed too.
     """
-    from mbs.sampling import verifier_for
-    from mbs.verify.pool import GradingPool
-
     out: dict[str, str] = {}
     items, ids = [], []
     for p in problems:
@@ -54,6 +57,7 @@ def ungradable_golds(problems: Sequence[Problem], verifier_cfg, pool=None) -> di
             continue
         v = verifier_for(p, verifier_cfg)
         items.append((self_check_response(p.ground_truth, v), p.ground_truth, v))
+        items.append((self_check_response(_PROBE.get(v, "0"), v), p.ground_truth, v))
         ids.append(p)
     if items:
         if pool is None:
@@ -61,9 +65,12 @@ def ungradable_golds(problems: Sequence[Problem], verifier_cfg, pool=None) -> di
                 grades = own.map(items)
         else:
             grades = pool.map(items)
-        for p, g in zip(ids, grades):
-            if g.score != 1.0:
-                what = "not gradable" if g.score is None else "not accepted as its own answer"
-                out[p.id] = f"gold {p.ground_truth[:60]!r} {what}: {g.reason}"
+        for i, p in enumerate(ids):
+            own, probe = grades[2 * i], grades[2 * i + 1]
+            if probe.score is None:
+                out[p.id] = f"gold {p.ground_truth[:60]!r} not gradable: {probe.reason}"
+            elif own.score != 1.0:
+                what = "not gradable" if own.score is None else "not accepted as its own answer"
+                out[p.id] = f"gold {p.ground_truth[:60]!r} {what}: {own.reason}"
     order = {p.id: i for i, p in enumerate(problems)}
     return dict(sorted(out.items(), key=lambda kv: order[kv[0]]))

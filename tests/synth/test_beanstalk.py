@@ -211,7 +211,7 @@ def test_killed_run_resumes_without_repeating_calls(mbs_cfg, tmp_path):
     clean = run(mbs_cfg(f"paths.cache_dir={tmp_path}/cache_clean", out="clean"))
     clean_teacher = read_manifest(clean)["backends"]["teacher:scripted"]["samples"]
     close_all()
-    killed = mbs_cfg(out="resumed", teacher_extra={"fail_after": 15})
+    killed = mbs_cfg(out="resumed", teacher_extra={"fail_after": 20})
     with pytest.raises(BackendError):
         run(killed)
     drawn = build_backend(killed.teacher.pool[0].backend, killed.paths.cache_dir).stats.samples
