@@ -316,8 +316,10 @@ def test_real_embedded_model_on_champ_hard_seeds(make_cfg, tmp_path):
     small = [*tiny, f"calibration_dir={cal}", "thresholds.N_t=1", "thresholds.N_d=0", "thresholds.N_l=1", "thresholds.N_c=1",
              "thresholds.N=2", "thresholds.D=1", "teacher.pool.0.max_tokens=48", "direct.n_variants=1", "synth.seeds_limit=2",
              "mbs.max_chars=600"]
-    for method in ("mbs", "direct"):
-        out = run(make_cfg("synthesize", [f"method={method}", f"synth.figures={str(method == 'mbs').lower()}", *small], out=method))
+    for method in ("mbs", "direct", "matched"):  # matched: direct given the teacher tokens MBS spent per seed
+        extra = [f"direct.cost_match_run={tmp_path / 'mbs'}", "direct.cost_match_max_variants=3"] if method == "matched" else []
+        out = run(make_cfg("synthesize", [f"method={'direct' if method == 'matched' else method}",
+                                          f"synth.figures={str(method == 'mbs').lower()}", *small, *extra], out=method))
         s = read_summary(out)
         for key in ("hard_seeds", "seeds_qualified", "yield", "qualified_problems", "funnel"):
             assert key in s, key
@@ -325,11 +327,15 @@ def test_real_embedded_model_on_champ_hard_seeds(make_cfg, tmp_path):
         assert s["rejections"], "every rejection of the real model is recorded with its reason"
         nodes = read_records(out, "trees", TreeNode)
         assert {n.seed_id for n in nodes} == {p.id for p in seeds}
-        assert (out / "manifest.json").is_file() and ((out / "figures" / "funnel.png").is_file() or method == "direct")
+        assert (out / "manifest.json").is_file() and ((out / "figures" / "funnel.png").is_file() or method != "mbs")
         print(method, json.dumps({"funnel": s["funnel"], "rejections": s["rejections"]}))
     # CHAMP ships step-wise solutions: the reference teacher gives every seed a verified trace
     mbs_summary = read_summary(tmp_path / "mbs")
     assert mbs_summary["seeds_with_trace"] == len(seeds)
+    assert sum(mbs_summary["yield_by_path"].values()) == pytest.approx(mbs_summary["yield"])
+    matched = read_summary(tmp_path / "matched")["cost_match"]
+    assert matched["mbs_teacher_tokens"] == mbs_summary["teacher_tokens"]
+    assert matched["teacher_tokens"] >= matched["mbs_teacher_tokens"] or matched["variants"] == 3 * len(seeds)
 
 
 def test_trace_batch_draws_several_traces_per_round(mbs_cfg):
