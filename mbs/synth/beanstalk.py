@@ -11,7 +11,6 @@ For each hard seed (p, a*):
 * **Stage 2** (:meth:`Beanstalk.decompose`): the teacher, given (p, tau, a*), writes at most K
   self-contained subproblems with solutions and answers (``mbs_decompose_v1``). Subproblems
   that do not parse, refer to "the original problem"/"above", lack an answer, or whose answer
-  does not verify against their own solution are rejected. Effectivity test: the decomposition
   does not verify against their own solution are rejected, and so are subproblems that
   restate the parent (text too similar to it, or answer equal to a*; :mod:`mbs.synth.restate`).
   Effectivity test: the decomposition passes if for at least one live student S,
