@@ -41,7 +41,7 @@ Where each decision is recorded:
 * ``TreeNode.effectivity``: ``{"passed", "students" (of the deciding attempt: acc,
   acc_source, acc_cond, n, successes, passed), "attempts" (each: subproblems with status and
   reason, per-student results, reason), "leaf_reason"}``;
-* ``TreeNode.variants``: every candidate (see :class:`mbs.synth.common.SynthBase`) with its
+* ``TreeNode.variants``: every candidate (see :class:`mbs.synth.grower.SynthBase`) with its
   weakest-student filter, target calibration and judge verdicts;
 * ``TreeNode.status``: ``no_trace``, ``synthesized`` (kept >= 1 synthetic problem) or
   ``exhausted`` (``reject_reason`` says why: no variant kept, parent trials exhausted, no
@@ -49,7 +49,7 @@ Where each decision is recorded:
 
 Every teacher prompt is free of alpha_leaf and alpha_parent, samples are seeded by index, so
 a threshold sweep reuses every cached call the threshold does not affect, and an identical
-rerun makes no backend call. A killed run resumes (see :mod:`mbs.synth.common`).
+rerun makes no backend call. A killed run resumes (see :mod:`mbs.synth.engine`).
 """
 
 from __future__ import annotations
@@ -62,33 +62,19 @@ from typing import Any
 from omegaconf import DictConfig
 
 from mbs.io import RunDir
+from mbs.prompts import user_messages
 from mbs.records import Problem, TreeNode
 from mbs.sampling import Group, Policy, messages_for, verifier_for
-from mbs.synth.common import (
-    Calibrate,
-    Gather,
-    RunState,
-    SeedTree,
-    SynthBase,
-    Task,
-    Verify,
-    above,
-    base_summary,
-    clip,
-    fill,
-    generate,
-    load_base_calibrations,
-    load_seeds,
-    mark_verified,
-    one,
-    origin_of,
-    reason_kind,
-    root_id,
-    run_method,
-    setup_summary,
-    write_figures,
-)
+from mbs.synth.engine import Calibrate, Gather, Task, Verify, generate, one
+from mbs.synth.grounding import assign_documents, documents_block
+from mbs.synth.grower import SeedTree, SynthBase, mark_verified
+from mbs.synth.inputs import load_base_calibrations, load_seeds
+from mbs.synth.judge import judge_summary
+from mbs.synth.problems import above, clip, origin_of, reason_kind
+from mbs.synth.run import RunState, run_method, setup_summary
+from mbs.synth.store import root_id
 from mbs.synth.structured import StructureError, parse_items, self_reference
+from mbs.synth.summary import base_summary
 from mbs.synth.teacher import find_trace
 
 log = logging.getLogger(__name__)
@@ -118,7 +104,7 @@ KEPT = ("kept", "qualified", "unqualified")
 
 
 class Beanstalk(SynthBase):
-    """MagicBeanStalk's per-seed procedure as coroutines (see :mod:`mbs.synth.common`).
+    """MagicBeanStalk's per-seed procedure as coroutines (see :mod:`mbs.synth.engine`).
 
     Args:
         cfg: The synthesize config.
@@ -135,8 +121,6 @@ class Beanstalk(SynthBase):
         self.base = load_base_calibrations(cfg)
         self.docs: dict[str, list[Any]] = {}
         if cfg.mbs.grounding.enabled:
-            from mbs.synth.grounding import assign_documents
-
             self.docs = assign_documents(cfg.mbs.grounding, seeds)
 
     # -- one seed ----------------------------------------------------------------------
@@ -217,7 +201,7 @@ class Beanstalk(SynthBase):
             node.effectivity = {"passed": None, "students": {}, "attempts": [], "leaf_reason": f"depth limit D={depth_max}"}
             return
         accs = yield from self.base_acc(node)
-        messages = fill(
+        messages = user_messages(
             m.templates.decompose, problem=clip(node.problem.prompt, self.max_chars),
             solution=clip(node.trace, self.max_chars), answer=node.answer or "", k=str(k_max),
         )
@@ -310,7 +294,7 @@ class Beanstalk(SynthBase):
     def leaf(self, tree: SeedTree, node: TreeNode) -> Task:
         """N_l harder variants of a leaf; those the weakest student solves above alpha_leaf are discarded."""
         th, m = self.th, self.cfg.mbs
-        messages = fill(
+        messages = user_messages(
             m.templates.leaf, problem=clip(node.problem.prompt, self.max_chars),
             solution=clip(node.trace, self.max_chars), answer=node.answer or "",
         )
@@ -355,7 +339,7 @@ class Beanstalk(SynthBase):
         for t in range(n_c):
             chosen = [kl[t % len(kl)] for _, kl in avail]
             new = "\n\n".join(f"{i}. {clip(v['problem'], self.max_chars)}\nAnswer: {v['answer']}" for i, v in enumerate(chosen, 1))
-            messages = fill(m.templates.compose, parent=parent, children=originals, new_children=new)
+            messages = user_messages(m.templates.compose, parent=parent, children=originals, new_children=new)
             comp = (yield from generate(self.gen, [self.gen.request(messages, t)], tree.tally))[0][0]
             used = [v["id"] for v in chosen]
             v = self.candidate(tree, f"{node.node_id}/c{t}", "composed", comp, [node.node_id, *used], node_id=node.node_id, children=used)
@@ -387,8 +371,6 @@ class Beanstalk(SynthBase):
         Returns:
             The candidates to calibrate against the target.
         """
-        from mbs.synth.grounding import documents_block
-
         docs = self.docs.get(tree.seed.id, [])
         if not docs or not kept:
             for v in kept:
@@ -396,7 +378,7 @@ class Beanstalk(SynthBase):
             return kept
         block = documents_block(docs, self.max_chars)
         reqs = [
-            self.gen.request(fill(self.cfg.mbs.templates.ground, problem=clip(v["problem"], self.max_chars),
+            self.gen.request(user_messages(self.cfg.mbs.templates.ground, problem=clip(v["problem"], self.max_chars),
                                   solution=clip(v["solution"], self.max_chars), answer=v["answer"], documents=block))
             for v in kept
         ]
@@ -494,8 +476,6 @@ def effectivity_summary(nodes: list[TreeNode]) -> dict[str, Any]:
 
 def summarize(cfg: DictConfig, state: RunState, grower: SynthBase) -> dict[str, Any]:
     """The MBS summary: contract keys, funnel, rejections, effectivity, tokens, judges, backends."""
-    from mbs.synth.judge import judge_summary
-
     roots = [n for n in state.nodes if n.depth == 0]
     teacher_tokens = sum(r.problem.metadata.get("mbs", {}).get("teacher_tokens", 0) for r in roots)
     s = base_summary("mbs", state.seeds, state.nodes, state.qualified, state.rollouts, teacher_tokens)
@@ -545,6 +525,4 @@ def run(cfg: DictConfig, out: RunDir) -> dict[str, Any]:
     log.info("MBS: %d hard seeds, teachers %s (generator %s), students %s, target %s",
              len(seeds), [t.name for t in grower.pool], grower.gen.name, [p.name for p in grower.students], grower.target.name)
     state = run_method(cfg, out, seeds, grower)
-    summary = summarize(cfg, state, grower)
-    write_figures(cfg, out, summary)
-    return summary
+    return summarize(cfg, state, grower)

@@ -543,14 +543,6 @@ def run(cfg: DictConfig, out: RunDir) -> dict[str, Any]:
         },
         "backends": backends,
     }
-    if cfg.synth.figures:
-        from mbs.figures.goose import goose_figures
-
-        out.write_summary({"method": str(cfg.method), **summary})  # the figures read it back
-        t3 = time.perf_counter()
-        drawn = goose_figures(out.path, out.path / "figures", ("png", "pdf"), "single")
-        out.timings["figures"] = time.perf_counter() - t3
-        summary["figures"] = {"written": len(drawn["written"]), "skipped": drawn["skipped"]}
     log.info(
         "goose: %d passages -> %d items (%d rejected), %d kept, effective share %s",
         len(passages), len(items), sum(rejected.values()), len(kept_problems), summary["effective_share"],

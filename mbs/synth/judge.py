@@ -16,7 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from mbs.synth.common import Gather, Tally, Task, clip, fill, generate
+from mbs.prompts import user_messages
+from mbs.synth.engine import Gather, Tally, Task, generate
+from mbs.synth.problems import clip
 from mbs.synth.structured import StructureError, parse_verdict
 from mbs.synth.teacher import Teacher
 
@@ -32,7 +34,7 @@ def judge_variants(variants: Sequence[dict[str, Any]], judges: Sequence[Teacher]
         return
     tasks = []
     for j in judges:
-        reqs = [j.request(fill(template, problem=clip(v["problem"], max_chars), answer=v["answer"])) for v in variants]
+        reqs = [j.request(user_messages(template, problem=clip(v["problem"], max_chars), answer=v["answer"])) for v in variants]
         tasks.append(generate(j, reqs, tally))
     per_judge = yield Gather(tasks)
     for vi, v in enumerate(variants):
