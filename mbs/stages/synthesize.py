@@ -30,7 +30,7 @@ STAGE = "synthesize"
 METHODS: dict[str, str] = {
     "mbs": "mbs.synth.beanstalk:run",
     "direct": "mbs.synth.direct:run",
-    "goose": "mbs.synth.goose:run",
+    "goose": "mbs.synth.goose.run:run",
 }
 
 

@@ -14,8 +14,8 @@ from mbs.llm import close_all
 from mbs.llm.base import BackendError
 from mbs.records import MCQ, Calibration, Problem, Rollout
 from mbs.stages.synthesize import run
-from mbs.synth.goose import chance_goldilocks_share
-from mbs.synth.goose_build import LETTERS, normalise
+from mbs.synth.goose.build import LETTERS, normalise
+from mbs.synth.goose.run import chance_goldilocks_share
 
 
 @pytest.fixture(autouse=True)

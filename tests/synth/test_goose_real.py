@@ -14,7 +14,7 @@ from mbs.io import read_manifest, read_records, read_summary
 from mbs.llm import close_all
 from mbs.records import Problem, Rollout
 from mbs.stages.synthesize import run
-from mbs.synth.goose_build import REASONS
+from mbs.synth.goose.build import REASONS
 
 pytestmark = pytest.mark.slow
 

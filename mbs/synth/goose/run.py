@@ -7,7 +7,7 @@ teacher in ``teacher.pool[goose.teacher.index]`` masks a span and writes the dis
 
 Method (Lu et al., 2026, "Golden Goose", sections 2-3): a contiguous span of key reasoning steps
 is masked; the span is the correct option, ``k - 1`` subtly wrong spans are the distractors
-(default k = 9, the paper's choice); every item is validated (:mod:`mbs.synth.goose_build`);
+(default k = 9, the paper's choice); every item is validated (:mod:`mbs.synth.goose.build`);
 ``N_goose`` = 16 rollouts of the target student (budget ``goose.filter.budget``) grade each item
 with the ``mcq`` verifier, and items every rollout solves or every rollout fails are dropped.
 
@@ -15,7 +15,7 @@ Files written into the run directory (``<shard>`` = ``00000-of-00001``):
 
 * ``candidates.<shard>.jsonl``: each validated item before shuffling, appended as it is built;
 * ``rejected.<shard>.jsonl``: ``{passage_id, stage, reason, detail, attempt}`` per dropped passage,
-  appended as it is decided (reasons: :data:`mbs.synth.goose_build.REASONS`);
+  appended as it is decided (reasons: :data:`mbs.synth.goose.build.REASONS`);
 * ``rollouts.<shard>.jsonl``: the filter's graded rollouts, appended as they are graded;
 * ``mcq.<shard>.jsonl``: one :class:`~mbs.records.MCQ` per built item (options shuffled, the
   answer letters balanced over positions);
@@ -51,7 +51,7 @@ from mbs.llm.base import ChatRequest
 from mbs.prompts import user_messages
 from mbs.records import BANDS, MCQ, Calibration, Problem, Rollout
 from mbs.sampling import Group, Policy, RolloutWriter, draw, policies_from_cfg
-from mbs.synth.goose_build import (
+from mbs.synth.goose.build import (
     LETTERS,
     Bounds,
     Candidate,
@@ -62,10 +62,10 @@ from mbs.synth.goose_build import (
     parse_extract_reply,
     parse_mask_reply,
     render_question,
-    teacher_free_candidate,
     validate,
 )
-from mbs.synth.goose_sources import MASK, Passage, has_reasoning, load_passages, segment
+from mbs.synth.goose.distractors import teacher_free_candidate
+from mbs.synth.goose.sources import MASK, Passage, has_reasoning, load_passages, segment
 from mbs.verify.pool import GradingPool
 
 log = logging.getLogger(__name__)
