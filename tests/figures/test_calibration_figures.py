@@ -88,7 +88,8 @@ def test_bands_table_numbers(runs, tmp_path):
 
 
 def test_compare_runs_labels_by_differing_config(runs, tmp_path):
-    from mbs.figures.compare import compare_runs, run_labels
+    from mbs.figures.compare import compare_runs
+    from mbs.figures.labels import run_labels
 
     assert run_labels([runs["live"], runs["live2"]]) == ["calibrate.n=6", "calibrate.n=4"]
     result = compare_runs([runs["live"], runs["live2"]], tmp_path)
