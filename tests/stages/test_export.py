@@ -24,7 +24,8 @@ from mbs.prompts import user_messages
 from mbs.records import Problem
 from mbs.rewards import compute_score
 from mbs.stages import calibrate
-from mbs.stages.export import export_runs, run
+from mbs.stages.export import run
+from mbs.stages.pipeline import export_runs
 
 LONG = (
     "A farmer plants rows of beans along a straight fence that is exactly one hundred metres long and "
