@@ -4,7 +4,7 @@ Every stage reads and writes these records as JSONL shards (see :mod:`mbs.io`). 
 :func:`to_dict` / :func:`from_dict` convert between records and plain dicts; nothing else
 in the code base builds record dicts by hand.
 
-Record types (DESIGN.md, "Records"):
+Record types:
 
 * :class:`Problem`: one problem with its ground truth and answer type.
 * :class:`Rollout`: one sampled response of a policy to a problem under a budget L.

@@ -2,8 +2,8 @@
 
 Each sample is one JSON file named by the SHA-256 of everything that decides it: backend kind,
 model id (file hash or name + revision), the rendered messages, every sampling parameter,
-the seed and the sample index (DESIGN.md, "The LLM layer"; STYLE.md warns of lm-eval#2715,
-where the model was left out of the key). Writes go to a temporary file in the same folder
+the seed and the sample index (lm-eval#2715 is what happens when the model is left out of
+the key). Writes go to a temporary file in the same folder
 and are renamed into place, so several processes (SLURM array tasks) can share one cache
 folder, on local disks and on network file systems alike, and a process killed mid-write
 never leaves a half-written entry.

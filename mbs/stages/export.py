@@ -34,6 +34,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from mbs.benchmarks import load_benchmarks
 from mbs.data import stable_hash
 from mbs.export.decontam import NgramIndex, contaminated
 from mbs.export.dedup import exact_duplicates, near_duplicates
@@ -97,8 +98,6 @@ def benchmark_index(cfg: DictConfig) -> tuple[NgramIndex | None, dict[str, int]]
     dcfg = cfg.export.decontam
     if not dcfg.enabled:
         return None, {}
-    from mbs.benchmarks import load_benchmarks
-
     index = NgramIndex(int(dcfg.n))
     counts = {}
     for bench in load_benchmarks(dcfg.benchmarks):

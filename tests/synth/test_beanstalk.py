@@ -22,13 +22,6 @@ from mbs.synth.engine import Calibrate, Engine, Gather, Generate, Verify, run_ta
 SMALL = ["thresholds.D=2", "thresholds.N_t=2", "thresholds.N_l=3", "thresholds.N_c=2", "thresholds.N=4", "verifier.workers=0"]
 
 
-@pytest.fixture(autouse=True)
-def _fresh_backends():
-    close_all()
-    yield
-    close_all()
-
-
 @pytest.fixture
 def cal(tmp_path):
     return write_calibration_dir(tmp_path / "cal", SEEDS)

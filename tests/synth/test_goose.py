@@ -18,13 +18,6 @@ from mbs.synth.goose.build import LETTERS, normalise
 from mbs.synth.goose.run import chance_goldilocks_share
 
 
-@pytest.fixture(autouse=True)
-def _fresh_backends():
-    close_all()
-    yield
-    close_all()
-
-
 def champ_overrides(*more: str, limit: int = 6) -> list[str]:
     return [
         "method=goose", "goose.source=champ", "goose.teacher_free=true", f"data.limit={limit}",

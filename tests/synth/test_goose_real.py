@@ -22,13 +22,6 @@ MODEL = "smollm2-135m-instruct"
 SMALL = ["method=goose", "synth.figures=false", "verifier.workers=1", "goose.champ.concepts=false"]
 
 
-@pytest.fixture(autouse=True)
-def _fresh_backends():
-    close_all()
-    yield
-    close_all()
-
-
 def test_teacher_free_champ_filtered_by_the_embedded_model(make_cfg):
     args = SMALL + [
         "goose.source=champ", "goose.teacher_free=true", "data.limit=1", "goose.filter.n=2", "goose.filter.budget=8",
