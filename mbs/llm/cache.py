@@ -148,7 +148,7 @@ class CachedBackend:
             if not missing:
                 yield i, [have[idx] for idx in req.indices]
                 continue
-            pending.append((i, req, have, _runs(req, missing)))
+            pending.append((i, req, have, req.split(missing)))
         self.stats.seconds += time.perf_counter() - t0
 
         batch = max(1, int(getattr(self.backend, "preferred_batch", 1)))
@@ -185,26 +185,3 @@ class CachedBackend:
 
     def close(self) -> None:
         self.backend.close()
-
-
-def _runs(req: ChatRequest, missing: list[int]) -> list[ChatRequest]:
-    """Split missing sample indices into contiguous runs, one sub-request each."""
-    runs: list[list[int]] = []
-    for idx in missing:
-        if runs and runs[-1][-1] == idx - 1:
-            runs[-1].append(idx)
-        else:
-            runs.append([idx])
-    return [
-        ChatRequest(
-            messages=req.messages,
-            n=len(r),
-            max_tokens=req.max_tokens,
-            temperature=req.temperature,
-            top_p=req.top_p,
-            seed=req.seed,
-            stop=req.stop,
-            first_index=r[0],
-        )
-        for r in runs
-    ]
