@@ -24,6 +24,7 @@ from omegaconf import DictConfig
 from mbs.io import RunDir
 from mbs.prompts import user_messages
 from mbs.records import Problem, TreeNode
+from mbs.synth.candidate import KEPT, Status
 from mbs.synth.engine import Task, generate
 from mbs.synth.grower import SeedTree, SynthBase
 from mbs.synth.inputs import load_seeds
@@ -62,10 +63,10 @@ class Direct(SynthBase):
         variants = [self.candidate(tree, f"{seed.id}/d{c.sample_index}", "direct", c, [seed.id], node_id=root.node_id) for c in comps]
         yield from self.check(variants)
         for v in variants:
-            if v["status"] == "valid":
-                v["status"] = "kept"
+            if v["status"] == Status.VALID:
+                v["status"] = Status.KEPT
         root.variants = variants
-        problems = yield from self.final(tree, [v for v in variants if v["status"] == "kept"])
+        problems = yield from self.final(tree, [v for v in variants if v["status"] == Status.KEPT])
         root.status = "synthesized" if any(v["status"] in ("qualified", "unqualified") for v in variants) else "exhausted"
         if root.status == "exhausted":
             c = Counter(reason_kind(v.get("reason")) for v in variants)
@@ -82,12 +83,12 @@ def summarize(cfg: DictConfig, state: RunState, grower: Direct) -> dict[str, Any
     f = {
         "hard_seeds": len(state.seeds),
         "variants_proposed": len(variants),
-        "variants_valid": sum(1 for v in variants if v["status"] != "rejected"),
-        "synthetic_problems": sum(1 for v in variants if v["status"] in ("kept", "qualified", "unqualified")),
+        "variants_valid": sum(1 for v in variants if v["status"] != Status.REJECTED),
+        "synthetic_problems": sum(1 for v in variants if v["status"] in KEPT),
         "qualified_problems": len(state.qualified),
         "seeds_qualified": s["seeds_qualified"],
     }
-    rej = Counter(f"direct/{reason_kind(v.get('reason'))}" for v in variants if v["status"] in ("rejected", "unqualified"))
+    rej = Counter(f"direct/{reason_kind(v.get('reason'))}" for v in variants if v["status"] in (Status.REJECTED, Status.UNQUALIFIED))
     s.update(
         seeds_with_trace=None,
         funnel=f,

@@ -10,6 +10,7 @@ from omegaconf import DictConfig
 from mbs.llm.base import Completion
 from mbs.records import Calibration, Problem, TreeNode, to_dict
 from mbs.sampling import Group, Policy
+from mbs.synth.candidate import Candidate, Status
 from mbs.synth.engine import Calibrate, Tally, Task, Verify
 from mbs.synth.inputs import live_students
 from mbs.synth.judge import judge_variants
@@ -47,8 +48,8 @@ class SeedTree:
         self.seen[key] = vid
         return None
 
-    def variants(self) -> list[dict[str, Any]]:
-        """Every synthetic candidate of the tree (dicts stored in ``TreeNode.variants``)."""
+    def variants(self) -> list[Candidate]:
+        """Every synthetic candidate of the tree (stored in ``TreeNode.variants``)."""
         return [v for n in self.nodes.values() for v in n.variants]
 
 
@@ -59,12 +60,8 @@ def _norm(text: str) -> str:
 class SynthBase:
     """Teachers, students and the candidate checks shared by MBS and the direct baseline.
 
-    A candidate problem is a dict stored in :attr:`TreeNode.variants`::
-
-        {"id", "kind", "index" (teacher sample index), "tokens", "finish_reason", "parents",
-         "problem", "solution", "answer",
-         "status": rejected | discarded | kept | qualified | unqualified, "reason",
-         "filter": {...} (weakest-student check), "target": Calibration dict, "judges": {...}}
+    A candidate problem is a :class:`~mbs.synth.candidate.Candidate` stored in
+    :attr:`TreeNode.variants`; its :class:`~mbs.synth.candidate.Status` says where it stands.
 
     Args:
         cfg: The synthesize config.
@@ -110,45 +107,45 @@ class SynthBase:
 
     # -- candidates ------------------------------------------------------------------
 
-    def candidate(self, tree: SeedTree, vid: str, kind: str, comp: Completion, parents: list[str], dedupe: bool = True, **extra: Any) -> dict[str, Any]:
+    def candidate(self, tree: SeedTree, vid: str, kind: str, comp: Completion, parents: list[str], dedupe: bool = True, **extra: Any) -> Candidate:
         """Parse one teacher sample into a candidate; structure, self-containedness and novelty checked.
 
         A candidate whose text repeats the seed, a tree node or an earlier candidate of the
         tree (case and whitespace aside) is rejected as a duplicate (with ``dedupe``).
 
         Returns:
-            The candidate dict with status ``pending`` (to verify) or ``rejected`` (reason set).
+            The candidate with status ``pending`` (to verify) or ``rejected`` (reason set).
         """
-        v: dict[str, Any] = {
+        v: Candidate = {
             "id": vid, "kind": kind, "index": comp.sample_index, "tokens": comp.completion_tokens,
             "finish_reason": comp.finish_reason, "parents": list(parents), **extra,
         }
         try:
             item = parse_item(comp.text, self.max_answer_chars)
         except StructureError as err:
-            v.update(status="rejected", reason=f"parse error: {err}", raw=clip(comp.text, 600))
+            v.update(status=Status.REJECTED, reason=f"parse error: {err}", raw=clip(comp.text, 600))
             return v
         v.update(problem=item.problem, solution=item.solution, answer=item.answer)
         ref = self_reference(item.problem, self.patterns)
         dup = tree.duplicate(item.problem, vid) if dedupe and not ref else None
         if ref:
-            v.update(status="rejected", reason=f"self-reference: {ref!r}")
+            v.update(status=Status.REJECTED, reason=f"self-reference: {ref!r}")
         elif dup:
-            v.update(status="rejected", reason=f"duplicate: same problem as {dup}")
+            v.update(status=Status.REJECTED, reason=f"duplicate: same problem as {dup}")
         else:
-            v["status"] = "pending"
+            v["status"] = Status.PENDING
         return v
 
-    def check(self, variants: Sequence[dict[str, Any]]) -> Task:
+    def check(self, variants: Sequence[Candidate]) -> Task:
         """Verify each pending candidate's answer against its own solution (status ``valid`` or ``rejected``)."""
-        pending = [v for v in variants if v["status"] == "pending"]
+        pending = [v for v in variants if v["status"] == Status.PENDING]
         if not pending:
             return
         grades = yield Verify([(v["solution"], v["answer"], "math") for v in pending])
         for v, g in zip(pending, grades):
             mark_verified(v, g)
 
-    def problem_of(self, tree: SeedTree, v: dict[str, Any]) -> Problem:
+    def problem_of(self, tree: SeedTree, v: Candidate) -> Problem:
         """The :class:`Problem` of a candidate (id = candidate id; provenance in ``parents``)."""
         meta = {"kind": v["kind"], "node_id": v.get("node_id")}
         if "target" in v:
@@ -161,11 +158,11 @@ class SynthBase:
             meta["grounding"] = {k: x for k, x in v["grounding"].items() if k != "original"}
         return synthetic_problem(v["id"], v["problem"], v["answer"], v["solution"], tree.seed, self.method, v["parents"], meta)
 
-    def group(self, tree: SeedTree, v: dict[str, Any], policy: Policy) -> Group:
+    def group(self, tree: SeedTree, v: Candidate, policy: Policy) -> Group:
         """The rollout group of a candidate for ``policy`` at its budget (group id = candidate id)."""
         return Group.of(self.problem_of(tree, v), int(policy.budget), self.templates, self.cfg.verifier)
 
-    def filter(self, v: dict[str, Any], c: Calibration, alpha: float, name: str) -> None:
+    def filter(self, v: Candidate, c: Calibration, alpha: float, name: str) -> None:
         """Discard a candidate the weakest student solves above ``alpha`` (Stage 3); else keep it."""
         hit = above(c, alpha)
         v["filter"] = {
@@ -173,11 +170,11 @@ class SynthBase:
             "n_target": c.n_target, "successes": c.successes, "pass_rate": c.pass_rate, "above": hit,
         }
         if hit:
-            v.update(status="discarded", reason=f"above {name}: {c.policy} solves {c.successes}/{c.n_target} > {alpha:g}")
+            v.update(status=Status.DISCARDED, reason=f"above {name}: {c.policy} solves {c.successes}/{c.n_target} > {alpha:g}")
         else:
-            v["status"] = "kept"
+            v["status"] = Status.KEPT
 
-    def final(self, tree: SeedTree, kept: list[dict[str, Any]]) -> Task:
+    def final(self, tree: SeedTree, kept: list[Candidate]) -> Task:
         """Calibrate kept candidates against the target policy; judge the qualified ones.
 
         Qualified = 0 < pass rate < 1 and at least one complete correct response within L
@@ -192,27 +189,27 @@ class SynthBase:
         for v, c in zip(kept, cals):
             v["target"] = to_dict(c)
             if c.usable:
-                v.update(status="qualified", reason=None)
+                v.update(status=Status.QUALIFIED, reason=None)
             elif c.band != "goldilocks":
-                v.update(status="unqualified", reason=f"target {c.band}: {c.successes}/{c.n} correct")
+                v.update(status=Status.UNQUALIFIED, reason=f"target {c.band}: {c.successes}/{c.n} correct")
             else:
-                v.update(status="unqualified", reason=f"target incomplete: {c.successes}/{c.n} correct, none complete within L")
-        qualified = [v for v in kept if v["status"] == "qualified"]
+                v.update(status=Status.UNQUALIFIED, reason=f"target incomplete: {c.successes}/{c.n} correct, none complete within L")
+        qualified = [v for v in kept if v["status"] == Status.QUALIFIED]
         if self.judges and qualified:
             yield from judge_variants(qualified, self.judges, self.mcfg.templates.judge, self.max_chars, tree.tally)
             if self.mcfg.judges.filter:
                 for v in qualified:
                     if v["judge_verdict"] == "rejected":
-                        v.update(status="unqualified", reason="judges: unanimously rejected")
-                qualified = [v for v in qualified if v["status"] == "qualified"]
+                        v.update(status=Status.UNQUALIFIED, reason="judges: unanimously rejected")
+                qualified = [v for v in qualified if v["status"] == Status.QUALIFIED]
         return [self.problem_of(tree, v) for v in qualified]
 
 
-def mark_verified(v: dict[str, Any], g: Grade) -> None:
+def mark_verified(v: Candidate, g: Grade) -> None:
     """Set a candidate's status from the grade of its solution against its own answer."""
     if g.score == 1.0:
-        v["status"] = "valid"
+        v["status"] = Status.VALID
     elif g.score is None:
-        v.update(status="rejected", reason=f"answer not gradable: {g.reason}")
+        v.update(status=Status.REJECTED, reason=f"answer not gradable: {g.reason}")
     else:
-        v.update(status="rejected", reason=f"answer mismatch: solution gives {g.extracted!r} ({g.reason})")
+        v.update(status=Status.REJECTED, reason=f"answer mismatch: solution gives {g.extracted!r} ({g.reason})")
