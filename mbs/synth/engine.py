@@ -176,7 +176,13 @@ class Engine:
     """
 
     def __init__(self, cfg: DictConfig, pool: GradingPool, writer: RolloutWriter):
-        self.cfg = cfg
+        # read once: every round uses the same sampling settings
+        self.early_stop = bool(cfg.synth.early_stop)
+        self.early_stop_batch = int(cfg.synth.early_stop_batch)
+        self.temperature = float(cfg.synth.temperature)
+        self.top_p = float(cfg.synth.top_p)
+        self.seed = int(cfg.seed)
+        self.cache_dir = cfg.paths.cache_dir
         self.pool = pool
         self.writer = writer
         self.stats: Counter = Counter()
@@ -191,7 +197,7 @@ class Engine:
             if isinstance(op, Generate):
                 by_teacher[op.teacher.name].append(i)
             elif isinstance(op, Calibrate):
-                es = bool(op.early_stop and self.cfg.synth.early_stop)
+                es = bool(op.early_stop and self.early_stop)
                 by_cal[(op.policy.name, op.n, op.decision, float(op.alpha), es)].append(i)
             else:
                 verifies.append(i)
@@ -222,10 +228,10 @@ class Engine:
                         raise ValueError(f"two different prompts share the rollout group id {g.id!r}")
             self.stats["calibrated_groups"] += len(groups)
             cals = calibrate(
-                policy, list(groups.values()), n, self.writer, self.cfg.paths.cache_dir,
-                decision=decision, alpha=alpha, early_stop=es, batch=int(self.cfg.synth.early_stop_batch),
-                temperature=float(self.cfg.synth.temperature), top_p=float(self.cfg.synth.top_p),
-                seed=int(self.cfg.seed), stats=self.stats, desc=f"{policy.name} ({decision})",
+                policy, list(groups.values()), n, self.writer, self.cache_dir,
+                decision=decision, alpha=alpha, early_stop=es, batch=self.early_stop_batch,
+                temperature=self.temperature, top_p=self.top_p,
+                seed=self.seed, stats=self.stats, desc=f"{policy.name} ({decision})",
             )
             for i in idx:
                 out[i] = [cals[(g.id, g.budget)] for g in ops[i].groups]
