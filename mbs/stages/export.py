@@ -89,7 +89,7 @@ def check_templates(sources: Sequence[Source], templates: DictConfig) -> None:
                 raise ValueError(
                     f"{s.run_dir}/config.yaml renders {answer_type} problems with template {used!r}, "
                     f"export.templates.{answer_type}={ours!r}: training would see other prompts than "
-                    f"calibration measured (set export.templates.{answer_type}={used})"
+                    f"calibration measured (set answer_templates.{answer_type}={used})"
                 )
 
 
