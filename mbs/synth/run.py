@@ -39,7 +39,6 @@ def setup_summary(cfg: DictConfig, grower: Any, state: Any) -> dict[str, Any]:
     }
 
 
-
 @dataclass
 class RunState:
     """What a finished synthesis run hands to its summary.
