@@ -219,6 +219,8 @@ def _strong_choices(text: str, letters: str) -> list[tuple[int, str, str]]:
     return found
 
 
+
+
 def _mask_boxes(text: str) -> str:
     """``text`` with every braced ``\\boxed{...}`` replaced by a space."""
     out, i = [], 0
