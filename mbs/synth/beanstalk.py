@@ -80,6 +80,7 @@ from mbs.synth.teacher import find_trace
 
 log = logging.getLogger(__name__)
 
+
 #: Order of the stage funnel in summaries and figures.
 FUNNEL = (
     "hard_seeds",
