@@ -18,6 +18,8 @@ from typing import Any
 from matplotlib.ticker import MaxNLocator
 
 from mbs.figures import figure, save
+from mbs.figures.labels import run_labels
+from mbs.figures.mbs_vs_direct import compare_methods
 from mbs.io import read_records, read_summary
 from mbs.records import TreeNode
 
@@ -283,8 +285,6 @@ def compare_yield(run_dirs: Sequence[str | Path], out_dir: str | Path, formats: 
         ValueError: No run, or a run that is not a synthesis run.
         FileNotFoundError: A run without ``summary.json``.
     """
-    from mbs.figures.compare import run_labels
-
     run_dirs = [Path(r) for r in run_dirs]
     if not run_dirs:
         raise ValueError("compare_yield needs at least one run directory")
@@ -312,8 +312,6 @@ def compare_yield(run_dirs: Sequence[str | Path], out_dir: str | Path, formats: 
             for lab, s, p in zip(labels, summaries, per)]
     table = _table(["run", "hard seeds", "seeds qualified", "yield %", "qualified", "per seed"], rows)
     tables = {"yield": table}
-    from mbs.figures.mbs_vs_direct import compare_methods
-
     methods = compare_methods(run_dirs, out_dir, formats, width)  # MBS, root-only, direct, cost-matched
     if methods is not None:
         written += methods["written"]

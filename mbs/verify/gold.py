@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from omegaconf import OmegaConf
+
 from mbs.records import Problem
 from mbs.sampling import verifier_for
 from mbs.verify.pool import GradingPool
@@ -40,7 +42,8 @@ def ungradable_golds(problems: Sequence[Problem], verifier_cfg, pool=None) -> di
 
     Args:
         problems: The problems of a calibration run.
-        verifier_cfg: The ``verifier`` config node (``path``, ``workers``, timeouts).
+        verifier_cfg: The ``verifier`` config node (``path``, ``workers``, timeouts); ``None``:
+            each answer type's verifier, in this process.
         pool: A :class:`mbs.verify.pool.GradingPool` to grade in (``None``: one is started
             from ``verifier_cfg`` and closed again).
 
@@ -49,6 +52,8 @@ def ungradable_golds(problems: Sequence[Problem], verifier_cfg, pool=None) -> di
         ``{"champ/P_7": "gold '\\\\frac{' not gradable: could not parse gold"}``; problems
         without a ground truth are listed too.
     """
+    if verifier_cfg is None:  # the verifier of each answer type, graded in this process
+        verifier_cfg = OmegaConf.create({"path": None, "workers": 0, "timeout_s": 5.0, "wall_timeout_s": None})
     out: dict[str, str] = {}
     items, ids = [], []
     for p in problems:
