@@ -20,6 +20,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
+
 #: Template tokens allowed per message by the upper bound.
 PER_MESSAGE = 16
 
@@ -100,7 +102,5 @@ def length_report(rows: Iterable[tuple[str, str, Sequence[dict[str, str]]]], cou
 
 def parquet_prompts(path: str | Path) -> list[tuple[str, str, list[dict[str, str]]]]:
     """``(id, split, messages)`` of every row of an exported parquet file."""
-    import pyarrow.parquet as pq
-
     table = pq.read_table(path, columns=["prompt", "extra_info"]).to_pylist()
     return [(str((r.get("extra_info") or {}).get("id")), str((r.get("extra_info") or {}).get("split")), r["prompt"]) for r in table]

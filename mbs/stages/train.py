@@ -31,6 +31,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from mbs.export.prompt_length import PromptCounter, length_report, parquet_prompts
 from mbs.io import RunDir, write_text_atomic
 
 log = logging.getLogger(__name__)
@@ -137,8 +138,6 @@ def prompt_length(cfg: DictConfig) -> dict[str, Any]:
         TrainError: A parquet file is missing, ``train.tokenizer`` cannot be loaded, or a
             configured ``max_prompt_length`` is shorter than a prompt (names the rows and the fix).
     """
-    from mbs.export.prompt_length import PromptCounter, length_report, parquet_prompts
-
     data_dir = Path(str(cfg.train.data_dir))
     configured = OmegaConf.select(cfg, "train.verl.data.max_prompt_length")
     rows = []
