@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 #: Bumped whenever a field is added, removed or changes meaning.
-SCHEMA_VERSION = 1
+#: 2: rollouts keep the policy's reasoning (``reasoning``, ``reasoning_tokens``) beside the answer.
+SCHEMA_VERSION = 2
 
 #: Bands of the zero-advantage trap (seed paper, "Background"): all N rollouts correct,
 #: mixed (non-zero GRPO advantage), or all wrong.
@@ -74,9 +75,10 @@ class Rollout:
         policy: Student/policy name from the ``students`` config group.
         budget: Response budget L in tokens (``max_tokens``); ``None`` for recorded answers.
         sample_index: 0-based index among the N rollouts of this (problem, policy, budget).
-        text: The response text.
+        text: The response's final answer (what the verifier graded; for a reasoning model the
+            part after its thinking, ``""`` when the budget ran out inside the thinking).
         prompt_tokens: Prompt length in tokens (0 when unknown).
-        completion_tokens: Generated tokens (<= budget).
+        completion_tokens: Generated tokens, reasoning and answer together (<= budget L).
         finish_reason: ``stop`` (ended on its own) or ``length`` (hit the budget L).
         reward: 1.0, 0.0, or ``None`` when the verifier could not grade.
         extracted: The answer the verifier extracted, if any.
@@ -84,6 +86,8 @@ class Rollout:
         latency_s: Wall-clock seconds the backend spent on this sample (0 for cache hits).
         cached: True when the completion came from the LLM cache.
         setting: For recorded policies, the prompt setting the answer was recorded under.
+        reasoning: The policy's thinking (see :mod:`mbs.reasoning`); ``""`` when it does not think.
+        reasoning_tokens: Tokens of the thinking (part of ``completion_tokens``).
     """
 
     problem_id: str
@@ -100,6 +104,8 @@ class Rollout:
     latency_s: float = 0.0
     cached: bool = False
     setting: str | None = None
+    reasoning: str = ""
+    reasoning_tokens: int = 0
 
     @property
     def key(self) -> tuple:
