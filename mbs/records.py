@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 #: Bumped whenever a field is added, removed or changes meaning.
-#: 2: rollouts keep the policy's reasoning (``reasoning``, ``reasoning_tokens``) beside the answer.
+#: 2: rollouts keep the policy's reasoning (``reasoning``, ``reasoning_tokens``) beside the answer;
+#: tree nodes keep a thinking teacher's Stage-1 reasoning (``trace_reasoning``).
 SCHEMA_VERSION = 2
 
 #: Bands of the zero-advantage trap (seed paper, "Background"): all N rollouts correct,
@@ -172,7 +173,11 @@ class TreeNode:
         seed_id: Root problem id.
         depth: 0 for the root, up to D.
         problem: The node's problem.
-        trace: Verified solution trace (teacher or reference).
+        trace: Verified solution trace (teacher or reference): the teacher's written solution
+            (the final answer of its response).
+        trace_reasoning: The thinking that preceded ``trace`` when the teacher is a reasoning
+            model (:mod:`mbs.synth.traces`: later prompts receive it with
+            ``mbs.trace_context=reasoning``), else ``None``.
         answer: Verified final answer.
         children: Child node ids (K <= 3).
         effectivity: Per student: {"acc": ..., "acc_cond": ..., "passed": ...}.
@@ -192,6 +197,7 @@ class TreeNode:
     variants: list[dict[str, Any]] = field(default_factory=list)
     status: str = "new"
     reject_reason: str | None = None
+    trace_reasoning: str | None = None
 
 
 @dataclass
