@@ -349,11 +349,7 @@ class OpenAIBackend:
             cause = f"HTTP {err.status_code}: {err.message}"
             param = rejected_param(err) if err.status_code == 400 else None
             if param:
-                cause = (
-                    f"HTTP 400: the server rejected the request parameter {param!r} ({err.message}); "
-                    f"hosted reasoning models take backend.max_tokens_param=max_completion_tokens and "
-                    f"backend.omit_params=[temperature,top_p] (not retried)"
-                )
+                cause = f"HTTP 400: the server rejected the request parameter {param!r} ({err.message}); {_fix_for(param)} (not retried)"
         else:
             cause = f"{type(err).__name__}: {err}"
         suffix = f" after {retries} {'retry' if retries == 1 else 'retries'}" if retries else ""
@@ -372,6 +368,20 @@ def message_parts(message: Any) -> tuple[str, str | None]:
         if isinstance(value, str):
             return content, value
     return content, None
+
+
+def _fix_for(param: str) -> str:
+    """The config change that stops sending a rejected request parameter."""
+    if param in TOKEN_PARAMS:
+        other = next(p for p in TOKEN_PARAMS if p != param)
+        return f"set backend.max_tokens_param={other} (hosted reasoning models take max_completion_tokens)"
+    if param in OMITTABLE:
+        return f"add {param} to backend.omit_params (hosted reasoning models take only their default sampling)"
+    if param == "n":
+        return "set backend.use_n=false (one sample per request)"
+    if param in ("reasoning_effort", "chat_template_kwargs"):
+        return "clear backend.reasoning.effort / backend.reasoning.chat_template_kwargs for this server"
+    return "remove it from backend.extra_body or the backend config"
 
 
 _PARAM_IN_MESSAGE = re.compile(r"[Uu]nsupported (?:parameter|value):\s*'([\w.]+)'")

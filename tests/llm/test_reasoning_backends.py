@@ -73,7 +73,11 @@ def test_hosted_reasoning_api_rejects_sampling_params_with_a_clear_error_and_no_
             plain.generate([_ask(temperature=0.7)])
         assert len(seen.bodies) == 1  # a 400 is never retried
         msg = str(err.value)
-        assert "rejected the request parameter 'max_tokens'" in msg and "max_completion_tokens" in msg
+        assert "rejected the request parameter 'max_tokens'" in msg and "backend.max_tokens_param=max_completion_tokens" in msg
+        assert "(not retried)" in msg
+        with pytest.raises(BackendError, match=r"parameter 'temperature' .*add temperature to backend.omit_params"):
+            OpenAIBackend(url, "gpt-5", max_retries=3, max_tokens_param="max_completion_tokens").generate([_ask(temperature=0.7)])
+        assert len(seen.bodies) == 2
         hosted = OpenAIBackend(url, "gpt-5", max_retries=3, max_tokens_param="max_completion_tokens",
                                omit_params=["temperature", "top_p"], reasoning={"format": "server", "effort": "high"})
         ok, cut = hosted.generate([_ask(n=2, temperature=0.7, max_tokens=500)])[0]
