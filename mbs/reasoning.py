@@ -37,8 +37,9 @@ Example::
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 __all__ = [
     "CUT_OFF_REASON",
@@ -61,7 +62,7 @@ EMPTY_REASON = "no answer: the reasoning ended without a final answer"
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 # Raw harmony: a final-channel header (an optional ``<|constrain|>`` before the message).
 _H_FINAL = re.compile(r"<\|channel\|>\s*final\b[^<]*(?:<\|constrain\|>[^<]*)?<\|message\|>")
-_H_MESSAGE = re.compile(r"<\|channel\|>\s*(\w+)[^<]*(?:<\|constrain\|>[^<]*)?<\|message\|>(.*?)(?=<\|end\|>|<\|start\|>|<\|return\|>|<\|call\|>|$)", re.S)
+_H_MESSAGE = re.compile(r"<\|channel\|>\s*(\w+)[^<]*(?:<\|constrain\|>[^<]*)?<\|message\|>(.*?)(?=<\|end\|>|<\|start\|>|<\|return\|>|<\|call\|>|$)", re.DOTALL)
 _H_END_TOKENS = ("<|return|>", "<|end|>", "<|call|>")
 # Stripped harmony: special tokens removed leave ``analysis`` + text + ``assistantfinal`` + answer.
 _H_STRIPPED_FINAL = re.compile(r"assistantfinal(?: ?json)?")
@@ -203,7 +204,7 @@ class ReasoningConfig:
     effort: str | None = None
 
     @classmethod
-    def of(cls, node: Mapping[str, Any] | "ReasoningConfig" | None, where: str = "backend.reasoning") -> "ReasoningConfig":
+    def of(cls, node: Mapping[str, Any] | ReasoningConfig | None, where: str = "backend.reasoning") -> ReasoningConfig:
         """Validate a config node (``None``: a model that does not think).
 
         Raises:

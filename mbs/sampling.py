@@ -17,9 +17,10 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
@@ -106,7 +107,7 @@ class Group:
     verifier: str
 
     @classmethod
-    def of(cls, problem: Problem, budget: int, templates: DictConfig, verifier_cfg: DictConfig) -> "Group":
+    def of(cls, problem: Problem, budget: int, templates: DictConfig, verifier_cfg: DictConfig) -> Group:
         """The plain group of a problem: its template prompt, its ground truth and verifier."""
         return cls(
             id=problem.id,

@@ -10,7 +10,15 @@ from __future__ import annotations
 import pytest
 from support import thinking as T
 
-from mbs.reasoning import CUT_OFF_REASON, EMPTY_REASON, FORMATS, ReasoningConfig, final_answer, no_answer_reason, split_response
+from mbs.reasoning import (
+    CUT_OFF_REASON,
+    EMPTY_REASON,
+    FORMATS,
+    ReasoningConfig,
+    final_answer,
+    no_answer_reason,
+    split_response,
+)
 from mbs.rewards import compute_score
 
 ANSWER = "So the answer is $\\boxed{4}$."

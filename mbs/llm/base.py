@@ -12,8 +12,9 @@ use :func:`sample_seed` to derive a distinct, reproducible seed per sample index
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 Message = dict[str, str]
 

@@ -180,7 +180,7 @@ class LlamaCppBackend:
                         sample_index=idx,
                     )
                     if self.reasoning.format != "none":
-                        count = lambda t: len(llm.tokenize(t.encode("utf-8"), add_bos=False, special=True))  # noqa: E731
+                        count = lambda t: len(llm.tokenize(t.encode("utf-8"), add_bos=False, special=True))
                         split_completion(comp, self.reasoning.format, count_tokens=count)
                     self.stats.samples += 1
                     self.stats.prompt_tokens += comp.prompt_tokens

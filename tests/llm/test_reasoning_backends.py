@@ -121,7 +121,7 @@ def test_vllm_output_conversion_splits_and_counts_reasoning_tokens():
         SimpleNamespace(index=0, text=T.harmony_stripped(ANSWER), token_ids=list(range(40)), finish_reason="stop"),
     ]
     ro = SimpleNamespace(prompt_token_ids=[1, 2, 3], outputs=outs)
-    words = lambda s: len(s.split())  # noqa: E731 - a stand-in tokenizer
+    words = lambda s: len(s.split())
     ok, cut = completions_from_output(_ask(n=2, first_index=4), ro, "harmony", words, latency_s=0.5)
     assert (ok.sample_index, ok.text, ok.prompt_tokens, ok.completion_tokens) == (4, ANSWER, 3, 40)
     assert ok.reasoning_tokens == min(40, words(THOUGHT)) and "<problem>" in ok.reasoning

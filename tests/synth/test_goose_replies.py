@@ -6,7 +6,13 @@ import json
 
 import pytest
 
-from mbs.synth.goose_replies import ReplyError, format_extract_reply, format_mask_reply, parse_extract_reply, parse_mask_reply
+from mbs.synth.goose_replies import (
+    ReplyError,
+    format_extract_reply,
+    format_mask_reply,
+    parse_extract_reply,
+    parse_mask_reply,
+)
 
 #: LaTeX that JSON strings corrupt (\f, \t, \b, \r, \n, \u escapes) or reject (\s, \c, \l, \p ...).
 LATEX = [
