@@ -93,6 +93,11 @@ FAMILIES: dict[str, tuple[str, Callable[[str], str]]] = {
 }
 
 
+#: family -> the family key of its cut-off shape (:func:`cut_off`)
+CUT_FAMILY = {"qwen3": "think", "qwen3_no_thinking": "think", "r1": "think_open",
+              "harmony_raw": "harmony_raw", "harmony_stripped": "harmony_stripped"}
+
+
 @dataclass
 class Reply:
     """One choice a responder returns: the final answer, the thinking, and how it ended.
