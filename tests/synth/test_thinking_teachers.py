@@ -54,8 +54,8 @@ def scripted_replies(thinking: bool):
     return respond
 
 
-def _run(make_cfg, cal, url, out):
-    cfg = make_cfg("synthesize", ["method=mbs", f"calibration_dir={cal}", "synth.figures=false", *SMALL], out=out)
+def _run(make_cfg, cal, url, out, *more):
+    cfg = make_cfg("synthesize", ["method=mbs", f"calibration_dir={cal}", "synth.figures=false", *SMALL, *more], out=out)
     configure(cfg, judges=True)
     node = {"_target_": "mbs.llm.openai_backend.OpenAIBackend", "base_url": url, "model": "scripted-thinker",
             "max_retries": 0, "label": "scripted", "reasoning": {"format": FMT, "chat_template_kwargs": {}, "effort": None}}
@@ -76,7 +76,7 @@ def _drop(obj, keys):
 
 #: What thinking legitimately changes: token counts (the budget counts the thinking) and the
 #: stored Stage-1 trace (which keeps the reasoning; compared separately).
-VARYING = {"tokens", "teacher_tokens", "trace", "trace_reasoning"}
+VARYING = {"tokens", "teacher_tokens", "reasoning_tokens", "trace", "trace_reasoning"}
 
 
 def _tree(run_dir) -> dict[str, dict]:
@@ -101,4 +101,20 @@ def test_thinking_teacher_and_judges_build_the_same_tree(make_cfg, tmp_path):
     # the thinking boxed 11 (wrong) in every reply: never what Stage 1 verified
     root = {n.node_id: n for n in read_records(thought, "trees", TreeNode)}["toy/main/0"]
     assert [(a["index"], a["score"]) for a in root.problem.metadata["mbs"]["trace_attempts"]] == [(0, 0.0), (1, 1.0)]
-    assert "Carefully: \\boxed{12}." in root.trace and "\\boxed{11}." not in root.trace.split("</think>")[-1]
+    # the stored Stage-1 trace keeps the written solution and, beside it, the reasoning
+    assert root.trace == "Carefully: \\boxed{12}." and root.trace_reasoning == T.thinking("11")
+    assert root.problem.metadata["mbs"]["trace_attempts"][1]["reasoning_tokens"] > 0
+
+
+def test_later_prompts_get_the_solution_by_default_and_the_blueprint_on_request(make_cfg, tmp_path):
+    cal = write_calibration_dir(tmp_path / "cal", SEEDS)
+    prompts = {}
+    for context in ("solution", "reasoning"):
+        with chat_server(scripted_replies(True), shape="raw") as (url, seen):
+            runs = _run(make_cfg, cal, url, f"mbs-{context}", f"mbs.trace_context={context}")
+        # the first decomposition prompt of the root (its solution is the verified Stage-1 trace)
+        prompts[context] = next(b["messages"][-1]["content"] for b in seen.bodies
+                                if "[[ROOT]]" in b["messages"][-1]["content"] and "subproblem" in b["messages"][-1]["content"])
+        assert read_summary(runs)["qualified_problems"] == 2  # the same tree either way
+    assert "Carefully: \\boxed{12}." in prompts["solution"] and "The user wants the output" not in prompts["solution"]
+    assert T.thinking("11") + "\n\nCarefully: \\boxed{12}." in prompts["reasoning"]
