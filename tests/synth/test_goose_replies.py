@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mbs.synth.goose_replies import (
+from mbs.synth.goose.replies import (
     ReplyError,
     format_extract_reply,
     format_mask_reply,

@@ -20,7 +20,7 @@ from mbs.llm import close_all
 from mbs.reasoning import CUT_OFF_REASON
 from mbs.records import MCQ, Rollout
 from mbs.stages.synthesize import run
-from mbs.synth.goose_replies import format_mask_reply
+from mbs.synth.goose.replies import format_mask_reply
 
 COMMANDS = ("\\frac", "\\times", "\\sqrt", "\\cdot", "\\binom", "\\le", "\\{", "\\}", "\\\\")
 
@@ -54,6 +54,7 @@ def _run(make_cfg, tmp_path, think: bool, out: str):
         rows.append({"id": f"q{i}", "text": text})
         replies[f"Passage Q{i}."] = format_mask_reply(span, ds)
         spans[f"toy/q{i}"] = (text, span, ds)
+    tmp_path.mkdir(parents=True, exist_ok=True)
     corpus = tmp_path / "latex.jsonl"
     corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
     student = {"picks": {spans["toy/q1"][1]: 0.5, spans["toy/q2"][1]: 1.0}, "truncate": 0.3,
@@ -89,8 +90,9 @@ def test_thinking_teacher_items_keep_every_latex_command_byte_for_byte(make_cfg,
 def test_thinking_student_is_graded_like_the_plain_one_and_cut_offs_score_zero(make_cfg, tmp_path):
     thought, _ = _run(make_cfg, tmp_path / "a", think=True, out="think")
     plain, _ = _run(make_cfg, tmp_path / "b", think=False, out="plain")
-    by_item = lambda run_dir: {it["id"]: (it["options"], it["answer"], it["n"], it["successes"], it["band"])  # noqa: E731
-                               for it in read_records(run_dir, "items")}
+    def by_item(run_dir):
+        return {it["id"]: (it["options"], it["answer"], it["n"], it["successes"], it["band"]) for it in read_records(run_dir, "items")}
+
     assert by_item(thought) == by_item(plain)
     rollouts = read_records(thought, "rollouts", Rollout)
     cut = [r for r in rollouts if r.finish_reason == "length"]
