@@ -115,6 +115,16 @@ class Completion:
     answered: bool = True
 
     @property
+    def no_answer_reason(self) -> str | None:
+        """Why the response has no final answer to parse (it ended inside the thinking), or
+        ``None`` when it has one; parsers record it instead of a parse error."""
+        if self.answered:
+            return None
+        from mbs.reasoning import no_answer_reason  # local: mbs.reasoning stays free of mbs.llm
+
+        return no_answer_reason(self.finish_reason)
+
+    @property
     def answer_tokens(self) -> int:
         """Tokens of the final answer (``completion_tokens - reasoning_tokens``)."""
         return max(0, self.completion_tokens - self.reasoning_tokens)

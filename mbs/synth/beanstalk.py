@@ -222,7 +222,7 @@ class Beanstalk(SynthBase):
             try:
                 parsed = parse_items(comp.text, k_max, max_answer_chars=self.max_answer_chars)
             except StructureError as err:
-                att.update(passed=False, reason=f"parse error: {err}", raw=clip(comp.text, 600))
+                att.update(passed=False, reason=comp.no_answer_reason or f"parse error: {err}", raw=clip(comp.text, 600))
                 continue
             subs: list[dict[str, Any]] = []
             for i, item in enumerate(parsed):

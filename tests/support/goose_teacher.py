@@ -25,6 +25,10 @@ def _unit(*parts: object) -> float:
     return int.from_bytes(h[:8], "little") / 2**64
 
 
+#: A scripted reply that makes a thinking backend run out of budget while still thinking.
+CUT = "<<cut off while thinking>>"
+
+
 class _Scripted:
     """``think``: a family of :data:`support.thinking.FAMILIES` (``qwen3``, ``r1``, ``harmony_raw``,
     ...): each reply is written after a long thinking that mentions every tag, and split back with
@@ -64,7 +68,8 @@ class _Scripted:
                 text = self._reply(prompt, req, idx)
                 comp = Completion(text=text, prompt_tokens=len(prompt.split()), completion_tokens=len(text.split()), sample_index=idx)
                 if self.think:
-                    comp.text, fmt = self._thought(text)
+                    comp.text, fmt = self._thought("", cut=True) if text == CUT else self._thought(text)
+                    comp.finish_reason = "length" if text == CUT else "stop"
                     split_completion(comp, fmt)
                 comps.append(comp)
                 self.stats.samples += 1

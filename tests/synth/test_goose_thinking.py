@@ -13,7 +13,7 @@ import json
 
 import pytest
 from omegaconf import OmegaConf, open_dict
-from support.goose_teacher import student_overrides
+from support.goose_teacher import CUT, student_overrides
 
 from mbs.io import read_records, read_summary
 from mbs.llm import close_all
@@ -47,13 +47,17 @@ def latex_passage(i: int, people: int) -> tuple[str, str, list[str]]:
     return text, span, distractors
 
 
-def _run(make_cfg, tmp_path, think: bool, out: str):
+def _run(make_cfg, tmp_path, think: bool, out: str, extra_passage: bool = False):
     rows, replies, spans = [], {}, {}
     for i in range(1, 4):
         text, span, ds = latex_passage(i, 5 + i)
         rows.append({"id": f"q{i}", "text": text})
         replies[f"Passage Q{i}."] = format_mask_reply(span, ds)
         spans[f"toy/q{i}"] = (text, span, ds)
+    if extra_passage:  # a fourth passage whose teacher reply is cut off while thinking
+        text, _, _ = latex_passage(4, 9)
+        rows.append({"id": "q4", "text": text})
+        replies["Passage Q4."] = CUT
     tmp_path.mkdir(parents=True, exist_ok=True)
     corpus = tmp_path / "latex.jsonl"
     corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -74,9 +78,11 @@ def _run(make_cfg, tmp_path, think: bool, out: str):
 
 
 def test_thinking_teacher_items_keep_every_latex_command_byte_for_byte(make_cfg, tmp_path):
-    out, spans = _run(make_cfg, tmp_path, think=True, out="think")
+    out, spans = _run(make_cfg, tmp_path, think=True, out="think", extra_passage=True)
     s = read_summary(out)
-    assert s["items_built"] == 3 and s["rejected"] == {}
+    assert s["items_built"] == 3 and s["rejected"] == {"teacher_cut_off": 1}
+    (rej,) = read_records(out, "rejected")
+    assert rej["passage_id"] == "toy/q4" and "cut off while thinking" in rej["detail"]
     for m in read_records(out, "mcq", MCQ):
         text, span, ds = spans[m.source_id]
         assert m.span == span and sorted(m.distractors) == sorted(ds)  # byte for byte

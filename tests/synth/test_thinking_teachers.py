@@ -41,13 +41,16 @@ def _first_index(seed: int, base: int = 0) -> int:
     return next(i for i in range(4096) if sample_seed(base, i) == seed)
 
 
-def scripted_replies(thinking: bool):
-    """A responder answering like the scripted teacher, optionally after a long thinking."""
+def scripted_replies(thinking: bool, cut: str | None = None):
+    """A responder answering like the scripted teacher, optionally after a long thinking;
+    prompts containing ``cut`` are cut off while thinking (after boxing the right answer 3)."""
     teacher = ScriptedBackend("teacher")
 
     def respond(body, n):
         req = ChatRequest(messages=body["messages"], n=n, max_tokens=int(body["max_tokens"]), seed=0,
                           first_index=_first_index(int(body["seed"])))
+        if cut and cut in body["messages"][-1]["content"]:
+            return [Reply(None, T.thinking("11") + " so \\boxed{3}", "length")] * n
         texts = [c.text for c in teacher.generate([req])[0]]
         return [Reply(t, T.thinking("11") if thinking else "") for t in texts]
 
@@ -118,3 +121,17 @@ def test_later_prompts_get_the_solution_by_default_and_the_blueprint_on_request(
         assert read_summary(runs)["qualified_problems"] == 2  # the same tree either way
     assert "Carefully: \\boxed{12}." in prompts["solution"] and "The user wants the output" not in prompts["solution"]
     assert T.thinking("11") + "\n\nCarefully: \\boxed{12}." in prompts["reasoning"]
+
+
+def test_a_trace_cut_off_while_thinking_is_rejected_unread(make_cfg, tmp_path):
+    """NONE's traces are cut off after boxing its true answer 3 in the thinking: never verified."""
+    from mbs.reasoning import CUT_OFF_REASON
+
+    cal = write_calibration_dir(tmp_path / "cal", SEEDS)
+    with chat_server(scripted_replies(True, cut="[[NONE]]"), shape="raw") as (url, _):
+        out = _run(make_cfg, cal, url, "mbs-cut")
+    none = {n.node_id: n for n in read_records(out, "trees", TreeNode)}["toy/none/0"]
+    attempts = none.problem.metadata["mbs"]["trace_attempts"]
+    assert [(a["score"], a["reason"], a["finish_reason"]) for a in attempts if a["index"] is not None] == [
+        (0.0, CUT_OFF_REASON, "length")] * 2
+    assert none.status == "no_trace" and none.trace is None and none.trace_reasoning is None

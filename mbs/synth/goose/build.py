@@ -53,6 +53,7 @@ REASONS = {
     "no_passage": "the teacher found no self-contained educational passage in the text",
     "no_steps": "teacher-free construction needs a step-segmented passage (goose.segment)",
     "too_few_steps": "too few steps to mask a span and keep context",
+    "teacher_cut_off": "the teacher's budget ran out while it was still thinking (raise its max_tokens)",
     "malformed_reply": "teacher reply lacks a closed <span> (masking) or <passage> (extraction) section",
     "bad_fields": "a <span> or <distractor> section of the teacher reply is empty",
     "span_not_in_passage": "the span the teacher chose does not occur in the passage",
@@ -200,6 +201,19 @@ def answer_position(index: int, k: int, seed: int) -> int:
 # --------------------------------------------------------------------------------------
 # Teacher replies
 # --------------------------------------------------------------------------------------
+
+
+def teacher_answered(comp: Any) -> None:
+    """Check that a teacher reply has a final answer to parse.
+
+    Args:
+        comp: The teacher's :class:`mbs.llm.base.Completion`.
+
+    Raises:
+        Rejected: ``teacher_cut_off`` when the reply ended inside the teacher's thinking.
+    """
+    if comp.no_answer_reason:
+        raise Rejected("teacher_cut_off", f"{comp.no_answer_reason} after {comp.completion_tokens} tokens")
 
 
 def parse_mask_reply(text: str) -> tuple[str, list[str]]:
