@@ -81,6 +81,7 @@ from mbs.synth.traces import blueprint, trace_for_prompt
 
 log = logging.getLogger(__name__)
 
+
 #: Order of the stage funnel in summaries and figures.
 FUNNEL = (
     "hard_seeds",

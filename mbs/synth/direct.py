@@ -36,6 +36,7 @@ from mbs.synth.summary import base_summary
 
 log = logging.getLogger(__name__)
 
+
 #: Order of the funnel in summaries and figures.
 FUNNEL = ("hard_seeds", "variants_proposed", "variants_valid", "synthetic_problems", "qualified_problems", "seeds_qualified")
 

@@ -37,6 +37,7 @@ from mbs.verify.pool import GradingPool
 
 log = logging.getLogger(__name__)
 
+
 Task = Generator[Any, Any, Any]
 
 

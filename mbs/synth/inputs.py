@@ -17,7 +17,6 @@ from mbs.sampling import Policy, policies_from_cfg
 log = logging.getLogger(__name__)
 
 
-
 def calibration_dir(cfg: DictConfig) -> Path:
     """The calibration run directory named by ``calibration_dir``.
 

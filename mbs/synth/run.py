@@ -23,6 +23,7 @@ from mbs.verify.pool import GradingPool
 
 log = logging.getLogger(__name__)
 
+
 def setup_summary(cfg: DictConfig, grower: Any, state: Any) -> dict[str, Any]:
     """The summary keys MagicBeanStalk and direct synthesis share: thresholds, the student
     set and target (with :func:`seed_provenance`), the teacher pool, the generator, the
@@ -37,7 +38,6 @@ def setup_summary(cfg: DictConfig, grower: Any, state: Any) -> dict[str, Any]:
         "engine": state.engine,
         "backends": state.backends,
     }
-
 
 
 @dataclass

@@ -17,7 +17,6 @@ from mbs.records import Problem, Rollout, TreeNode
 log = logging.getLogger(__name__)
 
 
-
 def root_id(seed_id: str) -> str:
     """Node id of a seed's root (``<seed id>/0``); children append ``.k``."""
     return f"{seed_id}/0"
