@@ -77,11 +77,11 @@ from mbs.synth.grounding import assign_documents, documents_block
 from mbs.synth.grower import SeedTree, SynthBase, mark_verified
 from mbs.synth.inputs import load_base_calibrations, load_seeds
 from mbs.synth.judge import judge_summary
+from mbs.synth.paths import path_details, yield_by_path
 from mbs.synth.problems import above, clip, origin_of, reason_kind
+from mbs.synth.restate import answer_response, restatement, same_answer_reason
 from mbs.synth.run import RunState, run_method, setup_summary
 from mbs.synth.store import root_id
-from mbs.synth.paths import path_details, yield_by_path
-from mbs.synth.restate import answer_response, restatement, same_answer_reason
 from mbs.synth.structured import StructureError, parse_items, self_reference
 from mbs.synth.students import weakest_student
 from mbs.synth.summary import base_summary
