@@ -26,11 +26,12 @@ from tqdm.auto import tqdm
 
 from mbs.calibration import calibrate_group, settled, trap_summary
 from mbs.data import load_problems
-from mbs.io import RunDir, Shard
+from mbs.io import RunDir, Shard, replace_records
 from mbs.llm import build_backend
 from mbs.records import Calibration, Problem, Rollout
 from mbs.sampling import Group, Policy, RolloutWriter, draw, policies_from_cfg, verifier_for
 from mbs.verify.pool import GradingPool
+from mbs.validate import validate_config
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +229,7 @@ def run(cfg: DictConfig) -> Path:
         mbs.data.DataError: Bad input data (``data.on_error=raise``).
         mbs.llm.BackendError: A backend failed after its retries (finished work is kept).
     """
+    validate_config(cfg)
     logging.getLogger("mbs").setLevel(cfg.log_level)
     out = RunDir(cfg.out_dir, STAGE, cfg.shard.index, cfg.shard.count)
     out.write_config(cfg)
@@ -389,10 +391,8 @@ def finalize(
 
 
 def _rewrite(shard: Shard, records: Sequence[Any]) -> None:
-    """Replace a derived shard's content (derived files are recomputed in full, never appended)."""
-    shard.path.unlink(missing_ok=True)
-    with shard:
-        shard.append(records)
+    """Replace a derived shard's content atomically (derived files are recomputed in full, never appended)."""
+    replace_records(shard, records)
 
 
 def _hard_seed_budget(cfg: DictConfig, policies: Sequence[Policy]) -> int | None:

@@ -33,6 +33,7 @@ from mbs.llm import build_backend
 from mbs.records import Rollout
 from mbs.sampling import Group, Policy, RolloutWriter, draw
 from mbs.verify.pool import GradingPool
+from mbs.validate import validate_config
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,7 @@ def run(cfg: DictConfig) -> Path:
         mbs.data.DataError: A benchmark cannot be loaded.
         mbs.llm.BackendError: A backend failed after its retries (finished rollouts are kept).
     """
+    validate_config(cfg)
     logging.getLogger("mbs").setLevel(cfg.log_level)
     ecfg = cfg.eval
     budgets, k, ks = check_settings(cfg)

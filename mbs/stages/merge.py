@@ -38,6 +38,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from mbs.io import MANIFEST, RunDir, Shard, read_json, write_json_atomic
+from mbs.validate import validate_config
 
 log = logging.getLogger(__name__)
 
@@ -415,6 +416,7 @@ def run(cfg: DictConfig) -> Path:
     Raises:
         MergeError: See :func:`merge`; also when ``merge.inputs`` is empty.
     """
+    validate_config(cfg)
     logging.getLogger("mbs").setLevel(cfg.log_level)
     inputs = list(cfg.merge.inputs or [])
     if not inputs:

@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigKeyError
 
 from mbs.io import RunDir, read_summary
+from mbs.validate import validate_config
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,7 @@ def run(cfg: DictConfig) -> Path:
     Returns:
         The pipeline's run directory.
     """
+    validate_config(cfg)
     from mbs.stages import calibrate, figures, synthesize
 
     logging.getLogger("mbs").setLevel(cfg.log_level)

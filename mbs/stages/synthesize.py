@@ -19,6 +19,7 @@ from typing import Any, Callable
 from omegaconf import DictConfig
 
 from mbs.io import RunDir
+from mbs.validate import validate_config
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ def run(cfg: DictConfig) -> Path:
     Returns:
         The run directory.
     """
+    validate_config(cfg)
     logging.getLogger("mbs").setLevel(cfg.log_level)
     fn = method_fn(cfg.method)
     out = RunDir(cfg.out_dir, STAGE, cfg.shard.index, cfg.shard.count)
