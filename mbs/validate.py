@@ -257,7 +257,9 @@ def _check_shard(cfg: Any) -> None:
 def _check_context_windows(cfg: Any) -> None:
     """Budgets L must fit the context window of the backend that draws them (where known)."""
     calib = _get(cfg, "calibrate.budgets")
-    for name, pol in _items(_get(cfg, "students.policies")):
+    # students draw rollouts in calibration and synthesis only (train, evaluate, export compose them unused)
+    students = _get(cfg, "students.policies") if "calibrate" in cfg or "synth" in cfg else _ABSENT
+    for name, pol in _items(students):
         if not isinstance(pol, dict) or pol.get("source", "live") != "live":
             continue
         window = _window(pol.get("backend"))
@@ -268,7 +270,7 @@ def _check_context_windows(cfg: Any) -> None:
                 _fits("calibrate.budgets", b, window, f"students.policies.{name}")
         if pol.get("budget") is not None:
             _fits(f"students.policies.{name}.budget", pol["budget"], window, f"students.policies.{name}")
-    for i, pol in _items(_get(cfg, "teacher.pool")):
+    for i, pol in _items(_get(cfg, "teacher.pool") if "synth" in cfg else _ABSENT):
         if isinstance(pol, dict) and pol.get("max_tokens"):
             window = _window(pol.get("backend"))
             if window is not None:

@@ -255,7 +255,7 @@ class OpenAIBackend:
         error statuses, timeouts and connection errors are retried by the openai client.
 
         Raises:
-            BackendError: The call failed after its retries, or came back with no choices.
+            BackendError: The call failed after its retries.
         """
         for attempt in range(self.max_retries + 1):
             try:
@@ -280,8 +280,8 @@ class OpenAIBackend:
         """One HTTP request (the openai client's own retries included).
 
         Raises:
-            BadReply: A 200 reply without usable text.
-            BackendError: An error the client's retries did not cure; no choices.
+            BadReply: A 200 reply without usable text (or with no choices).
+            BackendError: An error the client's retries did not cure.
         """
         import openai
 
@@ -328,7 +328,7 @@ class OpenAIBackend:
             raise BadReply(f"HTTP 200 that is not a chat completion: {_excerpt(response)}")
         choices = sorted(response.choices or [], key=lambda c: c.index or 0)[:n]
         if not choices:
-            raise BackendError(f"{self._where()}: the server answered with no choices")
+            raise BadReply("the server answered with no choices")
         texts = [_usable_text(c) for c in choices]
         usage = response.usage
         prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)

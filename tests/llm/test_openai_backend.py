@@ -251,7 +251,7 @@ def test_no_choices_is_an_error():
         return status, obj
 
     with _http_server(empty) as (url, _):
-        b = OpenAIBackend(base_url=url, model="m", api_key_env=None)
+        b = OpenAIBackend(base_url=url, model="m", api_key_env=None, max_retries=1)
         with pytest.raises(BackendError, match="no choices"):
             b.generate([_ask("hi")])
 
