@@ -4,7 +4,8 @@ Layout of a stage's run directory (``hydra.run.dir``)::
 
     .lock                  locked (``lockf``) by the one process running a stage here: host, pid, start
     config.yaml            resolved config (secrets are never resolved: env lookups stay as written)
-    sampling.json          the config values the records were drawn with (checked on resume)
+    sampling.json          the config values the records were drawn with (checked on resume;
+                           stages that draw: calibrate, synthesize, evaluate)
     git.json               git revision and dirty flag of the code that ran
     <name>.<shard>.jsonl   append-only record shards (one JSON record per line)
     summary.json           the stage's headline numbers
@@ -51,32 +52,27 @@ SUMMARY = "summary.json"
 LOCK = ".lock"
 SAMPLING = "sampling.json"
 
-#: Config keys that decide what a record drawn into a run directory is; a resumed run must
-#: use the same values (keys a stage lacks are left out). Operational keys inside them
-#: (:data:`OPERATIONAL_KEYS`) may change between runs.
-SAMPLING_KEYS = (
-    "seed",
-    "calibrate.temperature",
-    "calibrate.top_p",
-    "calibrate.templates",
-    "students.policies",
-    "synth.temperature",
-    "synth.top_p",
-    "synth.templates",
-    "teacher.pool",
-    "thresholds",
-    "mbs.templates",
-    "direct.templates",
-    "goose.teacher.templates",
-    "eval.temperature",
-    "eval.top_p",
-    "eval.templates",
-    "eval.models",
-)
+#: Per stage, the config keys (patterns, ``*``: any key or index) that decide what a record
+#: drawn into its run directory is; a resumed run must use the same values. Stages that draw
+#: nothing (export, figures, merge, train, pipeline: its steps have their own directories)
+#: have none. Operational keys (:data:`OPERATIONAL_KEYS`) may change between runs.
+SAMPLING_KEYS: dict[str, tuple[str, ...]] = {
+    "calibrate": (
+        "seed", "calibrate.temperature", "calibrate.top_p", "calibrate.templates",
+        "students.policies.*.name", "students.policies.*.source", "students.policies.*.model",
+        "students.policies.*.backend",
+    ),
+    "synthesize": (
+        "seed", "method", "synth", "students.policies", "teacher.pool", "thresholds",
+        "mbs.templates", "direct.templates", "goose.teacher.templates",
+    ),
+    "evaluate": ("seed", "eval.temperature", "eval.top_p", "eval.templates", "eval.models"),
+}
 
 #: Keys that change how, not what, a backend draws (never part of the sampling config).
 OPERATIONAL_KEYS = frozenset(
-    {"max_concurrency", "timeout_s", "max_retries", "n_threads", "n_batch", "api_key_env", "use_n", "gpu_memory_utilization"}
+    {"max_concurrency", "timeout_s", "max_retries", "n_threads", "n_batch", "api_key_env", "use_n", "gpu_memory_utilization",
+     "figures", "seeds_limit", "early_stop", "early_stop_batch"}
 )
 
 
@@ -257,7 +253,9 @@ class RunDir:
         """Write ``sampling.json`` on a first run; on a later run compare (see :meth:`write_config`)."""
         from omegaconf import OmegaConf
 
-        now = sampling_config(cfg)
+        now = sampling_config(cfg, self.stage)
+        if not now:
+            return
         path = self.path / SAMPLING
         if path.is_file():
             before = read_json(path).get("config", {})
@@ -340,25 +338,16 @@ def replace_records(shard: "Shard", records: Iterable[Any]) -> int:
     return n
 
 
-def sampling_config(cfg: Any) -> dict[str, Any]:
-    """The values of :data:`SAMPLING_KEYS` in ``cfg`` (resolved, URLs redacted, operational keys
-    dropped), flattened to ``{dotted key: value}``."""
-    from omegaconf import DictConfig, ListConfig, OmegaConf
+def sampling_config(cfg: Any, stage: str) -> dict[str, Any]:
+    """The values of ``stage``'s :data:`SAMPLING_KEYS` in ``cfg`` (resolved, URLs redacted,
+    operational keys dropped), flattened to ``{dotted key: value}``."""
+    from mbs.validate import plain_config, select
 
+    plain = plain_config(cfg)
     out: dict[str, Any] = {}
-    for key in SAMPLING_KEYS:
-        try:
-            node = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
-        except Exception:  # noqa: BLE001 - an unresolvable interpolation is not a sampling value
-            continue
-        if node is None:
-            continue
-        if isinstance(node, (DictConfig, ListConfig)):
-            try:
-                node = OmegaConf.to_container(node, resolve=True)
-            except Exception:  # noqa: BLE001
-                node = OmegaConf.to_container(node, resolve=False)
-        _flatten(redact_obj(node), key, out)
+    for pattern in SAMPLING_KEYS.get(stage, ()):
+        for key, value in select(plain, pattern):
+            _flatten(redact_obj(value), key, out)
     return out
 
 
@@ -370,7 +359,7 @@ def _flatten(node: Any, prefix: str, out: dict[str, Any]) -> None:
     elif isinstance(node, list):
         for i, v in enumerate(node):
             _flatten(v, f"{prefix}.{i}", out)
-    else:
+    elif node is None or isinstance(node, (str, int, float, bool)):  # not an unresolvable value
         out[prefix] = node
 
 

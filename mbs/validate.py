@@ -212,9 +212,9 @@ def validate_config(cfg: Any) -> None:
     Raises:
         ConfigError: The first bad value: ``<key>=<value>: must be <valid range>``.
     """
-    plain = _container(cfg)
+    plain = plain_config(cfg)
     for pattern, check in RULES:
-        for key, value in _select(plain, pattern):
+        for key, value in select(plain, pattern):
             _check(key, value, check)
     _check_shard(plain)
     _check_context_windows(plain)
@@ -304,7 +304,7 @@ def _fits(key: str, budget: Any, window: int, owner: str) -> None:
 # -- reading a config by pattern -----------------------------------------------------------
 
 
-def _container(cfg: Any) -> Any:
+def plain_config(cfg: Any) -> Any:
     """A plain, resolved copy of ``cfg`` (``${hydra:...}`` and other unresolvable values stay strings)."""
     from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -329,7 +329,7 @@ def _resolve(node: Any, key: Any, rec: Callable[[Any], Any]) -> Any:
 
 
 def _get(cfg: Any, key: str) -> Any:
-    hits = list(_select(cfg, key))
+    hits = list(select(cfg, key))
     return hits[0][1] if hits else _ABSENT
 
 
@@ -340,8 +340,9 @@ def _items(node: Any) -> Iterator[tuple[Any, Any]]:
         yield from enumerate(node)
 
 
-def _select(cfg: Any, pattern: str) -> Iterator[tuple[str, Any]]:
-    """``(key, value)`` of every key matching ``pattern`` that is present (and resolvable)."""
+def select(cfg: Any, pattern: str) -> Iterator[tuple[str, Any]]:
+    """``(key, value)`` of every key of a :func:`plain_config` matching ``pattern`` (``*``: any
+    mapping key or list index) that is present and resolvable."""
     root = cfg
 
     def walk(node: Any, parts: list[str], path: str) -> Iterator[tuple[str, Any]]:

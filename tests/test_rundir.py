@@ -23,7 +23,7 @@ from support.fault_server import FaultServer
 REPO = Path(__file__).resolve().parents[1]
 TESTS = REPO / "tests"
 SECRET, SECRET_Q = "s3cr3t-pw-1234", "s3cr3t-q-5678"
-HOLD = "import sys, time; from mbs.io import RunDir; RunDir(sys.argv[1], 'x'); print('ready', flush=True); time.sleep(120)"
+HOLD = "import sys, time; from mbs.io import RunDir; held = RunDir(sys.argv[1], 'x'); print('ready', flush=True); time.sleep(120)"
 
 
 @pytest.fixture(autouse=True)
@@ -102,16 +102,18 @@ def test_kill_while_refinalising_leaves_no_manifest_and_no_missing_shard(make_cf
 
 
 def _cli(run_dir: Path, url: str, data: Path, *more: str, wait: bool = True):
+    """mbs-calibrate on the fault server; the URL comes from the environment, as a secret would."""
+    env = {**_env(), "MBS_TEST_BASE_URL": url}
     cmd = [
         sys.executable, "-c", "from mbs.cli import calibrate; calibrate()",
         "data=jsonl", f"data.path={data}", "data.origin=toy", "calibrate.n=2", "calibrate.budgets=[16]",
-        "calibrate.figures=false", "backend=openai", f"backend.base_url={url}", "backend.model=m",
+        "calibrate.figures=false", "backend=openai", "backend.base_url=${oc.env:MBS_TEST_BASE_URL}", "backend.model=m",
         "backend.max_retries=0", "backend.api_key_env=null", "verifier.workers=1", "log_level=DEBUG",
         f"hydra.run.dir={run_dir}", f"paths.root={run_dir.parent}", f"paths.cache_dir={run_dir.parent / 'cache'}", *more,
     ]
     if wait:
-        return subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=300)
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env())
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 
 
 def test_cli_redacts_urls_and_refuses_a_concurrent_run(tmp_path, toy_jsonl):

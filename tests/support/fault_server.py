@@ -38,6 +38,11 @@ FAULTS = ("ok", "500", "429", "503", "html", "null", "int", "truncated", "no_cho
 Plan = Callable[[int, dict], str] | Sequence[str]
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256  # many requests in flight at once (the default backlog of 5 resets them)
+
+
 class FaultServer:
     """See the module docstring.
 
@@ -67,8 +72,7 @@ class FaultServer:
         self.hits: list[tuple[str, dict]] = []
         self.lock = threading.Lock()
         self.stop_stalls = threading.Event()
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", port), self._handler())
         self._thread: threading.Thread | None = None
 
     @property
