@@ -510,13 +510,18 @@ def read_records(run_dir: str | os.PathLike, name: str, record_type: type | None
 
 
 def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
-    """Yield ``(line number, parsed object)`` of a JSONL file, skipping blank lines.
+    """Yield ``(line number, parsed object)`` of a JSONL file, skipping blank lines (a UTF-8
+    byte-order mark is accepted).
 
     Raises:
-        RecordError: Invalid JSON (names file and line).
+        RecordError: Invalid JSON or a line that is not UTF-8 text (names file and line).
     """
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as err:
+                raise RecordError(f"{path} line {lineno}: not UTF-8 text (byte 0x{raw[err.start]:02x} at column {err.start + 1})") from None
             if not line.strip():
                 continue
             try:
