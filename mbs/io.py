@@ -250,14 +250,16 @@ class RunDir:
         write_json_atomic(self.path / "git.json", git_revision())
 
     def check_sampling(self, cfg: Any) -> None:
-        """Write ``sampling.json`` on a first run; on a later run compare (see :meth:`write_config`)."""
+        """Write ``sampling.json`` while the directory holds no records; once it does, compare
+        (see :meth:`write_config`)."""
         from omegaconf import OmegaConf
 
         now = sampling_config(cfg, self.stage)
         if not now:
             return
         path = self.path / SAMPLING
-        if path.is_file():
+        holds_records = any(p.stat().st_size > 0 for p in self.path.glob("*.jsonl"))
+        if path.is_file() and holds_records:
             before = read_json(path).get("config", {})
             diff = _diff(before, now)
             if diff:
