@@ -20,7 +20,7 @@ a run directory another one holds fails at once, naming the holder (host and pid
 whose sampling config (seed, temperature, top_p, templates, policies: :data:`SAMPLING_KEYS`)
 differs from the one the directory's records were drawn with is refused unless
 ``resume.allow_config_change=true``. ``manifest.json`` is removed when a stage starts, so it
-marks a finished stage only; derived files are replaced atomically (:func:`replace_records`).
+marks a finished stage only; derived files are replaced atomically (:meth:`Shard.rewrite`).
 Every string written to ``config.yaml``, ``summary.json`` and ``manifest.json`` has its URLs
 redacted (:mod:`mbs.redact`).
 
@@ -190,6 +190,20 @@ class Shard:
         os.fsync(self._fh.fileno())
         return n
 
+    def rewrite(self, records: Iterable[Any]) -> int:
+        """Replace the shard's content with ``records`` (a temporary file, then a rename).
+
+        For derived shards, recomputed in full, and for dropping a killed run's partial
+        records. Returns the count written.
+        """
+        self.close()
+        tmp = Shard(self.path.with_name(f".{self.path.name}.tmp"))
+        tmp.path.unlink(missing_ok=True)
+        with tmp:
+            n = tmp.append(records)
+        os.replace(tmp.path, self.path)
+        return n
+
     def close(self) -> None:
         if self._fh is not None:
             self._fh.close()
@@ -322,22 +336,6 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
-
-
-def replace_records(shard: "Shard", records: Iterable[Any]) -> int:
-    """Replace a derived shard's content with ``records`` atomically (temporary file, fsync,
-    rename): a kill leaves either the old file or the new one, never a missing or torn one.
-
-    Returns:
-        The number of records written.
-    """
-    shard.close()
-    tmp = Shard(shard.path.with_name(f".{shard.path.name}.tmp"))
-    tmp.path.unlink(missing_ok=True)
-    with tmp:
-        n = tmp.append(records)
-    os.replace(tmp.path, shard.path)
-    return n
 
 
 def sampling_config(cfg: Any, stage: str) -> dict[str, Any]:
