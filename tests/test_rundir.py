@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import mbs.calibration_run as calibration_run
 import mbs.stages.calibrate as calibrate_stage
 from mbs.io import MANIFEST, RunDir, RunDirError, read_records
 from mbs.llm import close_all
@@ -93,7 +94,7 @@ def test_kill_while_refinalising_leaves_no_manifest_and_no_missing_shard(make_cf
     def killed(*args, **kwargs):
         raise KeyboardInterrupt  # stands in for a kill between two derived files
 
-    monkeypatch.setattr(calibrate_stage, "hard_seeds", killed)
+    monkeypatch.setattr(calibration_run, "hard_seeds", killed)
     with pytest.raises(KeyboardInterrupt):
         calibrate_stage.run(make_cfg("calibrate", toy(toy_jsonl)))
     assert not (out / MANIFEST).exists()  # the directory no longer claims to be finished
