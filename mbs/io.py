@@ -44,6 +44,7 @@ from weakref import WeakValueDictionary
 
 from mbs.records import SCHEMA_VERSION, RecordError, from_dict, to_dict
 from mbs.redact import redact_obj
+from mbs.validate import plain_config, select
 
 log = logging.getLogger(__name__)
 
@@ -341,8 +342,6 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
 def sampling_config(cfg: Any, stage: str) -> dict[str, Any]:
     """The values of ``stage``'s :data:`SAMPLING_KEYS` in ``cfg`` (resolved, URLs redacted,
     operational keys dropped), flattened to ``{dotted key: value}``."""
-    from mbs.validate import plain_config, select
-
     plain = plain_config(cfg)
     out: dict[str, Any] = {}
     for pattern in SAMPLING_KEYS.get(stage, ()):
