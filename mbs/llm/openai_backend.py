@@ -384,7 +384,12 @@ def _usable_text(choice: Any) -> str:
     message = getattr(choice, "message", None)
     content = getattr(message, "content", None) if message is not None else None
     if not isinstance(content, str):
-        what = "no message" if message is None else f"content {_excerpt(content)}"
+        if message is None:
+            what = "no message"
+        elif content is None:
+            what = "content null"
+        else:
+            what = f"content of type {type(content).__name__} ({_excerpt(content)})"
         raise BadReply(f"choice {getattr(choice, 'index', '?')} has {what} (finish_reason {getattr(choice, 'finish_reason', None)!r})")
     return content
 
