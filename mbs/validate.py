@@ -18,8 +18,9 @@ is not positive would generate without bound.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 #: Marks a key that is absent from the config (the check is skipped).
 _ABSENT = object()
@@ -306,14 +307,14 @@ def _fits(key: str, budget: Any, window: int, owner: str) -> None:
 
 def plain_config(cfg: Any) -> Any:
     """A plain, resolved copy of ``cfg`` (``${hydra:...}`` and other unresolvable values stay strings)."""
-    from omegaconf import DictConfig, ListConfig, OmegaConf
+    from omegaconf import DictConfig, ListConfig
 
     if not isinstance(cfg, (DictConfig, ListConfig)):
         return cfg
 
     def rec(node: Any) -> Any:
         if isinstance(node, DictConfig):
-            return {k: _resolve(node, k, rec) for k in node.keys()}
+            return {k: _resolve(node, k, rec) for k in node}
         if isinstance(node, ListConfig):
             return [_resolve(node, i, rec) for i in range(len(node))]
         return node

@@ -12,14 +12,14 @@ import time
 from pathlib import Path
 
 import pytest
+from support.fakes import fake_backend_overrides
+from support.fault_server import FaultServer
 
-import mbs.calibration_run as calibration_run
 import mbs.stages.calibrate as calibrate_stage
+from mbs import calibration_run
 from mbs.io import MANIFEST, RunDir, RunDirError, read_records
 from mbs.llm import close_all
 from mbs.records import Problem, Rollout
-from support.fakes import fake_backend_overrides
-from support.fault_server import FaultServer
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = REPO / "tests"
@@ -113,7 +113,7 @@ def _cli(run_dir: Path, url: str, data: Path, *more: str, wait: bool = True):
         f"hydra.run.dir={run_dir}", f"paths.root={run_dir.parent}", f"paths.cache_dir={run_dir.parent / 'cache'}", *more,
     ]
     if wait:
-        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+        return subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, timeout=300)
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 
 

@@ -90,7 +90,7 @@ def test_cli_exits_2_with_the_message_and_no_traceback(tmp_path):
             sys.executable, "-c", "from mbs.cli import calibrate; calibrate()",
             "calibrate.n=abc", f"hydra.run.dir={tmp_path / 'run'}", f"paths.root={tmp_path}",
         ],
-        capture_output=True, text=True, env=env, timeout=300,
+        check=False, capture_output=True, text=True, env=env, timeout=300,
     )
     assert proc.returncode == 2, proc.stderr[-2000:]
     out = proc.stdout + proc.stderr

@@ -29,8 +29,8 @@ from mbs.llm.meter import BackendMeter
 from mbs.recorded import calibrate_recorded
 from mbs.records import Problem, Rollout
 from mbs.sampling import Group, Policy, RolloutWriter, draw
-from mbs.verify.pool import GradingPool
 from mbs.validate import validate_config
+from mbs.verify.pool import GradingPool
 
 log = logging.getLogger(__name__)
 

@@ -33,8 +33,8 @@ from mbs.io import RunDir, write_text_atomic
 from mbs.llm import build_backend
 from mbs.records import Rollout
 from mbs.sampling import Group, Policy, RolloutWriter, draw
-from mbs.verify.pool import GradingPool
 from mbs.validate import validate_config
+from mbs.verify.pool import GradingPool
 
 log = logging.getLogger(__name__)
 

@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_loaders import data_cfg
 
 from mbs.data import DataError, load_problems
 from mbs.verify import grade
-from test_loaders import data_cfg
 
 REPO = Path(__file__).resolve().parents[2]
 GOOD_1 = b'{"id": "a", "problem": "1+1?", "answer": "2"}\n'
@@ -115,7 +115,7 @@ def test_cli_bad_input_exits_2_naming_file_and_line(tmp_path):
             "data=jsonl", f"data.path={path}", f"hydra.run.dir={tmp_path / 'run'}", f"paths.root={tmp_path}",
             "calibrate.figures=false",
         ],
-        capture_output=True, text=True, env=env, timeout=300,
+        check=False, capture_output=True, text=True, env=env, timeout=300,
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out[-3000:]

@@ -18,11 +18,11 @@ import time
 from pathlib import Path
 
 import pytest
+from support.fault_server import FaultServer
 
 from mbs.llm.base import BackendError, ChatRequest
 from mbs.llm.cache import CachedBackend, ResponseCache, cache_key
 from mbs.llm.openai_backend import OpenAIBackend
-from support.fault_server import FaultServer
 
 TESTS = Path(__file__).resolve().parents[1]
 SECRET, SECRET_Q = "s3cr3t-pw-1234", "s3cr3t-q-5678"
@@ -111,7 +111,7 @@ def test_retry_after_is_honoured_on_429_and_503(tmp_path):
 
 def test_each_sample_is_cached_as_it_arrives(tmp_path):
     """One request fails for good: every sample that came back before is in the cache."""
-    plan = lambda k, body: "500" if "FAIL" in body["messages"][0]["content"] else "ok"  # noqa: E731
+    plan = lambda k, body: "500" if "FAIL" in body["messages"][0]["content"] else "ok"
     reqs = [_ask(f"q{i}") for i in range(5)] + [_ask("FAIL"), _ask("many", n=3)]
     with FaultServer(plan) as server:
         b = OpenAIBackend(base_url=server.base_url, model="m", api_key_env=None, max_retries=2, timeout_s=5, max_concurrency=8)
@@ -162,7 +162,7 @@ CachedBackend(b, cache_dir).generate(reqs)
 def test_kill_mid_batch_loses_only_the_samples_in_flight(tmp_path):
     """24 requests in one batch, 4 stalled: kill -9 once the other 20 are back; the rerun
     gets 20 cache hits and draws 4."""
-    plan = lambda k, body: "stall" if "SLOW" in body["messages"][0]["content"] else "ok"  # noqa: E731
+    plan = lambda k, body: "stall" if "SLOW" in body["messages"][0]["content"] else "ok"
     cache_dir = tmp_path / "cache"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS), os.environ.get("PYTHONPATH", "")])}
     with FaultServer(plan, stall_s=120) as server:

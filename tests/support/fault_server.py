@@ -30,8 +30,9 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Sequence
+from typing import Any
 
 FAULTS = ("ok", "500", "429", "503", "html", "null", "int", "truncated", "no_choices", "drop", "stall")
 
@@ -180,7 +181,7 @@ class FaultServer:
 
         return Handler
 
-    def start(self) -> "FaultServer":
+    def start(self) -> FaultServer:
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
         return self
@@ -192,7 +193,7 @@ class FaultServer:
         if self._thread is not None:
             self._thread.join(timeout=5)
 
-    def __enter__(self) -> "FaultServer":
+    def __enter__(self) -> FaultServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:
