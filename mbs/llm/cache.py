@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 CACHE_FORMAT = 1
 
 
-def cache_key(backend: str, model_id: str, request: ChatRequest, index: int) -> str:
+def cache_key(backend: str, model_id: str, request: ChatRequest, index: int, extra: dict[str, Any] | None = None) -> str:
     """SHA-256 hex digest identifying sample ``index`` of ``request`` on a model.
 
     Args:
@@ -41,8 +41,11 @@ def cache_key(backend: str, model_id: str, request: ChatRequest, index: int) -> 
         model_id: Model identity (file hash, or name plus revision).
         request: The request; its messages, sampling params and seed enter the key.
         index: Sample index.
+        extra: Backend settings that change the output (``backend.cache_params``: the reasoning
+            format, chat-template switches, reasoning effort, extra request fields); left out of
+            the key when empty, so keys of models that do not think are unchanged.
     """
-    payload = {
+    payload: dict[str, Any] = {
         "format": CACHE_FORMAT,
         "backend": backend,
         "model": model_id,
@@ -51,6 +54,8 @@ def cache_key(backend: str, model_id: str, request: ChatRequest, index: int) -> 
         "seed": int(request.seed),
         "index": int(index),
     }
+    if extra:
+        payload["extra"] = extra
     blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
@@ -112,6 +117,8 @@ class ResponseCache:
 
 #: The fields of a cache entry and the types they must have.
 ENTRY_FIELDS = {"text": str, "prompt_tokens": int, "completion_tokens": int, "finish_reason": str}
+#: Fields entries of reasoning models add (absent from older entries).
+OPTIONAL_FIELDS = {"reasoning": str, "reasoning_tokens": int, "answered": bool}
 
 
 def entry_problem(value: Any) -> str | None:
@@ -121,6 +128,10 @@ def entry_problem(value: Any) -> str | None:
     for name, kind in ENTRY_FIELDS.items():
         v = value.get(name)
         if not isinstance(v, kind) or isinstance(v, bool):
+            return f"field {name!r} is {json.dumps(v, default=str)[:40]}, not a {kind.__name__}"
+    for name, kind in OPTIONAL_FIELDS.items():
+        v = value.get(name, "absent")
+        if v != "absent" and (not isinstance(v, kind) or (kind is int and isinstance(v, bool))):
             return f"field {name!r} is {json.dumps(v, default=str)[:40]}, not a {kind.__name__}"
     return None
 
@@ -171,11 +182,12 @@ class CachedBackend:
         t0 = time.perf_counter()
         pending: list[tuple[int, ChatRequest, dict[int, Completion], list[ChatRequest]]] = []
         model_id = self.model_id
+        extra = getattr(self.backend, "cache_params", None) or None
         for i, req in enumerate(requests):
             have: dict[int, Completion] = {}
             if self.cache is not None:
                 for idx in req.indices:
-                    hit = self.cache.get(cache_key(self.name, model_id, req, idx))
+                    hit = self.cache.get(cache_key(self.name, model_id, req, idx, extra))
                     if hit is not None:
                         have[idx] = Completion(**{**hit, "cached": True, "latency_s": 0.0, "sample_index": idx})
             self.stats.cache_hits += len(have)
@@ -197,7 +209,7 @@ class CachedBackend:
 
             def on_sample(pos: int, comp: Completion, chunk=chunk, stored=stored) -> None:
                 k, _ = chunk[pos]
-                self._store(pending[k][1], comp.sample_index, comp, model_id)
+                self._store(pending[k][1], comp.sample_index, comp, model_id, extra)
                 stored.add((pos, comp.sample_index))
 
             t1 = time.perf_counter()
@@ -215,13 +227,13 @@ class CachedBackend:
                     self.stats.prompt_tokens += comp.prompt_tokens
                     self.stats.completion_tokens += comp.completion_tokens
                     if (pos, idx) not in stored:
-                        self._store(req, idx, comp, model_id)
+                        self._store(req, idx, comp, model_id, extra)
                     have[idx] = comp
                 remaining[k] -= 1
                 if remaining[k] == 0:
                     yield i, [have[idx] for idx in req.indices]
 
-    def _store(self, req: ChatRequest, idx: int, comp: Completion, model_id: str) -> None:
+    def _store(self, req: ChatRequest, idx: int, comp: Completion, model_id: str, extra: dict[str, Any] | None) -> None:
         """Cache sample ``idx`` of ``req``.
 
         Raises:
@@ -234,12 +246,15 @@ class CachedBackend:
             )
         if self.cache is not None:
             self.cache.put(
-                cache_key(self.name, model_id, req, idx),
+                cache_key(self.name, model_id, req, idx, extra),
                 {
                     "text": comp.text,
                     "prompt_tokens": int(comp.prompt_tokens),
                     "completion_tokens": int(comp.completion_tokens),
                     "finish_reason": comp.finish_reason,
+                    "reasoning": comp.reasoning,
+                    "reasoning_tokens": int(comp.reasoning_tokens),
+                    "answered": comp.answered,
                 },
             )
 
