@@ -45,6 +45,7 @@ from mbs.export.verl_schema import check_verl_rows, verl_row, write_parquet
 from mbs.io import RunDir, write_text_atomic
 from mbs.records import Problem
 from mbs.sampling import messages_for, verifier_for
+from mbs.validate import validate_config
 
 log = logging.getLogger(__name__)
 
@@ -197,6 +198,7 @@ def run(cfg: DictConfig) -> Path:
         mbs.export.sources.SourceError: A run directory cannot be exported.
         mbs.data.DataError: A benchmark or data source cannot be loaded.
     """
+    validate_config(cfg)
     logging.getLogger("mbs").setLevel(cfg.log_level)
     ecfg = cfg.export
     out = RunDir(cfg.out_dir, STAGE)

@@ -28,6 +28,7 @@ from omegaconf.errors import ConfigKeyError
 from mbs.figures.report import render
 from mbs.io import RunDir, read_summary
 from mbs.stages import calibrate, export, synthesize
+from mbs.validate import validate_config
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,7 @@ def run(cfg: DictConfig) -> Path:
     Returns:
         The pipeline's run directory.
     """
+    validate_config(cfg)
     logging.getLogger("mbs").setLevel(cfg.log_level)
     out = RunDir(cfg.out_dir, STAGE)
     out.write_config(cfg)

@@ -33,6 +33,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from mbs.export.prompt_length import PromptCounter, length_report, parquet_prompts
 from mbs.io import RunDir, write_text_atomic
+from mbs.validate import validate_config
 
 log = logging.getLogger(__name__)
 
@@ -354,6 +355,7 @@ def run(cfg: DictConfig) -> Path:
         TrainError: No ``train.data_dir``, missing parquet files, an unknown launcher, or a
             verl job that exited with an error (names the log file or job id).
     """
+    validate_config(cfg)
     logging.getLogger("mbs").setLevel(cfg.log_level)
     tcfg = cfg.train
     out = RunDir(cfg.out_dir, STAGE)
