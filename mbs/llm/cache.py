@@ -1,12 +1,13 @@
 """A persistent, content-addressed completion cache in front of any backend.
 
-Each sample is one JSON file named by the SHA-256 of everything that decides it: backend kind,
-model id (file hash or name + revision), the rendered messages, every sampling parameter,
-the seed and the sample index (DESIGN.md, "The LLM layer"; STYLE.md warns of lm-eval#2715,
-where the model was left out of the key). Writes go to a temporary file in the same folder
-and are renamed into place, so several processes (SLURM array tasks) can share one cache
-folder, on local disks and on network file systems alike, and a process killed mid-write
-never leaves a half-written entry.
+Each sample is stored under the SHA-256 of everything that decides it: backend kind, model id
+(file hash or name + revision), the rendered messages, every sampling parameter, the seed and
+the sample index (DESIGN.md, "The LLM layer"; STYLE.md warns of lm-eval#2715, where the model
+was left out of the key). Samples live in append-only segment files, one per writer process
+(:mod:`mbs.llm.segments`), so SLURM array tasks share one cache folder without locks and
+millions of samples make a few hundred files. Folders written by older versions (one JSON
+file per sample, ``root/ab/<sha256>.json``) stay readable; ``mbs-cache compact ROOT`` migrates
+them.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from mbs.llm.base import Backend, BackendStats, ChatRequest, Completion
+from mbs.llm.segments import SegmentStore, legacy_files
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +52,12 @@ def cache_key(backend: str, model_id: str, request: ChatRequest, index: int) -> 
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
-class ResponseCache:
-    """File-per-sample store under ``root`` (``root/ab/<sha256>.json``)."""
+class FilePerSampleCache:
+    """The old store: one JSON file per sample (``root/ab/<sha256>.json``), read-only use now.
+
+    Kept so caches written by older versions stay readable (:class:`ResponseCache` falls back
+    to it) and for ``tests/benchmarks/bench_cache_scale.py``.
+    """
 
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root)
@@ -88,8 +94,43 @@ class ResponseCache:
                 pass
             raise
 
+    def close(self) -> None:
+        pass
+
     def __len__(self) -> int:
         return sum(1 for _ in self.root.glob("*/*.json"))
+
+
+class ResponseCache:
+    """The cache folder: segment files (:class:`mbs.llm.segments.SegmentStore`) plus, if the
+    folder has any, read-only old-format files.
+
+    Args:
+        root: Cache folder (``paths.cache_dir``).
+    """
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+        self.store = SegmentStore(root)
+        self.legacy = FilePerSampleCache(root) if next(legacy_files(self.root), None) is not None else None
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The cached completion dict, or ``None`` (a damaged record is a logged miss)."""
+        hit = self.store.get(key)
+        if hit is None and self.legacy is not None:
+            hit = self.legacy.get(key)
+        return hit
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        """Append ``value`` under ``key`` to this process's segment."""
+        self.store.put(key, value)
+
+    def close(self) -> None:
+        """Seal this process's segment (a footer index: faster to open next time)."""
+        self.store.close()
+
+    def __len__(self) -> int:
+        return len(self.store) + (len(self.legacy) if self.legacy is not None else 0)
 
 
 class CachedBackend:
@@ -184,7 +225,10 @@ class CachedBackend:
                     yield i, [have[idx] for idx in req.indices]
 
     def close(self) -> None:
+        """Close the backend and seal this process's cache segment."""
         self.backend.close()
+        if self.cache is not None:
+            self.cache.close()
 
 
 def _runs(req: ChatRequest, missing: list[int]) -> list[ChatRequest]:
