@@ -58,6 +58,8 @@ COMPRESS_OVER = 256
 #: A writer starts a new segment after this many records or bytes.
 SEGMENT_MAX_RECORDS = 1_000_000
 SEGMENT_MAX_BYTES = 4 << 30
+#: Bytes read at once for a lookup (a compressed 2 KB rollout fits).
+READ_AHEAD = 4096
 #: Open segment files kept per reader.
 MAX_OPEN = 64
 _FLAG_ZLIB = 1
@@ -203,13 +205,15 @@ class SegmentStore:
         fd = self._fd(no)
         if fd is None:
             return None
-        head = os.pread(fd, HEADER.size, off)
+        head = os.pread(fd, READ_AHEAD, off)  # header and (usually) the whole payload in one read
         if len(head) < HEADER.size:
             return None
-        magic, flags, key, length, crc = HEADER.unpack(head)
+        magic, flags, key, length, crc = HEADER.unpack_from(head)
         if key != raw:
             return None  # a 64-bit prefix collision: a miss, never another sample's text
-        payload = os.pread(fd, length, off + HEADER.size)
+        payload = head[HEADER.size : HEADER.size + length]
+        if len(payload) < length:
+            payload += os.pread(fd, length - len(payload), off + len(head))
         if magic != MAGIC or len(payload) != length or zlib.crc32(payload) != crc:
             log.warning("ignoring damaged cache record at %s:%d", self._segments[no].path, off)
             return None
