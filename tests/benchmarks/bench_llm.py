@@ -17,7 +17,9 @@ starts):
    cache): generated tokens over the stage's rollout phase seconds.
 
 Every measurement is repeated in A B B A order (drift and other helpers' load hit both alike);
-the 1-minute load average is printed beside each. Then: the same calibration job run twice
+the 1-minute load average is printed beside each, and tokens per CPU second of the engine's
+process: on a machine shared with other work (Linux autogroup scheduling gives each session
+a fair share, whatever its thread count) wall tokens/s follow that efficiency. Then: the same calibration job run twice
 gives the same samples (the two ``after`` runs), and whether ``before`` drew the same texts.
 Target: stage tokens/s after/before >= 2 on a 2-core machine.
 """
@@ -62,6 +64,14 @@ def _backend_kwargs(name: str) -> dict:
     return kw
 
 
+def _cpu_s() -> float:
+    """CPU seconds this process used so far (all its threads; not the grading workers)."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 def child_backend(name: str, problems: int, n: int, budget: int, busy: bool) -> dict:
     """One backend measurement in this process."""
     from mbs.data.champ import load_champ
@@ -94,16 +104,16 @@ def child_backend(name: str, problems: int, n: int, budget: int, busy: bool) -> 
         if feeder:
             feeder.start()
             time.sleep(1.0)
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), _cpu_s()
         out = backend.generate(reqs)
-        seconds = time.perf_counter() - t
+        seconds, cpu = time.perf_counter() - t, _cpu_s() - cpu
         stop.set()
         if feeder:
             feeder.join()
             pool.close()
         tokens = sum(c.completion_tokens for comps in out for c in comps)
         backend.close()
-    return {"tokens": tokens, "seconds": seconds, "graded": graded[0],
+    return {"tokens": tokens, "seconds": seconds, "cpu_s": cpu, "graded": graded[0],
             "texts": [c.text for comps in out for c in comps]}
 
 
@@ -125,11 +135,13 @@ def child_stage(name: str, problems: int, n: int, budget: int, tmp: str) -> dict
             f"paths.root={tmp}", f"paths.cache_dir={tmp}/cache", f"out_dir={tmp}/run", f"data.limit={problems}",
             f"calibrate.n={n}", f"calibrate.budgets=[{budget}]", "calibrate.figures=false", "backend.n_ctx=1024", *over,
         ])
+    cpu = _cpu_s()
     run_dir = run(cfg)
+    cpu = _cpu_s() - cpu
     m = read_manifest(run_dir)
     stats = next(iter(m["backends"].values()))
     rollouts = sorted(read_records(run_dir, "rollouts", Rollout), key=lambda r: (r.problem_id, r.sample_index))
-    return {"tokens": stats["completion_tokens"], "seconds": m["timings_s"]["rollouts"],
+    return {"tokens": stats["completion_tokens"], "seconds": m["timings_s"]["rollouts"], "cpu_s": cpu,
             "texts": [r.text for r in rollouts]}
 
 
@@ -185,7 +197,8 @@ def main() -> None:
                 texts[name].append(r["texts"])
             busy = f", graded beside it {r['graded']}" if r.get("graded") else ""
             print(f"  {label:<6} {name:<6} {r['tokens']:5d} tokens in {r['seconds']:6.1f} s = "
-                  f"{r['tokens'] / r['seconds']:6.1f} tok/s  (load {r['load']:.1f}{busy})", flush=True)
+                  f"{r['tokens'] / r['seconds']:6.1f} tok/s, {r['tokens'] / r['cpu_s']:6.1f} tokens per CPU second "
+                  f"(load {r['load']:.1f}{busy})", flush=True)
         tps = {k: sum(x["tokens"] for x in v) / sum(x["seconds"] for x in v) for k, v in rows.items()}
         summary[label] = tps
         print(f"{label}: before {tps['before']:.1f} tok/s, after {tps['after']:.1f} tok/s, "

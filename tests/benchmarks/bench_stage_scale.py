@@ -1,17 +1,20 @@
 """How the stages' time and memory grow with the number of problems (prints growth ratios).
 
-    python tests/benchmarks/bench_stage_scale.py [--sizes 1000,10000,100000] [--n 8]
+    python tests/benchmarks/bench_stage_scale.py [--cal-sizes 250,1000] [--sizes 1000,10000,100000] [--n 8]
 
-For each size P (problems), each step runs in a fresh child process, which reports its wall
-seconds and peak memory (``ru_maxrss``, MiB):
+Each step runs in a fresh child process, which reports its wall seconds and peak memory
+(``ru_maxrss``, MiB):
 
-1. ``calibrate``: ``mbs-calibrate`` on P synthetic problems (a quarter each solved_all,
-   Goldilocks, failed_all and truncated), N rollouts at one budget, from an instant fake
-   backend through the LLM cache, graded by the real grading pool (``verifier.workers=1``).
-2. ``merge``: the calibration's records split into 64 shard run directories (the files a
-   64-task SLURM array writes, by the same stable problem-id hash; the split is not timed),
-   merged by ``mbs-merge`` (union, checks, and the calibration's finalize).
-3. ``export``: ``mbs-export`` of the merged run (hard seeds to verl parquet).
+1. ``calibrate`` at each of ``--cal-sizes`` problems: ``mbs-calibrate`` on synthetic problems
+   (a quarter each solved_all, Goldilocks, failed_all and truncated), N rollouts at one budget,
+   from an instant fake backend through the LLM cache, graded by the real grading pool
+   (``verifier.workers=1``). Grading bounds this step (N x P math-verify gradings: on a
+   2-core machine shared with other work, 1,000 problems take minutes), hence its own sizes.
+2. ``merge`` at each of ``--sizes``: a calibration run of that many problems (the first
+   calibration's records repeated under new problem ids; not timed) split into 64 shard run
+   directories as a 64-task SLURM array writes them (same stable problem-id hash), merged by
+   ``mbs-merge`` (checks, streamed union, and the calibration's finalize).
+3. ``export`` of the merged run (its hard seeds to verl parquet).
 
 Then, per step, the growth ratios from each size to the next: linear time means a time ratio
 close to the size ratio (10x); bounded memory means a memory ratio far below it.
@@ -72,7 +75,7 @@ def child(step: str, tmp: Path, n: int) -> None:
 
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
-            cfg = compose("export", [*overrides(tmp, data, n), f"out_dir={tmp / 'export'}",
+            cfg = compose("export", [f"paths.root={tmp}", f"paths.cache_dir={tmp / 'cache'}", f"out_dir={tmp / 'export'}",
                                      f"export.runs=[{tmp / 'merged'}]", "export.decontam.enabled=false"])
         export.run(cfg)
     seconds = time.perf_counter() - t
@@ -113,9 +116,44 @@ def make_problems(path: Path, count: int) -> None:
             f.write(json.dumps({"id": f"p{i}", "problem": f"{tag} {i}: what is it?", "answer": ans}) + "\n")
 
 
+def synth_run(template: Path, out: Path, size: int, data: Path) -> None:
+    """A finished calibration run of ``size`` problems: ``template``'s records under new ids."""
+    from omegaconf import OmegaConf
+
+    out.mkdir(parents=True)
+    cfg = OmegaConf.load(template / "config.yaml")
+    cfg.data.path, cfg.out_dir = str(data), str(out)
+    OmegaConf.save(cfg, out / "config.yaml")
+    for name in ("manifest.json", "summary.json"):
+        shutil.copy(template / name, out / name)
+    by_problem: dict[int, list[dict]] = {}
+    with open(template / "rollouts.00000-of-00001.jsonl") as f:
+        for line in f:
+            rec = json.loads(line)
+            by_problem.setdefault(int(rec["problem_id"].rsplit("/p", 1)[1]), []).append(rec)
+    kinds = [by_problem[min(k for k in by_problem if k % 4 == j)] for j in range(4)]
+    with open(out / "rollouts.00000-of-00001.jsonl", "w") as f:
+        for i in range(size):
+            for rec in kinds[i % 4]:
+                f.write(json.dumps({**rec, "problem_id": f"toy/p{i}"}) + "\n")
+
+
+def run_child(step: str, tmp: Path, n: int, env: dict) -> dict:
+    load = os.getloadavg()[0]
+    res = subprocess.run([sys.executable, __file__, "--child", step, str(tmp), str(n)],
+                         capture_output=True, text=True, env=env, cwd=tmp)
+    if res.returncode != 0:
+        print(res.stdout[-2000:], res.stderr[-4000:], file=sys.stderr)
+        raise SystemExit(f"{step} in {tmp} failed")
+    row = json.loads(res.stdout.strip().splitlines()[-1])
+    row["load"] = load
+    return row
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", default="1000,10000,100000")
+    ap.add_argument("--cal-sizes", default="250,1000", help="problems of the calibration step")
+    ap.add_argument("--sizes", default="1000,10000,100000", help="problems of the merge and export steps")
     ap.add_argument("--n", type=int, default=8, help="rollouts N per problem")
     ap.add_argument("--child", nargs=3, metavar=("STEP", "DIR", "N"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -124,35 +162,41 @@ def main() -> None:
         return
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]),
            "TQDM_DISABLE": "1", "HYDRA_FULL_ERROR": "1"}
-    results: dict[int, dict[str, dict]] = {}
-    for size in (int(s) for s in args.sizes.split(",")):
-        tmp = Path(tempfile.mkdtemp(prefix=f"mbs-stage-{size}-"))
-        try:
+    results: dict[str, dict[int, dict]] = {"calibrate": {}, "merge": {}, "export": {}}
+    base = Path(tempfile.mkdtemp(prefix="mbs-stage-bench-"))
+
+    def show(step: str, size: int, row: dict) -> None:
+        results[step][size] = row
+        print(f"{size:>7} problems  {step:<9} {row['seconds']:8.1f} s  peak {row['peak_mib']:7.0f} MiB  "
+              f"(load {row['load']:.1f})", flush=True)
+
+    try:
+        template = None
+        for size in (int(s) for s in args.cal_sizes.split(",")):
+            tmp = base / f"cal-{size}"
+            tmp.mkdir()
             make_problems(tmp / "problems.jsonl", size)
-            results[size] = {}
-            for step in ("calibrate", "merge", "export"):
-                if step == "merge":
-                    split_into_shards(tmp / "cal", tmp / "shards", SHARDS)
-                load = os.getloadavg()[0]
-                res = subprocess.run([sys.executable, __file__, "--child", step, str(tmp), str(args.n)],
-                                     capture_output=True, text=True, env=env, cwd=tmp)
-                if res.returncode != 0:
-                    print(res.stdout[-2000:], res.stderr[-4000:], file=sys.stderr)
-                    raise SystemExit(f"{step} at {size} problems failed")
-                row = json.loads(res.stdout.strip().splitlines()[-1])
-                row["load"] = load
-                results[size][step] = row
-                print(f"{size:>7} problems  {step:<9} {row['seconds']:8.1f} s  peak {row['peak_mib']:7.0f} MiB  "
-                      f"(load {load:.1f})", flush=True)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    sizes = sorted(results)
+            show("calibrate", size, run_child("calibrate", tmp, args.n, env))
+            template = template or tmp / "cal"
+        for size in (int(s) for s in args.sizes.split(",")):
+            tmp = base / f"merge-{size}"
+            tmp.mkdir()
+            make_problems(tmp / "problems.jsonl", size)
+            synth_run(template, tmp / "cal", size, tmp / "problems.jsonl")
+            split_into_shards(tmp / "cal", tmp / "shards", SHARDS)
+            shutil.rmtree(tmp / "cal")
+            show("merge", size, run_child("merge", tmp, args.n, env))
+            show("export", size, run_child("export", tmp, args.n, env))
+            shutil.rmtree(tmp)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
     print()
-    for a, b in zip(sizes, sizes[1:]):
-        for step in ("calibrate", "merge", "export"):
-            ra, rb = results[a][step], results[b][step]
+    for step, rows in results.items():
+        sizes = sorted(rows)
+        for a, b in zip(sizes, sizes[1:]):
+            ra, rb = rows[a], rows[b]
             print(f"{step:<9} {a}->{b} problems ({b / a:.0f}x): time x{rb['seconds'] / ra['seconds']:.2f}, "
-                  f"peak memory x{rb['peak_mib'] / ra['peak_mib']:.2f}")
+                  f"peak memory x{rb['peak_mib'] / ra['peak_mib']:.2f} ({ra['peak_mib']:.0f} -> {rb['peak_mib']:.0f} MiB)")
 
 
 if __name__ == "__main__":
