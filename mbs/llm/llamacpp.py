@@ -102,13 +102,13 @@ class LlamaCppBackend:
         path = Path(model_path).expanduser() if model_path else embedded_model_path()
         if not path.is_file():
             raise FileNotFoundError(f"backend.model_path: GGUF file not found: {path}")
+        if (instances is not None and int(instances) < 1) or (n_threads is not None and int(n_threads) < 1):
+            raise ValueError(f"backend.instances ({instances}) and backend.n_threads ({n_threads}) must be >= 1 or null")
         cpus = usable_cpus()
         if instances is None:
-            instances = max(1, cpus // n_threads) if n_threads else cpus
+            instances = max(1, cpus // int(n_threads)) if n_threads else cpus
         if n_threads is None:
-            n_threads = max(1, cpus // instances)
-        if instances < 1 or n_threads < 1:
-            raise ValueError(f"backend.instances ({instances}) and backend.n_threads ({n_threads}) must be >= 1")
+            n_threads = max(1, cpus // int(instances))
         self.model_path = path
         self.n_ctx = int(n_ctx)
         self.n_threads = int(n_threads)

@@ -356,6 +356,14 @@ def _records(path: Path) -> Iterator[tuple[bytes, bytes]]:
         os.close(fd)
 
 
+def iter_entries(root: str | os.PathLike) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every intact record of every segment in ``root`` as ``(hex key, value)`` (duplicates included)."""
+    for path in sorted(Path(root).glob("*" + SUFFIX)):
+        for key, rec in _records(path):
+            _m, flags, _k, _length, _crc = HEADER.unpack_from(rec)
+            yield key.hex(), _decode(flags, rec[HEADER.size :])
+
+
 def legacy_files(root: Path) -> Iterator[Path]:
     """Entries of the old one-file-per-sample format (``root/ab/<sha256>.json``)."""
     for sub in sorted(root.iterdir()):
