@@ -119,7 +119,8 @@ class LlamaCppBackend:
         self.stats = BackendStats()
         self._llms: list = []
         self._lock = threading.Lock()  # one generate() at a time
-        self._meta = threading.Lock()  # stats and memo, shared by the instance threads
+        self._meta = threading.Lock()  # stats, shared by the instance threads
+        self._render_lock = threading.Lock()
         self._tokens_memo: dict[str, list[int]] = {}
         self._formatter = None
         self._render_ok: bool | None = None  # None until checked against a probe
@@ -270,10 +271,13 @@ class LlamaCppBackend:
         rendered that way is probed for every new prompt.
         """
         key = json.dumps(messages, sort_keys=True)
-        with self._meta:
+        with self._render_lock:  # one instance renders (and probes) a new prompt; the others wait for it
             memo = self._tokens_memo.get(key)
-        if memo is not None:
-            return memo
+            if memo is None:
+                memo = self._tokens_memo[key] = self._tokens_of(llm, messages)
+        return memo
+
+    def _tokens_of(self, llm, messages: list[dict[str, str]]) -> list[int]:
         tokens = self._render(llm, messages) if self._render_ok is not False else None
         if tokens is None or self._render_ok is None:
             probed = self._probe(llm, messages)
@@ -282,8 +286,6 @@ class LlamaCppBackend:
                 if not self._render_ok:
                     log.warning("llamacpp: rendered chat template differs from llama.cpp's; probing each prompt")
             tokens = probed
-        with self._meta:
-            self._tokens_memo[key] = tokens
         return tokens
 
     @staticmethod

@@ -7,6 +7,8 @@ starts):
 
 * ``before``: the engine before issue 22: one llama.cpp instance with as many threads as usable
   cores, ``OMP_WAIT_POLICY`` unset (OpenMP threads spin while they wait), grading pool of 2.
+* ``threads``: the same single instance with as many threads as usable cores, but passive waits
+  and the grading pool sized by :func:`mbs.resources.split_cpus` (``backend.instances=1``).
 * ``after``: the defaults now: one single-threaded instance per usable core, each drawing
   other samples, passive waits, grading pool sized by :func:`mbs.resources.split_cpus`.
 
@@ -38,30 +40,24 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = {
-    # name: (backend overrides, verifier workers, environment changes)
-    "before": ({"instances": 1, "n_threads": None}, 2, {"OMP_WAIT_POLICY": None}),
-    "after": ({}, None, {"OMP_WAIT_POLICY": None}),  # the backend sets passive itself
+    # name: (backend overrides, verifier workers, OpenMP threads spin while waiting)
+    "before": ({"instances": 1, "n_threads": "cores"}, 2, True),
+    "threads": ({"instances": 1, "n_threads": "cores"}, None, False),
+    "after": ({}, None, False),
 }
 
 
-def _env(changes: dict) -> dict:
+def _env() -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]),
            "TQDM_DISABLE": "1"}
-    for k, v in changes.items():
-        if v is None:
-            env.pop(k, None)
-        else:
-            env[k] = v
+    env.pop("OMP_WAIT_POLICY", None)  # "before" keeps libgomp's default; the others get mbs' passive
     return env
 
 
 def _backend_kwargs(name: str) -> dict:
     from mbs.resources import usable_cpus
 
-    kw = dict(CONFIGS[name][0])
-    if name == "before":
-        kw["n_threads"] = usable_cpus()
-    return kw
+    return {k: usable_cpus() if v == "cores" else v for k, v in CONFIGS[name][0].items()}
 
 
 def _cpu_s() -> float:
@@ -151,7 +147,7 @@ def spawn(kind: str, name: str, args, extra: list[str]) -> dict:
         res = subprocess.run(
             [sys.executable, __file__, "--child", kind, name, "--problems", str(args.problems), "--n", str(args.n),
              "--budget", str(args.budget), "--tmp", tmp, *extra],
-            capture_output=True, text=True, env=_env(CONFIGS[name][2]), cwd=tmp,
+            capture_output=True, text=True, env=_env(), cwd=tmp,
         )
     if res.returncode != 0:
         sys.exit(f"{kind} {name} failed:\n{res.stderr[-4000:]}")
@@ -172,6 +168,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.child:
         kind, name = args.child
+        if CONFIGS[name][2]:
+            import llama_cpp  # noqa: F401 - libgomp reads OMP_WAIT_POLICY (unset) now, before mbs sets passive
         if kind == "backend":
             row = child_backend(name, args.problems, args.n, args.budget, args.busy)
         else:
@@ -183,13 +181,13 @@ def main() -> None:
 
     print(f"{args.problems} CHAMP problems x N={args.n} at L={args.budget}; usable cores {usable_cpus()} "
           f"(os.cpu_count() {os.cpu_count()})")
-    order = ("before", "after", "after", "before")
+    order = ("before", "threads", "after", "after", "threads", "before")
     parts = [] if args.skip_backend else [("backend", "quiet", []), ("backend", "busy", ["--busy"])]
     parts.append(("stage", "stage", []))
     summary = {}
-    texts: dict[str, list[list[str]]] = {"before": [], "after": []}
+    texts: dict[str, list[list[str]]] = {name: [] for name in CONFIGS}
     for kind, label, extra in parts:
-        rows = {"before": [], "after": []}
+        rows = {name: [] for name in CONFIGS}
         for name in order:
             r = spawn(kind, name, args, extra)
             rows[name].append(r)
@@ -201,12 +199,14 @@ def main() -> None:
                   f"(load {r['load']:.1f}{busy})", flush=True)
         tps = {k: sum(x["tokens"] for x in v) / sum(x["seconds"] for x in v) for k, v in rows.items()}
         summary[label] = tps
-        print(f"{label}: before {tps['before']:.1f} tok/s, after {tps['after']:.1f} tok/s, "
-              f"ratio after/before {tps['after'] / tps['before']:.2f}", flush=True)
+        print(f"{label}: " + ", ".join(f"{k} {v:.1f} tok/s" for k, v in tps.items())
+              + f"; after/before {tps['after'] / tps['before']:.2f}, after/threads {tps['after'] / tps['threads']:.2f}",
+              flush=True)
     print()
     for label, tps in summary.items():
         target = "  (target >= 2)" if label == "stage" else ""
-        print(f"{label:<6} tokens/s after/before: {tps['after'] / tps['before']:.2f}{target}")
+        print(f"{label:<6} tokens/s after/before: {tps['after'] / tps['before']:.2f}{target}; "
+              f"threads/before: {tps['threads'] / tps['before']:.2f}")
     a1, a2 = texts["after"]
     print(f"same calibration job twice (after): {'identical samples' if a1 == a2 else 'DIFFERENT samples'} "
           f"({len(a1)} rollouts)")
