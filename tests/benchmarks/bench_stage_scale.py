@@ -16,7 +16,9 @@ Each step runs in a fresh child process, which reports its wall seconds and peak
    ``mbs-merge`` (checks, streamed union, and the calibration's finalize).
 3. ``export`` of the merged run (its hard seeds to verl parquet).
 
-Then, per step, the growth ratios from each size to the next: linear time means a time ratio
+CPU seconds (the step's process and its grading workers) are printed too: on a machine shared
+with other work, wall seconds mostly measure the others. Then, per step, the growth ratios
+from each size to the next: linear time means a time ratio
 close to the size ratio (10x); bounded memory means a memory ratio far below it.
 """
 
@@ -79,8 +81,9 @@ def child(step: str, tmp: Path, n: int) -> None:
                                      f"export.runs=[{tmp / 'merged'}]", "export.decontam.enabled=false"])
         export.run(cfg)
     seconds = time.perf_counter() - t
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"step": step, "seconds": seconds, "peak_mib": peak}))
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime  # with the grading workers
+    print(json.dumps({"step": step, "seconds": seconds, "cpu_s": cpu, "peak_mib": me.ru_maxrss / 1024}))
 
 
 def split_into_shards(run: Path, out: Path, count: int) -> None:
@@ -167,8 +170,8 @@ def main() -> None:
 
     def show(step: str, size: int, row: dict) -> None:
         results[step][size] = row
-        print(f"{size:>7} problems  {step:<9} {row['seconds']:8.1f} s  peak {row['peak_mib']:7.0f} MiB  "
-              f"(load {row['load']:.1f})", flush=True)
+        print(f"{size:>7} problems  {step:<9} {row['seconds']:8.1f} s  CPU {row['cpu_s']:7.1f} s  "
+              f"peak {row['peak_mib']:7.0f} MiB  (load {row['load']:.1f})", flush=True)
 
     try:
         template = None
@@ -196,6 +199,7 @@ def main() -> None:
         for a, b in zip(sizes, sizes[1:]):
             ra, rb = rows[a], rows[b]
             print(f"{step:<9} {a}->{b} problems ({b / a:.0f}x): time x{rb['seconds'] / ra['seconds']:.2f}, "
+                  f"CPU x{rb['cpu_s'] / ra['cpu_s']:.2f}, "
                   f"peak memory x{rb['peak_mib'] / ra['peak_mib']:.2f} ({ra['peak_mib']:.0f} -> {rb['peak_mib']:.0f} MiB)")
 
 
