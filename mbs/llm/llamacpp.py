@@ -59,14 +59,17 @@ def file_sha256(path: str, size: int, mtime_ns: int) -> str:
 class LlamaCppBackend:
     """Runs any GGUF chat model in-process with its own chat template.
 
-    Engine: ``instances`` llama.cpp contexts (one per usable core by default), each with
-    ``n_threads`` threads (1 by default), draw samples in parallel, each sample decoded as one
-    sequence; the weights are memory-mapped once and shared. Chosen by measurement
-    (``tests/benchmarks/bench_llm.py``, issue 22): on 2 shared cores, one single-threaded
-    instance per core beats one 2-thread instance (whose threads wait on each other) and
-    batching the n samples of a request in one ``llama_batch`` (1.07-1.16x per thread, and its
-    logits depend on what shares the batch). Threads wait passively (``OMP_WAIT_POLICY``
-    defaults to ``passive`` here), so the grading pool's workers beside them do not stall them.
+    Engine, chosen by measurement (``tests/benchmarks/bench_llm.py``, issue 22): one llama.cpp
+    instance with as many threads as the process may use (:func:`mbs.resources.usable_cpus`:
+    SLURM's allocation or the affinity mask, not the machine's core count), and OpenMP threads
+    that wait passively (``OMP_WAIT_POLICY`` defaults to ``passive`` here): spinning threads
+    collapsed to 0.1 tokens/s on 2 cores shared with other work, passive ones ran 3.3. Measured
+    beside it in the same run, ``instances`` single-threaded contexts drawing different samples in
+    parallel (weights memory-mapped once) reached 2.3 tokens/s at the same tokens per CPU second:
+    probably llama-cpp-python's per-token Python work, serialised by the GIL; kept as an option
+    for many-core nodes. Batching the n samples of a request in one ``llama_batch`` was not taken:
+    1.07-1.16x per thread (measured in the issue), and its logits depend on what shares the batch,
+    so a sample would change with the request's other samples.
 
     Sample ``i`` of a request seeded ``s`` uses seed :func:`mbs.llm.base.sample_seed` ``(s, i)``
     and starts from the same primed context (see :meth:`_prime`) whichever instance draws it
@@ -78,8 +81,8 @@ class LlamaCppBackend:
         n_ctx: Context window in tokens per instance; must hold the prompt plus the largest budget L.
         n_threads: CPU threads per instance (``None``: the usable cores divided among the
             instances, at least 1).
-        instances: llama.cpp contexts drawing samples in parallel (``None``: one per usable
-            core, :func:`mbs.resources.usable_cpus`, i.e. SLURM's allocation or the affinity mask).
+        instances: llama.cpp contexts drawing different samples in parallel (``None``: usable cores
+            divided by ``n_threads`` when that is set, else 1).
         n_batch: Prompt-processing batch size in tokens.
         chat_format: llama-cpp-python chat format name; ``None`` uses the template in the GGUF.
         name: Backend kind for the cache key.
@@ -106,7 +109,7 @@ class LlamaCppBackend:
             raise ValueError(f"backend.instances ({instances}) and backend.n_threads ({n_threads}) must be >= 1 or null")
         cpus = usable_cpus()
         if instances is None:
-            instances = max(1, cpus // int(n_threads)) if n_threads else cpus
+            instances = max(1, cpus // int(n_threads)) if n_threads else 1
         if n_threads is None:
             n_threads = max(1, cpus // int(instances))
         self.model_path = path

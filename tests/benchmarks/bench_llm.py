@@ -7,10 +7,10 @@ starts):
 
 * ``before``: the engine before issue 22: one llama.cpp instance with as many threads as usable
   cores, ``OMP_WAIT_POLICY`` unset (OpenMP threads spin while they wait), grading pool of 2.
-* ``threads``: the same single instance with as many threads as usable cores, but passive waits
-  and the grading pool sized by :func:`mbs.resources.split_cpus` (``backend.instances=1``).
-* ``after``: the defaults now: one single-threaded instance per usable core, each drawing
-  other samples, passive waits, grading pool sized by :func:`mbs.resources.split_cpus`.
+* ``after``: the defaults now: the same single instance and threads, but passive waits and the
+  grading pool sized by :func:`mbs.resources.split_cpus`.
+* ``instances``: one single-threaded instance per usable core, each drawing other samples
+  (``backend.instances=<cores> backend.n_threads=1``), passive waits.
 
 1. Backend: the same requests (CHAMP prompts, N samples each, one budget) through
    ``CachedBackend`` with a cold cache, ``quiet`` (nothing else of ours runs) and ``busy``
@@ -42,8 +42,8 @@ REPO = Path(__file__).resolve().parents[2]
 CONFIGS = {
     # name: (backend overrides, verifier workers, OpenMP threads spin while waiting)
     "before": ({"instances": 1, "n_threads": "cores"}, 2, True),
-    "threads": ({"instances": 1, "n_threads": "cores"}, None, False),
     "after": ({}, None, False),
+    "instances": ({"instances": "cores", "n_threads": 1}, None, False),
 }
 
 
@@ -181,7 +181,7 @@ def main() -> None:
 
     print(f"{args.problems} CHAMP problems x N={args.n} at L={args.budget}; usable cores {usable_cpus()} "
           f"(os.cpu_count() {os.cpu_count()})")
-    order = ("before", "threads", "after", "after", "threads", "before")
+    order = ("before", "after", "instances", "instances", "after", "before")
     parts = [] if args.skip_backend else [("backend", "quiet", []), ("backend", "busy", ["--busy"])]
     parts.append(("stage", "stage", []))
     summary = {}
@@ -200,13 +200,13 @@ def main() -> None:
         tps = {k: sum(x["tokens"] for x in v) / sum(x["seconds"] for x in v) for k, v in rows.items()}
         summary[label] = tps
         print(f"{label}: " + ", ".join(f"{k} {v:.1f} tok/s" for k, v in tps.items())
-              + f"; after/before {tps['after'] / tps['before']:.2f}, after/threads {tps['after'] / tps['threads']:.2f}",
+              + f"; after/before {tps['after'] / tps['before']:.2f}, after/instances {tps['after'] / tps['instances']:.2f}",
               flush=True)
     print()
     for label, tps in summary.items():
         target = "  (target >= 2)" if label == "stage" else ""
         print(f"{label:<6} tokens/s after/before: {tps['after'] / tps['before']:.2f}{target}; "
-              f"threads/before: {tps['threads'] / tps['before']:.2f}")
+              f"instances/before: {tps['instances'] / tps['before']:.2f}")
     a1, a2 = texts["after"]
     print(f"same calibration job twice (after): {'identical samples' if a1 == a2 else 'DIFFERENT samples'} "
           f"({len(a1)} rollouts)")
