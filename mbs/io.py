@@ -24,8 +24,9 @@ import os
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from mbs.records import SCHEMA_VERSION, RecordError, from_dict, to_dict
 
@@ -151,12 +152,26 @@ class Shard:
         os.fsync(self._fh.fileno())
         return n
 
+    def rewrite(self, records: Iterable[Any]) -> int:
+        """Replace the shard's content with ``records`` (a temporary file, then a rename).
+
+        For derived shards, recomputed in full, and for dropping a killed run's partial
+        records. Returns the count written.
+        """
+        self.close()
+        tmp = Shard(self.path.with_name(f".{self.path.name}.tmp"))
+        tmp.path.unlink(missing_ok=True)
+        with tmp:
+            n = tmp.append(records)
+        os.replace(tmp.path, self.path)
+        return n
+
     def close(self) -> None:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
 
-    def __enter__(self) -> "Shard":
+    def __enter__(self) -> Shard:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -42,8 +42,9 @@ import sys
 import time
 import zlib
 from collections import OrderedDict
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ def _decode(flags: int, payload: bytes) -> dict[str, Any]:
 class _Segment:
     """What a reader knows about one segment file."""
 
-    __slots__ = ("path", "sealed", "end", "size")
+    __slots__ = ("end", "path", "sealed", "size")
 
     def __init__(self, path: Path):
         self.path = path
@@ -347,7 +348,7 @@ def _records(path: Path) -> Iterator[tuple[bytes, bytes]]:
             footer_start = TRAILER.unpack(os.pread(fd, TRAILER.size, size - TRAILER.size))[1]
         for key, off, end in walk(fd, 0, footer_start if footer_start is not None else size):
             rec = os.pread(fd, end - off, off)
-            _m, _f, _k, length, crc = HEADER.unpack_from(rec)
+            _m, _f, _k, _length, crc = HEADER.unpack_from(rec)
             if zlib.crc32(rec[HEADER.size :]) == crc:
                 yield key, rec
             else:

@@ -31,8 +31,7 @@ from mbs.llm.cache import FilePerSampleCache
 from mbs.llm.segments import SegmentStore
 from mbs.llm.segments import stats as store_stats
 
-WORDS = ("so the answer is step first we compute then since therefore boxed sum of the squares "
-         "let x y n be integer prime divides modulo equation hence check case").split()
+WORDS = ["so", "the", "answer", "is", "step", "first", "we", "compute", "then", "since", "therefore", "boxed", "sum", "of", "the", "squares", "let", "x", "y", "n", "be", "integer", "prime", "divides", "modulo", "equation", "hence", "check", "case"]
 
 
 def payloads(seed: int = 0, pool: int = 500) -> list[str]:

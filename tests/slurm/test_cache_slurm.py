@@ -39,11 +39,11 @@ def _reported(log: Path) -> list[int]:
 def _wait_gone(job: str, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        out = subprocess.run(["squeue", "-h", "-j", job], capture_output=True, text=True).stdout
+        out = subprocess.run(["squeue", "-h", "-j", job], capture_output=True, text=True, check=False).stdout
         if not out.strip():
             return
         time.sleep(0.5)
-    subprocess.run(["scancel", job])
+    subprocess.run(["scancel", job], check=False)
     pytest.fail(f"array {job} still queued or running after {timeout_s} s")
 
 
