@@ -38,8 +38,9 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 from weakref import WeakValueDictionary
 
 from mbs.records import SCHEMA_VERSION, RecordError, from_dict, to_dict
@@ -151,31 +152,40 @@ class Shard:
             RecordError: A complete line that is not valid JSON or not a valid record
                 (names the file and line).
         """
+        return list(self.iter())
+
+    def iter(self) -> Iterator[Any]:
+        """Stream the complete records, one line in memory at a time (see :meth:`read`).
+
+        A torn last line is cut off the file once the iteration reaches it.
+
+        Raises:
+            RecordError: As :meth:`read`.
+        """
         if not self.path.exists():
-            return []
-        out = []
-        with open(self.path, "rb") as f:
-            data = f.read()
+            return
         good_end = 0
-        lines = data.split(b"\n")
-        for lineno, raw in enumerate(lines, 1):
-            is_last = lineno == len(lines)
-            if not raw.strip():
-                good_end += len(raw) + (0 if is_last else 1)
-                continue
-            if is_last:  # no trailing newline: the write of this line never finished
-                log.warning("%s: dropping torn last line %d (interrupted write)", self.path, lineno)
-                break
-            try:
-                obj = json.loads(raw)
-            except json.JSONDecodeError as err:
-                raise RecordError(f"{self.path} line {lineno}: invalid JSON ({err.msg})") from err
-            out.append(from_dict(self.record_type, obj, where=f"{self.path} line {lineno}") if self.record_type else obj)
-            good_end += len(raw) + 1
-        if good_end < len(data):
+        torn = False
+        with open(self.path, "rb") as f:
+            for lineno, raw in enumerate(f, 1):
+                if not raw.endswith(b"\n"):  # no trailing newline: the write of this line never finished
+                    if raw.strip():
+                        log.warning("%s: dropping torn last line %d (interrupted write)", self.path, lineno)
+                        torn = True
+                    else:
+                        good_end += len(raw)
+                    break
+                good_end += len(raw)
+                if not raw.strip():
+                    continue
+                try:
+                    obj = json.loads(raw)
+                except json.JSONDecodeError as err:
+                    raise RecordError(f"{self.path} line {lineno}: invalid JSON ({err.msg})") from err
+                yield from_dict(self.record_type, obj, where=f"{self.path} line {lineno}") if self.record_type else obj
+        if torn:
             with open(self.path, "r+b") as f:
                 f.truncate(good_end)
-        return out
 
     def append(self, records: Iterable[Any]) -> int:
         """Append records (dataclasses or dicts), one line each, flushed to disk. Returns the count."""
@@ -210,7 +220,7 @@ class Shard:
             self._fh.close()
             self._fh = None
 
-    def __enter__(self) -> "Shard":
+    def __enter__(self) -> Shard:
         return self
 
     def __exit__(self, *exc) -> None:

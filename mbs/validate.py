@@ -182,7 +182,7 @@ RULES: tuple[tuple[str, Check], ...] = (
     ("export.decontam.n", COUNT),
     ("export.mix.total", Num(integer=True, lo=1, nullable=True)),
     # grading
-    ("verifier.workers", NONNEG),
+    ("verifier.workers", Num(integer=True, lo=0, nullable=True)),
     ("verifier.timeout_s", SECONDS),
     ("verifier.wall_timeout_s", Num(lo=0, lo_open=True, nullable=True)),
     # backends (the stage's own and every policy's)
@@ -196,6 +196,7 @@ RULES: tuple[tuple[str, Check], ...] = (
             ("n_ctx", COUNT),
             ("n_batch", COUNT),
             ("n_threads", Num(integer=True, lo=1, nullable=True)),
+            ("instances", Num(integer=True, lo=1, nullable=True)),
             ("max_model_len", Num(integer=True, lo=1, nullable=True)),
             ("tensor_parallel_size", COUNT),
             ("gpu_memory_utilization", Num(lo=0, lo_open=True, hi=1)),

@@ -1,12 +1,12 @@
 """A persistent, content-addressed completion cache in front of any backend.
 
-Each sample is one JSON file named by the SHA-256 of everything that decides it: backend kind,
-model id (file hash or name + revision), the rendered messages, every sampling parameter,
-the seed and the sample index (lm-eval#2715 is what happens when the model is left out of
-the key). Writes go to a temporary file in the same folder
-and are renamed into place, so several processes (SLURM array tasks) can share one cache
-folder, on local disks and on network file systems alike, and a process killed mid-write
-never leaves a half-written entry.
+Each sample is stored under the SHA-256 of everything that decides it: backend kind, model id
+(file hash or name + revision), the rendered messages, every sampling parameter, the seed and
+the sample index (lm-eval#2715 is what happens when the model is left out of the key). Samples live in append-only segment files, one per writer process
+(:mod:`mbs.llm.segments`), so SLURM array tasks share one cache folder without locks and
+millions of samples make a few hundred files. Folders written by older versions (one JSON
+file per sample, ``root/ab/<sha256>.json``) stay readable; ``mbs-cache compact ROOT`` migrates
+them.
 
 Only usable completions are stored: :meth:`ResponseCache.put` refuses an entry whose text is
 not a string, and :meth:`ResponseCache.get` ignores (with a warning) an entry that is not a
@@ -22,10 +22,12 @@ import logging
 import os
 import tempfile
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from mbs.llm.base import Backend, BackendError, BackendStats, ChatRequest, Completion
+from mbs.llm.segments import SegmentStore, legacy_files
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +62,12 @@ def cache_key(backend: str, model_id: str, request: ChatRequest, index: int, ext
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
-class ResponseCache:
-    """File-per-sample store under ``root`` (``root/ab/<sha256>.json``)."""
+class FilePerSampleCache:
+    """The old store: one JSON file per sample (``root/ab/<sha256>.json``), read-only use now.
+
+    Kept so caches written by older versions stay readable (:class:`ResponseCache` falls back
+    to it) and for ``tests/benchmarks/bench_cache_scale.py``.
+    """
 
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root)
@@ -111,6 +117,9 @@ class ResponseCache:
                 pass
             raise
 
+    def close(self) -> None:
+        pass
+
     def __len__(self) -> int:
         return sum(1 for _ in self.root.glob("*/*.json"))
 
@@ -134,6 +143,49 @@ def entry_problem(value: Any) -> str | None:
         if v != "absent" and (not isinstance(v, kind) or (kind is int and isinstance(v, bool))):
             return f"field {name!r} is {json.dumps(v, default=str)[:40]}, not a {kind.__name__}"
     return None
+
+
+class ResponseCache:
+    """The cache folder: segment files (:class:`mbs.llm.segments.SegmentStore`) plus, if the
+    folder has any, read-only old-format files.
+
+    Args:
+        root: Cache folder (``paths.cache_dir``).
+    """
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+        self.store = SegmentStore(root)
+        self.legacy = FilePerSampleCache(root) if next(legacy_files(self.root), None) is not None else None
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The cached completion dict, or ``None`` (a damaged record is a logged miss)."""
+        hit = self.store.get(key)
+        if hit is not None:
+            problem = entry_problem(hit)
+            if problem:
+                log.warning("ignoring invalid cache entry %s in %s: %s", key, self.root, problem)
+                return None
+            return hit
+        return self.legacy.get(key) if self.legacy is not None else None
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        """Append ``value`` under ``key`` to this process's segment.
+
+        Raises:
+            ValueError: ``value`` is not a usable completion (see :func:`entry_problem`).
+        """
+        problem = entry_problem(value)
+        if problem:
+            raise ValueError(f"refusing to cache an unusable completion: {problem}")
+        self.store.put(key, value)
+
+    def close(self) -> None:
+        """Seal this process's segment (a footer index: faster to open next time)."""
+        self.store.close()
+
+    def __len__(self) -> int:
+        return len(self.store) + (len(self.legacy) if self.legacy is not None else 0)
 
 
 class CachedBackend:
@@ -259,4 +311,7 @@ class CachedBackend:
             )
 
     def close(self) -> None:
+        """Close the backend and seal this process's cache segment."""
         self.backend.close()
+        if self.cache is not None:
+            self.cache.close()

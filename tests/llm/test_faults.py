@@ -21,7 +21,8 @@ import pytest
 from support.fault_server import FaultServer
 
 from mbs.llm.base import BackendError, ChatRequest
-from mbs.llm.cache import CachedBackend, ResponseCache, cache_key
+from mbs.llm.segments import iter_entries
+from mbs.llm.cache import CachedBackend, FilePerSampleCache, ResponseCache, cache_key
 from mbs.llm.openai_backend import OpenAIBackend
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -52,11 +53,11 @@ def _secret_url(server: FaultServer) -> str:
 
 
 def _entries(root: Path) -> list[dict]:
-    out = []
-    for path in sorted(root.rglob("*.json")):
-        assert not path.name.startswith(".tmp-"), path
-        out.append(json.loads(path.read_text(encoding="utf-8")))
-    return out
+    """Every record the cache folder holds (segment files; no old one-file-per-sample entry)."""
+    if not root.exists():
+        return []
+    assert not list(root.rglob("*.json")), "the cache wrote old-format files"
+    return [value for _key, value in iter_entries(root)]
 
 
 @pytest.fixture
@@ -137,14 +138,14 @@ def test_invalid_cache_entries_are_ignored_with_a_warning(tmp_path, caplog):
     with FaultServer([]) as server:
         b = OpenAIBackend(base_url=server.base_url, model="m", api_key_env=None, max_retries=0, timeout_s=5)
         key = cache_key(b.name, b.model_id, req, 0)
-        path = cache._path(key)
+        path = FilePerSampleCache(tmp_path / "cache")._path(key)  # an old-format entry
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"text": None, "prompt_tokens": 0, "completion_tokens": 0, "finish_reason": "stop"}))
         with caplog.at_level(logging.WARNING, logger="mbs.llm.cache"):
             ((comp,),) = CachedBackend(b, tmp_path / "cache").generate([req])
     assert comp.text == GOOD and not comp.cached
     assert "ignoring invalid cache entry" in caplog.text and "'text'" in caplog.text
-    assert json.loads(path.read_text())["text"] == GOOD  # repaired by the redraw
+    assert ResponseCache(tmp_path / "cache").get(key)["text"] == GOOD  # repaired by the redraw
 
 
 KILL_SCRIPT = """
@@ -169,7 +170,7 @@ def test_kill_mid_batch_loses_only_the_samples_in_flight(tmp_path):
         proc = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT, server.base_url, str(cache_dir)], env=env)
         try:
             deadline = time.monotonic() + 120
-            while len(list(cache_dir.rglob("*.json"))) < 20 and time.monotonic() < deadline and proc.poll() is None:
+            while len(_entries(cache_dir)) < 20 and time.monotonic() < deadline and proc.poll() is None:
                 time.sleep(0.05)
             assert proc.poll() is None, "the run ended before it was killed"
             os.kill(proc.pid, signal.SIGKILL)

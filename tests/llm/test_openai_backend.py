@@ -17,6 +17,7 @@ import pytest
 
 from mbs.llm.base import BackendError, ChatRequest, sample_seed
 from mbs.llm.cache import CachedBackend
+from mbs.llm.segments import iter_entries
 from mbs.llm.openai_backend import OpenAIBackend, _split_completion_tokens
 
 MODEL = "smollm2"  # llama-cpp-python's server answers any model name with its one model
@@ -37,13 +38,12 @@ def _cache_files(root: Path) -> list[Path]:
 
 
 def _assert_cache_clean(root: Path) -> int:
-    """Every file in the cache is a complete JSON entry (no temp files, no partial writes)."""
-    files = _cache_files(root)
-    for path in files:
-        assert not path.name.startswith(".tmp-"), f"temporary file left behind: {path}"
-        entry = json.loads(path.read_text(encoding="utf-8"))
+    """Every record in the cache is a complete entry (segment files only); returns the count."""
+    assert all(p.suffix == ".seg" for p in _cache_files(root)), _cache_files(root)
+    entries = dict(iter_entries(root)) if root.exists() else {}
+    for entry in entries.values():
         assert set(entry) >= {"text", "prompt_tokens", "completion_tokens", "finish_reason"}
-    return len(files)
+    return len(entries)
 
 
 class _Recorder:
@@ -309,7 +309,7 @@ def test_server_killed_mid_batch_then_restarted(llama_server, tmp_path):
 
     def kill_after_first_cached():
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not any(cache_dir.glob("*/*.json")):
+        while time.monotonic() < deadline and next(iter_entries(cache_dir), None) is None:
             time.sleep(0.005)
         llama_server.kill()
         killed.set()
@@ -353,3 +353,5 @@ def test_api_key_never_leaks(llama_server, tmp_path, monkeypatch, caplog):
     assert files
     for path in files:
         assert secret.encode() not in path.read_bytes(), path
+    entries = list(iter_entries(tmp_path / "cache"))  # payloads may be compressed: read them decoded
+    assert entries and all(secret not in json.dumps(v) for _, v in entries)

@@ -19,6 +19,7 @@ import pytest
 
 from mbs.io import read_manifest, read_records, read_summary
 from mbs.llm import close_all
+from mbs.llm.segments import iter_entries
 from mbs.records import Calibration, Rollout
 
 pytestmark = pytest.mark.slow
@@ -34,7 +35,7 @@ def calibrate_cmd(run_dir: Path, cache: Path) -> list[str]:
 
 
 def cache_entries(cache: Path) -> int:
-    return sum(1 for _ in cache.glob("*/*.json"))
+    return len(dict(iter_entries(cache)))
 
 
 def test_kill_and_rerun_is_identical_without_repeated_calls(tmp_path):
