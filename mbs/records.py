@@ -19,6 +19,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from mbs.errors import UserError
+
 #: Bumped whenever a field is added, removed or changes meaning.
 SCHEMA_VERSION = 1
 
@@ -29,7 +31,7 @@ BANDS = ("solved_all", "goldilocks", "failed_all")
 FinishReason = Literal["stop", "length"]
 
 
-class RecordError(ValueError):
+class RecordError(UserError, ValueError):
     """A record dict is missing a field or has a field of the wrong kind."""
 
 

@@ -15,10 +15,12 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence, runtime_checkable
 
+from mbs.errors import UserError
+
 Message = dict[str, str]
 
 
-class BackendError(RuntimeError):
+class BackendError(UserError, RuntimeError):
     """A backend failed to produce a completion after its retries (names backend and cause)."""
 
 

@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 
 from mbs.calibration import calibrate_group, settled, trap_summary
 from mbs.data import load_problems
+from mbs.errors import ConfigError
 from mbs.io import RunDir, Shard
 from mbs.llm import build_backend
 from mbs.records import Calibration, Problem, Rollout
@@ -72,7 +73,7 @@ def calibrate_recorded(
     todo: list[tuple[Rollout, Problem, bool]] = []
     for p in problems:
         if not p.id.startswith("champ/"):
-            raise ValueError(f"students: recorded policy {policy.name} needs data=champ, got problem {p.id}")
+            raise ConfigError(f"students: recorded policy {policy.name} needs data=champ, got problem {p.id}")
         answers = sorted(recorded_answers(p.id.split("/", 1)[1], policy.model), key=lambda a: a.setting)
         samples = [a for a in answers if a.kind == "sample"]
         others = [a for a in answers if a.kind != "sample"]
@@ -400,7 +401,7 @@ def _hard_seed_budget(cfg: DictConfig, policies: Sequence[Policy]) -> int | None
         return int(cfg.calibrate.hard_seed_budget)
     target = next((p for p in policies if p.name == str(cfg.students.target)), None)
     if target is None:
-        raise ValueError(f"students.target={cfg.students.target!r} is not a policy name: {[p.name for p in policies]}")
+        raise ConfigError(f"students.target={cfg.students.target!r} is not a policy name: {[p.name for p in policies]}")
     if target.source == "recorded":
         return None
     budgets = [int(b) for b in cfg.calibrate.budgets]

@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 
 from mbs.calibration import budget_sort_key
 from mbs.data import DataError
+from mbs.errors import ConfigError
 from mbs.io import RunDir, read_summary, write_text_atomic
 
 log = logging.getLogger(__name__)
@@ -158,7 +159,7 @@ def run(cfg: DictConfig) -> Path:
     """
     requested = ([cfg.run_dir] if cfg.run_dir else []) + list(cfg.figures.run_dirs)
     if not requested:
-        raise ValueError("mbs-figures needs run_dir=RUN (or figures.run_dirs=[RUN1,RUN2])")
+        raise ConfigError("mbs-figures needs run_dir=RUN (or figures.run_dirs=[RUN1,RUN2])")
     why = {str(rd): _unreadable(Path(rd)) for rd in requested}
     missing = {rd: reason for rd, reason in why.items() if reason}
     for rd, why in missing.items():

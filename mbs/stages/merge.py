@@ -37,6 +37,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from mbs.errors import UserError
 from mbs.io import MANIFEST, RunDir, Shard, read_json, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ SHARD_FILE = re.compile(r"^(?P<name>[^.].*)\.(?P<index>\d+)-of-(?P<count>\d+)\.j
 PER_SHARD_KEYS = (("shard", "index"), ("out_dir",))
 
 
-class MergeError(ValueError):
+class MergeError(UserError, ValueError):
     """The shards cannot be merged; the message names the folders and what is wrong."""
 
 

@@ -19,6 +19,7 @@ from typing import Any, Callable
 from omegaconf import DictConfig
 
 from mbs.io import RunDir
+from mbs.errors import UnknownNameError
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ def method_fn(name: str) -> Callable[[DictConfig, RunDir], dict[str, Any]]:
         KeyError: Unknown method (lists the valid ones).
     """
     if name not in METHODS:
-        raise KeyError(f"method={name!r} is not a synthesis method; valid: {sorted(METHODS)}")
+        raise UnknownNameError(f"method={name!r} is not a synthesis method; valid: {sorted(METHODS)}")
     module, _, fn = METHODS[name].partition(":")
     return getattr(importlib.import_module(module), fn)
 
