@@ -5,6 +5,7 @@ it, stopped by request and by idleness)."""
 from __future__ import annotations
 
 import json
+import shutil
 import os
 import sys
 import time
@@ -123,8 +124,11 @@ def test_executor_follows_the_launcher_profile(make_cfg, tmp_path):
         hcfg = compose("serve", ["hydra/launcher=slurm_gpu", "hydra.launcher.account=abc"], return_hydra_config=True)
     GlobalHydra.instance().clear()
     launcher = OmegaConf.to_container(hcfg.hydra.launcher, resolve=False)
-    ex = executor_for(launcher, tmp_path / "sub")
+    ex = executor_for(launcher, tmp_path / "sub")  # builds with or without srun on PATH
     assert ex.cluster == "slurm"
+    from submitit import SlurmExecutor
+
+    assert SlurmExecutor.affinity() == (-1 if shutil.which("srun") is None else 2)  # submitit's own check is intact
     p = ex._executor.parameters
     assert (p["partition"], p["account"], p["gpus_per_node"], p["cpus_per_task"], p["mem"], p["time"]) == ("gpu", "abc", 1, 8, "64GB", 240)
     assert ex._executor.max_num_timeout == 5
