@@ -5,8 +5,8 @@ it, stopped by request and by idleness)."""
 from __future__ import annotations
 
 import json
-import shutil
 import os
+import shutil
 import sys
 import time
 import urllib.request
