@@ -48,5 +48,14 @@ def test_pipeline_small(make_cfg, toy_jsonl, capsys):
     assert report.count("<img") >= 4 and "calibrate_recorded" in report and "export" in report
     assert (out / "tables" / "export_sources.md").exists()
     assert read_manifest(out)["counts"]["steps"] == 6
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
     assert f"outputs in {out}" in printed and "train.parquet" in printed
+    # the time of each step: printed at the end, in the summary (steps before the figures) and the manifest
+    steps = ["calibrate_recorded", "calibrate_live", "synthesize_mbs", "synthesize_direct", "synthesize_goose", "export"]
+    assert list(s["step_seconds"]) == sorted(steps) and all(v >= 0 for v in s["step_seconds"].values())
+    assert set(read_manifest(out)["timings_s"]) == {*steps, "figures"}
+    table = printed[printed.index("time per step:"):].splitlines()
+    assert [line.split()[0] for line in table[1:]] == [*steps, "figures", "total"]
+    # the step bar (on stderr, like every tqdm bar) counted all 7 steps
+    assert "mbs-pipeline: 7/7 steps" in captured.err
