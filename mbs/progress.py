@@ -73,7 +73,7 @@ def format_seconds(seconds: float) -> str:
     """``"8.2 s"``, ``"3 min 05 s"`` or ``"1 h 51 min"``."""
     if seconds < 60:
         return f"{seconds:.1f} s"
-    minutes, secs = divmod(int(round(seconds)), 60)
+    minutes, secs = divmod(round(seconds), 60)
     if minutes < 60:
         return f"{minutes} min {secs:02d} s"
     hours, minutes = divmod(minutes, 60)

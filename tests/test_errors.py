@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 
 from mbs.cli import _run
-from mbs.errors import ConfigError, InputNotFoundError, MissingExtraError, UnknownNameError, UserError, require_extra
+from mbs.errors import (
+    ConfigError,
+    InputNotFoundError,
+    MissingExtraError,
+    UnknownNameError,
+    UserError,
+    require_extra,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -19,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 def _cli(entry: str, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", f"import sys; sys.argv[0] = 'mbs-{entry}'; from mbs.cli import {entry}; {entry}()", *args],
-        capture_output=True, text=True, timeout=900, env={**os.environ, **(env or {})}, cwd=cwd,
+        capture_output=True, text=True, timeout=900, env={**os.environ, **(env or {})}, cwd=cwd, check=False,
     )
 
 

@@ -11,8 +11,9 @@ that shows it; the report puts an ``id`` on every figure (:func:`figure_id`).
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from mbs.calibration import budget_sort_key
 

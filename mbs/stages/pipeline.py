@@ -14,16 +14,17 @@ Rerunning with the same ``hydra.run.dir`` resumes every step.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import yaml
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigKeyError
 
+from mbs.errors import ConfigError
 from mbs.io import RunDir, read_summary
 from mbs.progress import StepProgress, format_seconds
-from mbs.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 import importlib
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from omegaconf import DictConfig
 
-from mbs.io import RunDir
 from mbs.errors import UnknownNameError
+from mbs.io import RunDir
 
 log = logging.getLogger(__name__)
 

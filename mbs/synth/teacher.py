@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from mbs.errors import ConfigError
 from mbs.llm import CachedBackend, build_backend
 from mbs.llm.base import ChatRequest
-from mbs.errors import ConfigError
 from mbs.records import Problem
 from mbs.synth.common import Tally, Task, Verify, clip, fill, generate
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests.support.graders
 
-from mbs.verify.pool import GradingPool  # noqa: E402
+from mbs.verify.pool import GradingPool
 
 TOWER = r"The answer is \boxed{5^{5^{5^{5^{5}}}}}"
 
