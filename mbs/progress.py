@@ -1,9 +1,10 @@
-"""Progress of a job made of named steps (``mbs-pipeline``): a bar with an ETA, and the
+"""Progress of a job made of named steps (``mbs-pipeline``): a bar over the steps, and the
 seconds each step took.
 
-The bar counts steps (``[3/7] synthesize_mbs``) and shows the elapsed time and tqdm's ETA
-(the mean time of the finished steps times the steps left); the stages' own bars, drawn
-below it while a step runs, count rollouts and gradings with their own ETA.
+The bar counts steps (``[3/7] synthesize_mbs``) and shows the elapsed time; the ETA is on
+the bar each stage draws below it while a step runs (rollouts drawn, answers graded), since the
+steps differ too much in cost for a mean step time to predict the rest (on 2 shared cores the
+recorded study alone took 31 min).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class StepProgress:
         self.seconds: dict[str, float] = {}
         self._bar = tqdm(
             total=len(self.names), desc=desc, unit="step", dynamic_ncols=True, position=0, leave=True,
-            disable=disable, bar_format="{desc}: {n_fmt}/{total_fmt} steps |{bar}| {elapsed} elapsed, ETA {remaining}{postfix}",
+            disable=disable, bar_format="{desc}: {n_fmt}/{total_fmt} steps |{bar}| {elapsed} elapsed{postfix}",
         )
 
     @contextlib.contextmanager

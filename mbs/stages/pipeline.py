@@ -82,9 +82,10 @@ def plan(cfg: DictConfig) -> list[str]:
 def run(cfg: DictConfig) -> Path:
     """Run the main job into ``cfg.out_dir`` and print where the outputs are.
 
-    A bar counts the steps (with an ETA; each stage draws its own rollout bar below it), and
-    the end prints the time each step took; the times are in ``summary.json``'s
-    ``step_seconds`` (the steps before the figures) and ``manifest.json``'s ``timings_s``.
+    A bar counts the steps (each step draws its own bar of answers graded or rollouts drawn,
+    with an ETA, below it), and the end prints the time each step took; the times are in
+    ``summary.json``'s ``step_seconds`` (the steps before the figures) and ``manifest.json``'s
+    ``timings_s``.
 
     Returns:
         The pipeline's run directory.
