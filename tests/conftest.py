@@ -10,6 +10,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 from mbs.cli import config_dir
+from mbs.llm import close_all
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -28,6 +29,15 @@ def pytest_collection_modifyitems(config, items):
         skip = pytest.mark.skip(reason=f"needs SLURM: {reason}")
         for item in marked:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_backends():
+    """Every test starts and ends without backends built by :func:`mbs.llm.build_backend`
+    (no model or server is shared between tests by accident)."""
+    close_all()
+    yield
+    close_all()
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ Rerunning with the same ``hydra.run.dir`` resumes every step.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +23,10 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigKeyError
 
 from mbs.errors import ConfigError
+from mbs.figures.report import render
 from mbs.io import RunDir, read_summary
 from mbs.progress import StepProgress, format_seconds
+from mbs.stages import calibrate, export, synthesize
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,23 @@ def sub_config(cfg: DictConfig, out_dir: Path, **overrides: Any) -> DictConfig:
             OmegaConf.update(sub, key, value, merge=False, force_add=True)
     OmegaConf.set_struct(sub, True)
     return sub
+
+
+def export_runs(cfg: DictConfig, run_dirs: Sequence[str | Path] | Mapping[str, str | Path], out_dir: str | Path) -> Path:
+    """Export the given run folders with the export settings of ``cfg`` into ``out_dir``.
+
+    ``cfg`` is any composed config holding the ``export``, ``eval``, ``verifier`` and ``data``
+    nodes (the pipeline's). ``export.runs`` is replaced by ``run_dirs``: a list of folders, or
+    ``{source name: folder}`` (e.g. the pipeline's step names, the keys of ``export.weights``).
+
+    Returns:
+        ``out_dir`` (holding ``train.parquet`` and ``val.parquet``).
+    """
+    if isinstance(run_dirs, Mapping):
+        runs: list[Any] = [{"name": str(k), "path": str(v)} for k, v in run_dirs.items()]
+    else:
+        runs = [str(p) for p in run_dirs]
+    return export.run(sub_config(cfg, Path(out_dir), **{"export.runs": runs}))
 
 
 def apply_overrides(cfg: DictConfig, overrides: Sequence[str]) -> None:
@@ -90,8 +109,6 @@ def run(cfg: DictConfig) -> Path:
     Returns:
         The pipeline's run directory.
     """
-    from mbs.stages import calibrate, figures, synthesize
-
     logging.getLogger("mbs").setLevel(cfg.log_level)
     out = RunDir(cfg.out_dir, STAGE)
     out.write_config(cfg)
@@ -130,8 +147,6 @@ def run(cfg: DictConfig) -> Path:
             apply_overrides(sub, pcfg.synthesize.overrides.get(method) or [])
             steps[f"synthesize_{method}"] = str(synthesize.run(sub))
     if pcfg.export.enabled and steps:
-        from mbs.stages.export import export_runs
-
         with progress.step("export"):
             steps["export"] = str(export_runs(cfg, dict(steps), out.path / "export"))
     summary: dict[str, Any] = {"steps": {name: str(Path(p).relative_to(out.path)) for name, p in steps.items()}}
@@ -142,7 +157,7 @@ def run(cfg: DictConfig) -> Path:
     summary["step_seconds"] = {name: round(sec, 1) for name, sec in progress.seconds.items()}
     out.write_summary(summary)
     with progress.step("figures"):
-        report = figures.render(out.path, out.path, formats=("png", "pdf"), width="single")
+        report = render(out.path, out.path, formats=("png", "pdf"), width="single")
     progress.close()
     out.timings.update(progress.seconds)
     out.write_manifest({"steps": len(steps), "figures": len(report["figures"])}, report=report.get("report"))
