@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mbs.calibration import budget_sort_key
+from mbs.progress import format_seconds
 
 
 @dataclass
@@ -200,8 +201,9 @@ def findings(steps: Sequence[tuple[str, dict[str, Any]]], run_summary: dict[str,
         slow = max(secs, key=secs.get)
         total = sum(secs.values())
         out.append(Finding(
-            slow, f"The steps took {total / 60:.1f} min; the slowest was {slow} ({secs[slow]:.0f} s)",
-            "Per step: " + ", ".join(f"{k} {v:.0f} s" for k, v in secs.items()) + " (the figures step is in manifest.json).",
+            slow, f"The steps took {format_seconds(total)}; the slowest was {slow} ({format_seconds(secs[slow])})",
+            "Per step: " + ", ".join(f"{k} {format_seconds(v)}" for k, v in secs.items())
+            + " (the figures step is in manifest.json).",
         ))
     return out
 

@@ -42,7 +42,8 @@ def test_findings_state_the_numbers_and_what_moved_with_the_budget():
     goose = next(f for f in got if f.title.startswith("The difficulty filter"))
     assert "accuracy is 5% against 11% for guessing one of 9 letters" in goose.text
     assert "Export: 9 training rows and 1 validation row for verl" in titles
-    assert titles[-1] == "The steps took 6.0 min; the slowest was calibrate_live (300 s)"
+    assert titles[-1] == "The steps took 6 min 00 s; the slowest was calibrate_live (5 min 00 s)"
+    assert got[-1].text.startswith("Per step: calibrate_live 5 min 00 s, synthesize_mbs 1 min 00 s")
 
 
 def test_recorded_policies_show_the_spread_between_policies():
