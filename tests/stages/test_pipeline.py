@@ -58,5 +58,17 @@ def test_pipeline_small(make_cfg, toy_jsonl, capsys):
     assert [r.split("|")[1].strip() for r in table[2:]] == ["MBS", "MBS root-only", "direct", "direct, cost-matched"]
     assert "MBS versus direct prompting" in report and "teacher tokens per qualified" in report
     assert read_manifest(out)["counts"]["steps"] == 7
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
     assert f"outputs in {out}" in printed and "train.parquet" in printed
+    # the time of each step: printed at the end, in the summary (steps before the figures) and the manifest
+    steps = [
+        "calibrate_recorded", "calibrate_live", "synthesize_mbs", "synthesize_direct", "synthesize_goose",
+        "synthesize_direct_cost_matched", "export",
+    ]
+    assert list(s["step_seconds"]) == sorted(steps) and all(v >= 0 for v in s["step_seconds"].values())
+    assert set(read_manifest(out)["timings_s"]) == {*steps, "figures"}
+    table = printed[printed.index("time per step:"):].splitlines()
+    assert [line.split()[0] for line in table[1:]] == [*steps, "figures", "total"]
+    # the step bar (on stderr, like every tqdm bar) counted all 8 steps
+    assert "mbs-pipeline: 8/8 steps" in captured.err
