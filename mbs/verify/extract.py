@@ -1,4 +1,9 @@
 """Final-answer extraction for math responses: box, answer line, or last sentence.
+
+:func:`extract_answer` is a function of the final-answer text alone: a caller that
+decides which part of a raw response is graded (thinking stripped, cut-off thinking
+meaning no answer) calls it on that part. It still drops text before a last
+``</think>`` and after a chat template's special tokens, so raw text is safe too.
 """
 
 from __future__ import annotations
@@ -7,9 +12,12 @@ import re
 from dataclasses import dataclass
 
 from mbs.verify.prose import _REMARK, _copula_answer, _last_sentence_math, _math_from_prose, _span_answer
-from mbs.verify.spans import _BOX, _first_sentence, _strip_currency, boxed_contents, line_after
+from mbs.verify.spans import _BOX, Box, _first_sentence, _strip_currency, boxes, line_after
 
-__all__ = ["Extraction", "cut_runon", "extract_answer"]
+__all__ = ["RULES", "Extraction", "cut_runon", "extract_answer", "final_line"]
+
+#: The extraction rules, in the order they are tried; ``"last sentence"`` is the fallback.
+RULES = ("boxed", "answer line", "last sentence")
 
 
 
@@ -19,7 +27,8 @@ class Extraction:
 
     Attributes:
         answer: The answer text (LaTeX or plain), or ``None`` when there is none.
-        source: ``"boxed"``, ``"answer line"``, ``"last sentence"``, or ``""``.
+        source: The extraction rule that found it (:data:`RULES`): ``"boxed"``,
+            ``"answer line"``, ``"last sentence"`` (the fallback), or ``""`` (none).
         missing: Why there is no answer (``answer is None``), e.g. ``"no answer found"``.
     """
 
@@ -45,18 +54,57 @@ _RUNON = re.compile(
 )
 
 
+# What may stand between boxes that together give one answer ("\\boxed{1}, \\boxed{2}",
+# "\\boxed{(2, 2)} \\quad \\text{and} \\quad \\boxed{(6, 2)}"): separators, math delimiters,
+# spacing, "and"/"or", and a variable label before a box ("y_2 = \\boxed{...}").
+_GLUE = re.compile(
+    r"\s+|[,;&$]|\\[()\[\]]|\\q?quad(?![a-zA-Z])|\\[,;:! ]|\\\\|\b(?:and|or)\b"
+    r"|\\(?:text|mbox|textrm)\s*\{(?:\s|,|\band\b|\bor\b|\bfor\s+parts?\s*\(?[a-z0-9]\)?)*\}"
+)
+_LABEL = re.compile(r"([A-Za-z](?:_\{?\w+\}?)?)\s*=\s*$")
+
+
+def _glue_only(between: str) -> bool:
+    return len(between) <= 80 and not _GLUE.sub("", between)
+
+
+def _joined_boxes(text: str, found: list[Box]) -> str:
+    """The last box's content, joined with the boxes before it that only separators and
+    labels divide from it (an answer given as several boxes: ``1, 2, 3``; a label is kept,
+    ``y_1 = ..., y_2 = ...``)."""
+    chain = [found[-1]]
+    labels = [None]
+    for prev in reversed(found[:-1]):
+        if prev.content is None or not prev.content:
+            break
+        between = text[prev.end : chain[0].start]
+        label = _LABEL.search(between)
+        if not _glue_only(between[: label.start()] if label else between):
+            break
+        labels[0] = label.group(1) if label else None
+        chain.insert(0, prev)
+        labels.insert(0, None)
+    if len(chain) == 1:
+        return found[-1].content
+    first_label = _LABEL.search(text[max(0, chain[0].start - 20) : chain[0].start])
+    labels[0] = first_label.group(1) if first_label and any(labels[1:]) else None
+    return ", ".join(f"{lab} = {b.content}" if lab else b.content for lab, b in zip(labels, chain))
+
+
 def _last_box(text: str) -> Extraction | None:
-    """The last box of ``text`` as an :class:`Extraction`, or ``None`` if there is none."""
-    boxes = boxed_contents(text)
-    if not boxes:
+    """The answer in the last box of ``text`` (joined with boxes that continue it), or
+    ``None`` if there is no box."""
+    found = boxes(text)
+    if not found:
         return None
-    if boxes[-1] is None:
+    if found[-1].content is None:
         return Extraction(None, "boxed", "final \\boxed{ is unterminated: answer missing")
-    if not boxes[-1]:
+    if not found[-1].content:
         return Extraction(None, "boxed", "final \\boxed{} is empty: answer missing")
-    return Extraction(boxes[-1], "boxed")
+    return Extraction(_joined_boxes(text, found), "boxed")
 
 
+_LEADING_MATH = re.compile(r"\s*(?:\*\*|__)?\s*(?:\$|\\\(|\\\[|[-+(\[{]?\d)")
 _NEGATED = re.compile(r"\s*(?:\*\*)?\s*(?:not|never)\b", re.IGNORECASE)
 _CLAUSE_BREAK = re.compile(r"[;,]|\bbut\b|\brather\b|\binstead\b", re.IGNORECASE)
 
@@ -71,6 +119,11 @@ def _answer_from_line(segment: str) -> str | None:
         parts = _CLAUSE_BREAK.split(segment, maxsplit=1)
         rest = _first_sentence(parts[1]) if len(parts) > 1 else ""
         return _copula_answer(rest) if rest.strip() else None
+    sentence = _first_sentence(segment)
+    if not _LEADING_MATH.match(sentence):
+        value = _copula_answer(_REMARK.sub("", sentence))
+        if value is not None:
+            return value  # "Final Answer: The largest $n$ is 34." -> 34, not n
     span = _span_answer(segment)
     if span is not None:
         return span
@@ -83,12 +136,33 @@ def _answer_from_line(segment: str) -> str | None:
 
 
 
-def _last_answer_line(text: str) -> str | None:
-    """The answer given by the last explicit answer marker, or ``None``."""
-    markers = list(_ANSWER_MARKER.finditer(text))
+# Chat-template special tokens: the answer ends where one starts ("... is 2/3. <|im_start|>user").
+_SPECIAL_TOKEN = re.compile(r"<\|[A-Za-z0-9_]+\|>|</s>|<eos>|<(?:start|end)_of_turn>")
+# A marker that names the final answer itself ("Final Answer:", "The final answer is", "####").
+_FINAL = re.compile(r"final\s+answer|\#\#\#\#", re.IGNORECASE)
+
+
+def _cut_special_tokens(text: str) -> str:
+    """Drop special tokens at the start and everything from the next one on."""
+    text = re.sub(rf"^(?:\s*(?:{_SPECIAL_TOKEN.pattern})(?:assistant|model)?)+", "", text)
+    m = _SPECIAL_TOKEN.search(text)
+    return text[: m.start()] if m else text
+
+
+def _last_answer_line(text: str, after: int = 0, final_only: bool = False) -> Extraction | None:
+    """The answer given by the last explicit answer marker (starting at or after ``after``;
+    with ``final_only`` only a final-answer marker), or ``None`` when there is none. A
+    marker that ends the text ("... The answer is ") is a cut-off answer: missing."""
+    markers = [m for m in _ANSWER_MARKER.finditer(text) if m.start() >= after]
+    if final_only:
+        markers = [m for m in markers if _FINAL.search(m.group())]
     if not markers:
         return None
-    return _answer_from_line(line_after(text, markers[-1].end()))
+    last = markers[-1]
+    if not text[last.end() :].strip(" \t\n*_$:"):
+        return Extraction(None, "answer line", "answer marker at the end with no answer: cut off")
+    answer = _answer_from_line(line_after(text, last.end()))
+    return Extraction(answer, "answer line") if answer else None
 
 
 def cut_runon(text: str, answer_marker: re.Pattern[str]) -> str:
@@ -123,16 +197,28 @@ def extract_answer(response: str) -> Extraction:
         >>> extract_answer("There are 29 strings of length 6.").answer
         '29'
     """
-    text = response.rsplit(_THINK_END, 1)[-1]
+    text = _cut_special_tokens(response.rsplit(_THINK_END, 1)[-1])
     text = cut_runon(_strip_currency(text), _ANSWER_MARKER)
     box = _last_box(text)
     if box is not None:
+        if box.answer is not None:
+            # "... = \\boxed{255}$ ... Final Answer: The final answer is $10,455$": a final-answer
+            # line after the last box overrides an intermediate box
+            later = _last_answer_line(text, after=boxes(text)[-1].end, final_only=True)
+            if later is not None and later.answer is not None and re.search(r"\d|\\", later.answer):
+                return later
         return box
     line = _last_answer_line(text)
-    if line:
-        return Extraction(line, "answer line")
+    if line is not None:
+        return line
     fallback = _last_sentence_math(text)
     if fallback:
         return Extraction(fallback, "last sentence")
     return Extraction(None, "", "no answer found")
 
+
+def final_line(response: str) -> str:
+    """The last non-blank line of the final-answer text (after a last ``</think>``, before
+    a special token), for a text answer that is the whole line (``odd $n$``)."""
+    text = _cut_special_tokens(response.rsplit(_THINK_END, 1)[-1])
+    return next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip()), "")

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from mbs.verify import Grade, register
 from mbs.verify.compare import compare, confirm_equal, parse_answer, parse_gold
-from mbs.verify.extract import Extraction, cut_runon, extract_answer
-from mbs.verify.normalize import canonical, normalize, structurally_equal
+from mbs.verify.extract import Extraction, cut_runon, extract_answer, final_line
+from mbs.verify.normalize import canonical, decimal_comma, normalize, same_text, structurally_equal
 from mbs.verify.spans import MATH_SPAN, Box, boxed_contents, boxes, line_after
 
 __all__ = [
@@ -77,10 +77,13 @@ def grade_math(response: str, ground_truth: str) -> Grade:
         return Grade(0.0, None, found.missing)
     if structurally_equal(found.answer, ground_truth):
         return Grade(1.0, found.answer, f"{found.source}: structurally equal")
+    if same_text(found.answer, ground_truth) or same_text(final_line(response), ground_truth):
+        return Grade(1.0, found.answer, f"{found.source}: same text")
+    answer, ground_truth = decimal_comma(found.answer, ground_truth)
     golds = parse_gold(normalize(ground_truth))
     if not golds:
         return Grade(None, found.answer, "could not parse gold")
-    preds = parse_answer(normalize(found.answer))
+    preds = parse_answer(normalize(answer))
     if not preds:
         return Grade(0.0, found.answer, f"{found.source}: could not parse answer")
     score, reason = compare(golds, preds)

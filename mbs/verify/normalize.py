@@ -9,7 +9,7 @@ import re
 from mbs.textmath import plain_to_latex
 from mbs.verify.spans import _balanced
 
-__all__ = ["canonical", "normalize", "structurally_equal"]
+__all__ = ["canonical", "decimal_comma", "normalize", "same_text", "structurally_equal"]
 
 
 _UNICODE = str.maketrans(
@@ -66,7 +66,34 @@ _UNIT_WORD = (
 )
 # A plain-text unit after a number at the end of an answer: "15 km/h", "9.8 m/s^2", "20 mL".
 _UNIT_POWER = r"(?:\^\{?\d\}?)?"
-_PLAIN_UNIT = re.compile(rf"(?<=\d)\s+{_UNIT_WORD}{_UNIT_POWER}(?:\s*/\s*{_UNIT_WORD}{_UNIT_POWER})*\s*$")
+_PLAIN_UNIT = re.compile(
+    # after a space any unit; attached to the number only a unit that is not one letter
+    # ("1,000.99m^2", "20mL"; "2s" may be a product)
+    rf"(?<=\d)(?:\s+{_UNIT_WORD}{_UNIT_POWER}|(?!(?:[a-zA-Z](?![a-zA-Z^])))(?:{_UNIT_WORD}{_UNIT_POWER}))"
+    rf"(?:\s*/\s*{_UNIT_WORD}{_UNIT_POWER})*\s*$"
+)
+_PERCENT_WORD = re.compile(r"(?<=[\d}])\s*(?:\\text\s*\{\s*(?:percent|percentage|pct)\s*\}|(?:percent|percentage|pct)\b)")
+_SCALES = {"thousand": 3, "million": 6, "billion": 9, "trillion": 12}
+_SCALE_WORD = re.compile(r"(?<=\d)\s*(thousand|million|billion|trillion)\b", re.IGNORECASE)
+_SPACED_THOUSANDS = re.compile(r"-?\d{1,3}(?:[ \u00a0\u202f]\d{3})+(?:\.\d+)?")
+# A number with a decimal comma ("1000,99", "0,111"): not three digits after the comma, or
+# a zero before it (three digits after any other number read as a thousands separator).
+_DECIMAL_COMMA = re.compile(r"-?(?:\d+,(?:\d{1,2}|\d{4,})|0,\d+)")
+_DECIMAL_POINT = re.compile(r"-?\d*\.\d+")
+
+
+def decimal_comma(answer: str, gold: str) -> tuple[str, str]:
+    """Read a decimal comma as a point when the other side is a decimal number.
+
+    ``("1000,99", "1000.99")`` -> ``("1000.99", "1000.99")``; a lone ``1,22`` stays as it
+    is otherwise (it may be the list ``1, 22``), and ``1,000`` is a thousands separator.
+    """
+    a, g = answer.strip().strip("$").strip(), gold.strip().strip("$").strip()
+    if _DECIMAL_COMMA.fullmatch(a) and _DECIMAL_POINT.fullmatch(g):
+        return a.replace(",", "."), gold
+    if _DECIMAL_COMMA.fullmatch(g) and _DECIMAL_POINT.fullmatch(a):
+        return answer, g.replace(",", ".")
+    return answer, gold
 # Scientific e-notation "3e-5", "1.5E+8" (a number right before e and the exponent digits;
 # "2e" or "2e - 1" stays Euler's number).
 _E_NOTATION = re.compile(r"(?<![\w.\\^{])(\d+(?:\.\d+)?)[eE]([-+]?\d+)(?![\w.])")
@@ -100,10 +127,15 @@ def normalize(answer: str) -> str:
     s = re.sub(r"\\[dt]frac(?![a-zA-Z])", r"\\frac", s)
     s = re.sub(r"\\displaystyle(?![a-zA-Z])", "", s)
     s = re.sub(r"\\(?:left|right)\s*\.|\\(?:left|right|[bB]igg?[lr]?)(?![a-zA-Z])", "", s)
-    s = re.sub(r"(?<=\d)(?:\\[,!]|,\\!)(?=\d{3}(?!\d))", "", s)  # 1\,000, 1,\!000 -> 1000
+    s = re.sub(r"(?<=\d)(?:\\[,!]|,\\!|\{,\})\s*(?=\d{3}(?!\d))", "", s)  # 1\,000, 32,\! 349 -> digits
+    s = _PERCENT_WORD.sub(r"\\%", s)  # "33.5 percent", "\frac{1}{2}\text{ percent}" -> \%
+    s = _SCALE_WORD.sub(lambda m: f" \\times 10^{{{_SCALES[m.group(1).lower()]}}}", s)  # 3 million
+    if _SPACED_THOUSANDS.fullmatch(s):
+        s = re.sub(r"\s", "", s)  # "1 000" (a lone number) -> 1000
     s = re.sub(r"(?<!\\)\\[,;:! ]|\\q?quad(?![a-zA-Z])|~", " ", s)  # not the row break "\\ "
     s = re.sub(r"\^\s*\{?\s*\\circ\s*\}?", "", s).replace("\\%", "%")
-    s = re.sub(r"\\text\s*\{\s*(?:and|or)\s*\}", ",", s)
+    s = re.sub(r"(?:,\s*)?\\text\s*\{\s*,?\s*(?:and|or)\s*\}", ",", s)  # 19, 46, \text{ and } 82
+    s = re.sub(r"(?<=\d),\s*(?:and|or)\s+(?=[-\d])", ", ", s)  # "19, 46, and 82"
     while (t := _TRAILING_UNIT.sub("", s)) != s:
         s = t
     s = _PLAIN_UNIT.sub("", s)
@@ -159,3 +191,19 @@ def structurally_equal(answer: str, gold: str) -> bool:
     a = canonical(answer)
     return bool(a) and a == canonical(gold)
 
+
+
+_TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|mathrm|mbox|textrm)\s*\{([^{}]*)\}")
+
+
+def same_text(answer: str, gold: str) -> bool:
+    """Whether two text answers are the same words, ignoring case, ``\\text{}`` and ``$``
+    (``EVELYN`` vs ``\\text{Evelyn}``, ``odd $n$`` vs ``odd n``). Only for answers with a
+    word of three or more letters, so variables (``x`` vs ``X``) keep their case."""
+
+    def words(s: str) -> str:
+        s = _TEXT_WRAPPER.sub(r"\1", s).replace("$", "").strip(" .")
+        return " ".join(s.split()).casefold() if re.fullmatch(r"[^\W\d_]+(?:\s+[^\W\d_]+)*", s) else ""
+
+    a, g = words(answer), words(gold)
+    return bool(a) and a == g and re.search(r"[^\W\d_]{3}", g) is not None

@@ -21,13 +21,16 @@ _MATH_WORDS = frozenset(
     | {"mod", "floor", "ceil", "binom", "and", "or"}
 )
 # Two-letter English words; any other two-letter word in prose math is a product of variables (xy).
-_SHORT_WORDS = frozenset(
-    ["is", "of", "to", "in", "at", "by", "be", "an", "or", "on", "as", "if", "it", "we", "so", "no", "do", "up", "my", "me", "us", "he", "am", "go", "oh", "ok", "ie", "eg", "vs"]
+_SHORT = (
+    "is of to in at by be an or on as if it we so no do up my me us he am go oh ok ie eg vs"
+    # French, Spanish, German, Italian short words seen in answers ("79 g de cire")
+    " de la le il et en un du au es el lo da di ou se ne si sa ce je tu ya al zu im"
 )
+_SHORT_WORDS = frozenset(_SHORT.split())
 _TOKEN = re.compile(
-    r"(?P<num>\d+(?:[.,]\d+)*)"
+    r"(?P<num>\d+(?:[.,]\d+)*|(?<![\w.])\.\d+)"
     r"|(?P<cmd>\\[a-zA-Z]+|\\[{}%,;! ])"
-    r"|(?P<word>[A-Za-z]+)"
+    r"|(?P<word>[^\W\d_]+)"  # any script: "déjà" is one prose word
     r"|(?P<op>[-+*/^_=<>()\[\]{}!|%',]|[≤≥±×÷√π∞−·²³])"
     r"|(?P<space>\s+)"
     r"|(?P<other>.)",
@@ -178,44 +181,106 @@ def _copula_answer(sentence: str) -> str | None:
         if after:
             copulas = after + [c for c in copulas if c not in after]
             break
-    for cop in copulas:
-        start = _FILLER.match(sentence, cop.end()).end()
-        span = MATH_SPAN.match(sentence, start)
-        if span is not None:
-            return _span_answer(sentence[start:])
-        runs = _math_runs(sentence[start:])
-        if runs and runs[0][0] == 0:
-            return runs[0][1]
+    for i, cop in enumerate(copulas):
+        found = _complement(sentence, cop.end())
+        if found is None:
+            continue
+        # "the number is 10 which is 1,000.99": a relative clause restates the value exactly
+        for later in copulas[i + 1 :]:
+            if later.start() > cop.start() and _RESTATES.search(masked, 0, later.start()):
+                found = _complement(sentence, later.end()) or found
+        return found
     return None
+
+
+_RESTATES = re.compile(r"\b(?:which|that|i\.e\.)\s*$", re.IGNORECASE)
+
+
+def _complement(sentence: str, at: int) -> str | None:
+    """The math right after a copula that ends at ``at`` (after filler words), or ``None``."""
+    start = _FILLER.match(sentence, at).end()
+    if MATH_SPAN.match(sentence, start) is not None:
+        return _span_answer(sentence[start:])
+    runs = _math_runs(sentence[start:])
+    return runs[0][1] if runs and runs[0][0] == 0 else None
 
 
 _NEGATED_BEFORE = re.compile(
     r"(?:\bnot|\bnever|\bcannot|n['’]t)(?:\s+(?:be|equal|equals|to|exactly|just|simply|the|answer|always))*\s*$",
     re.IGNORECASE,
 )
-# A response cut off inside prose: no sentence mark, and it ends on a word ("... 11 seats").
+# A response cut off inside prose: no sentence mark, and it ends on a word ("... 11 seats"),
+# or on a word or sign that needs a continuation ("... the total is", "... = ").
 _CUT_IN_PROSE = re.compile(r"(?<![\\A-Za-z])([A-Za-z]{3,})\s*$")
+_DANGLING = re.compile(
+    r"(?:\b(?:is|are|was|be|equals?|of|to|the|a|an|and|or|by|as|at|in|on|so|then|thus|gives?|yields?|get)"
+    r"|[=+\-*/^(,:]|\\(?:times|cdot|div|frac|sqrt))\s*$",
+    re.IGNORECASE,
+)
+# Sentences that restate or set up the problem, never state its answer.
+_SETUP = re.compile(
+    r"^\W*(?:consider|let|suppose|assume|given|find|compute|calculate|determine|show|prove|evaluate|"
+    r"solve|simplify|if|what|how|which|why|when|recall|note|define|denote|we\s+need|we\s+want|"
+    r"we\s+must|we\s+are\s+(?:asked|given|told)|to\s+find|to\s+solve|first|next|now)\b",
+    re.IGNORECASE,
+)
+# Words that draw a conclusion, in the languages answers come in.
+_ASSERTS = re.compile(
+    r"\b(?:so|thus|therefore|hence|consequently|in\s+total|altogether|overall|finally|we\s+(?:get|obtain|find|have)|"
+    r"gives?|yields?|results?|donc|soit|also|por\s+lo\s+tanto|entonces|daher|also|quindi|portanto)\b"
+    r"|因此|所以|故|答案|总共|一共|لذا|इसलिए|=",
+    re.IGNORECASE,
+)
+# A list marker at the start of a line ("2. Compute ..."): never an answer.
+_LIST_MARKER = re.compile(r"^([ \t]*)(?:\(?\d{1,2}[.)]|[-*•])[ \t]+(?=\S)", re.MULTILINE)
+# "it's 5" -> "it is 5", so the copula is seen.
+_CONTRACTION = re.compile(r"\b(it|that|what|there|here|answer|result|which)['’]s\b", re.IGNORECASE)
+
+
+def _cut_off(text: str) -> bool:
+    """Whether a response stops mid-sentence (cut off at the budget): it ends on a prose
+    word ("... a row of 11 seats") or on a word or sign that needs more ("... is", "x =")."""
+    cut = _CUT_IN_PROSE.search(text)
+    if cut and cut.group(1).lower() not in _MATH_WORDS:
+        return True
+    return bool(_DANGLING.search(text))
+
+
+def _asserts_value(sentence: str) -> bool:
+    """Whether a sentence without an answer marker states a value as a conclusion: it
+    holds no prose at all (``P(A) = 2/3``, ``42``), or draws a conclusion ("so", "thus",
+    "therefore", "we get", ``=``, "因此", "donc"); a setup or restatement ("Consider the
+    set {1, ..., n}", "Let n be ...") or a question never does."""
+    if sentence.rstrip().endswith(("?", "？")) or _SETUP.match(sentence):
+        return False
+    masked = MATH_SPAN.sub(" ", sentence)
+    prose = [w for w in re.findall(r"[^\W\d_]{3,}", masked) if w.lower() not in _MATH_WORDS]
+    return not prose or bool(_ASSERTS.search(masked))
 
 
 def _last_sentence_math(text: str) -> str | None:
-    """Math in the last sentence that holds any: the complement of its copula ("X is 2"),
-    else its last ``$...$``, else its last run of plain-text math.
+    """Math in the last sentence that states a value: the complement of its copula ("X is
+    2", "there are 29 strings"), else (when the sentence draws a conclusion or is all
+    math, :func:`_asserts_value`) its last ``$...$``, else its last run of plain-text math.
 
-    Two guards keep this fallback from rewarding text that states no answer: the response
-    must not stop inside prose (a response cut off at the budget, "Consider a row of 11 seats",
-    states no final answer; "The angle is pi/2" does), and a negated sentence ("The answer
-    is not 252") gives none.
+    Guards keep this fallback from rewarding text that states no answer: the response must
+    not stop mid-sentence (a response cut off at the budget, "Consider a row of 11 seats",
+    or "... The answer is"), list markers ("2. ...") are never answers, a setup or
+    restatement of the problem ("Consider the set {1, 2, ..., n}.") states no value, and a
+    negated sentence ("The answer is not 252") gives none.
     """
-    cut = _CUT_IN_PROSE.search(text)
-    if cut and cut.group(1).lower() not in _MATH_WORDS:
+    if _cut_off(text):
         return None
+    text = _CONTRACTION.sub(r"\1 is", _LIST_MARKER.sub(r"\1", text))
     for sentence in reversed(_sentences(text)):
         clean = _REMARK.sub("", sentence)
+        if _SETUP.match(clean) or clean.rstrip().endswith(("?", "？")):
+            continue
         found = _copula_answer(clean)
-        if found is None:
+        if found is None and _asserts_value(clean):
             found = _span_answer(sentence, last=True)
-        if found is None:
-            found = _math_from_prose(clean, leading=False)
+            if found is None:
+                found = _math_from_prose(clean, leading=False)
         if found is None:
             continue
         if _negated(clean, found):

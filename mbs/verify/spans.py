@@ -19,7 +19,7 @@ _SPACES = re.compile(r"\s*")
 # Inline or display math: $$...$$, $...$, \\(...\\), \\[...\\] (the first non-None group is the body).
 MATH_SPAN = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
 # "!" after a digit or closing bracket is a factorial ("5! = 120"), not a sentence end.
-_SENTENCE_END = re.compile(r"(?:[.?;]|(?<![0-9)}\]])!)(?=\s|$)|\n")
+_SENTENCE_END = re.compile(r"(?:[.?;]|(?<![0-9)}\]])!)(?=\s|$)|\n|[。！？；]")
 _PROSE_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{3,}")
 
 
