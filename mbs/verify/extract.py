@@ -138,6 +138,8 @@ def _answer_from_line(segment: str) -> str | None:
 
 # Chat-template special tokens: the answer ends where one starts ("... is 2/3. <|im_start|>user").
 _SPECIAL_TOKEN = re.compile(r"<\|[A-Za-z0-9_]+\|>|</s>|<eos>|<(?:start|end)_of_turn>")
+# "28 percent", "$28$ pct": a percent sign (moved inside the math when the number is in it).
+_PERCENT_WORD = re.compile(r"(?<=\d)(\$?)[ \t]*(?:percent(?:age)?|pct)\b", re.IGNORECASE)
 # A marker that names the final answer itself ("Final Answer:", "The final answer is", "####").
 _FINAL = re.compile(r"final\s+answer|\#\#\#\#", re.IGNORECASE)
 
@@ -199,6 +201,7 @@ def extract_answer(response: str) -> Extraction:
     """
     text = _cut_special_tokens(response.rsplit(_THINK_END, 1)[-1])
     text = cut_runon(_strip_currency(text), _ANSWER_MARKER)
+    text = _PERCENT_WORD.sub(r"\\%\1", text)  # "28 percent", "$28$ pct" -> 28\%
     box = _last_box(text)
     if box is not None:
         if box.answer is not None:

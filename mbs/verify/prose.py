@@ -220,7 +220,7 @@ _DANGLING = re.compile(
 # Sentences that restate or set up the problem, never state its answer.
 _SETUP = re.compile(
     r"^\W*(?:consider|let|suppose|assume|given|find|compute|calculate|determine|show|prove|evaluate|"
-    r"solve|simplify|if|what|how|which|why|when|recall|note|define|denote|we\s+need|we\s+want|"
+    r"solve|simplify|recall|note|define|denote|we\s+need|we\s+want|"
     r"we\s+must|we\s+are\s+(?:asked|given|told)|to\s+find|to\s+solve|first|next|now)\b",
     re.IGNORECASE,
 )
@@ -228,7 +228,7 @@ _SETUP = re.compile(
 _ASSERTS = re.compile(
     r"\b(?:so|thus|therefore|hence|consequently|in\s+total|altogether|overall|finally|we\s+(?:get|obtain|find|have)|"
     r"gives?|yields?|results?|donc|soit|also|por\s+lo\s+tanto|entonces|daher|also|quindi|portanto)\b"
-    r"|因此|所以|故|答案|总共|一共|لذا|इसलिए|=",
+    r"|\banswer\b|\bréponse\b|因此|所以|故|答案|总共|一共|لذا|इसलिए|[=:：]",
     re.IGNORECASE,
 )
 # A list marker at the start of a line ("2. Compute ..."): never an answer.
@@ -237,13 +237,22 @@ _LIST_MARKER = re.compile(r"^([ \t]*)(?:\(?\d{1,2}[.)]|[-*•])[ \t]+(?=\S)", re
 _CONTRACTION = re.compile(r"\b(it|that|what|there|here|answer|result|which)['’]s\b", re.IGNORECASE)
 
 
+def _sets_up(sentence: str) -> bool:
+    """Whether a sentence sets up or restates the problem ("Consider ...", "Let ...") and
+    draws no conclusion later on (a run-on "First, ... so the pair is $(7, 6)$" does)."""
+    return bool(_SETUP.match(sentence)) and not _CONCLUSION.search(MATH_SPAN.sub(" ", sentence))
+
+
 def _cut_off(text: str) -> bool:
     """Whether a response stops mid-sentence (cut off at the budget): it ends on a prose
     word ("... a row of 11 seats") or on a word or sign that needs more ("... is", "x =")."""
     cut = _CUT_IN_PROSE.search(text)
-    if cut and cut.group(1).lower() not in _MATH_WORDS:
+    if cut and cut.group(1).lower() not in _MATH_WORDS | _PERCENT_WORDS:
         return True
     return bool(_DANGLING.search(text))
+
+
+_PERCENT_WORDS = frozenset({"percent", "percentage", "pct"})
 
 
 def _asserts_value(sentence: str) -> bool:
@@ -251,10 +260,10 @@ def _asserts_value(sentence: str) -> bool:
     holds no prose at all (``P(A) = 2/3``, ``42``), or draws a conclusion ("so", "thus",
     "therefore", "we get", ``=``, "因此", "donc"); a setup or restatement ("Consider the
     set {1, ..., n}", "Let n be ...") or a question never does."""
-    if sentence.rstrip().endswith(("?", "？")) or _SETUP.match(sentence):
+    if sentence.rstrip().endswith(("?", "？")) or _sets_up(sentence):
         return False
     masked = MATH_SPAN.sub(" ", sentence)
-    prose = [w for w in re.findall(r"[^\W\d_]{3,}", masked) if w.lower() not in _MATH_WORDS]
+    prose = [w for w in re.findall(r"(?<![\\\w])[^\W\d_]{3,}", masked) if w.lower() not in _MATH_WORDS]
     return not prose or bool(_ASSERTS.search(masked))
 
 
@@ -272,9 +281,14 @@ def _last_sentence_math(text: str) -> str | None:
     if _cut_off(text):
         return None
     text = _CONTRACTION.sub(r"\1 is", _LIST_MARKER.sub(r"\1", text))
-    for sentence in reversed(_sentences(text)):
+    sentences = _sentences(text)
+    if len(sentences) == 1:  # a one-sentence response that starts with its value: "42 because ..."
+        lead = _math_runs(_REMARK.sub("", sentences[0]))
+        if lead and lead[0][0] == 0 and not _sets_up(sentences[0]):
+            return lead[0][1]
+    for sentence in reversed(sentences):
         clean = _REMARK.sub("", sentence)
-        if _SETUP.match(clean) or clean.rstrip().endswith(("?", "？")):
+        if _sets_up(clean) or clean.rstrip().endswith(("?", "？")):
             continue
         found = _copula_answer(clean)
         if found is None and _asserts_value(clean):

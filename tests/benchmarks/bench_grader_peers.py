@@ -22,7 +22,6 @@ calls it) in ``pebble`` workers with the same wall limit. Printed:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import subprocess
 import sys
 import time
@@ -34,10 +33,10 @@ from pebble import ProcessPool
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ (support.peer_suite)
 
-from support.peer_suite import ANSWERLESS, load, project, raw_math_verify  # noqa: E402
+from support.peer_suite import ANSWERLESS, load, project, raw_math_verify
 
-from mbs.verify import Grade, grade  # noqa: E402
-from mbs.verify.pool import GradingPool  # noqa: E402
+from mbs.verify import Grade, grade
+from mbs.verify.pool import GradingPool
 
 
 def _main_grader():
@@ -81,7 +80,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=5.0, help="limit per grading, seconds")
-    parser.add_argument("--repeat", type=int, default=2, help="passes over the cases for the timing")
+    parser.add_argument("--repeat", type=int, default=2, help="passes over the cases for the timing (0: no timing)")
     parser.add_argument("--show-misses", action="store_true", help="list every case a grader gets wrong")
     args = parser.parse_args()
 
@@ -129,11 +128,18 @@ def main() -> None:
         for m in misses:
             print(" | ".join(m))
 
-    # Timing in one process, on the cases that finished within the limit in the pool run.
+    timeouts = sum(g.reason.startswith("timeout") for g in grades)
+    print(f"pool run: {len(cases)} gradings in {t_pool:.1f} s wall, {timeouts} timed out at {args.timeout:g} s CPU")
+    if args.repeat > 0:
+        _timing(cases, grades, raw, args.repeat)
+
+
+def _timing(cases: list[dict], grades: list[Grade], raw: list[bool | None], repeat: int) -> None:
+    """Seconds per 1,000 gradings in one process, on the cases that finished within the limit."""
     quick = [(c["response"], c["gold"]) for c, g, r in zip(cases, grades, raw) if not g.reason.startswith("timeout") and r is not None]
-    t_mbs = _per_1000(lambda a, b: grade(a, b, "auto"), quick, args.repeat)
-    t_mv = _per_1000(raw_math_verify, quick, args.repeat)
-    print(f"\nseconds per 1,000 gradings in one process ({len(quick)} cases x {args.repeat}):")
+    t_mbs = _per_1000(lambda a, b: grade(a, b, "auto"), quick, repeat)
+    t_mv = _per_1000(raw_math_verify, quick, repeat)
+    print(f"\nseconds per 1,000 gradings in one process ({len(quick)} cases x {repeat}):")
     print(f"  mbs now            {t_mbs:7.2f} s")
     main_grade = _main_grader()
     if main_grade is not None:
@@ -147,11 +153,9 @@ def main() -> None:
             except Exception as exc:  # noqa: BLE001 - as grade() does
                 return Grade(None, None, str(exc))
 
-        t_old = _per_1000(old, quick, args.repeat)
+        t_old = _per_1000(old, quick, repeat)
         print(f"  mbs on main        {t_old:7.2f} s   (now / main = {t_mbs / t_old:.2f})")
     print(f"  raw math-verify    {t_mv:7.2f} s   (mbs / math-verify = {t_mbs / t_mv:.2f})")
-    timeouts = sum(g.reason.startswith("timeout") for g in grades)
-    print(f"pool run: {len(cases)} gradings in {t_pool:.1f} s wall, {timeouts} timed out at {args.timeout:g} s CPU")
 
 
 if __name__ == "__main__":
