@@ -40,7 +40,8 @@ class Extraction:
 _THINK_END = "</think>"
 # Explicit final-answer markers; the last one in the text wins.
 _ANSWER_MARKER = re.compile(
-    r"(?:\bfinal\s+answer|\banswers?)\s*(?:\*\*|__)?\s*[:：]\s*(?:\*\*|__)?"  # Answer: / **Answer:**
+    r"(?:\bfinal\s+answer|\banswers?|\bréponse|\brespuesta|\bantwort|\brisposta|\bответ|答案|解答)"
+    r"\s*(?:\*\*|__)?\s*[:：]\s*(?:\*\*|__)?"  # Answer: / **Answer:** / Réponse : / 答案：
     r"|(?:\bthe\s+)?(?:final\s+|correct\s+)?\banswer\s+(?:is|(?:would|should|must|will)\s+be)\b\s*:?\s*(?:\*\*)?"
     r"|\#\#\#\#"
     r"|\banswer\b[^\n*:]{0,30}?(?=\*\*)"  # "answer ... **5**"
@@ -65,7 +66,13 @@ _LABEL = re.compile(r"([A-Za-z](?:_\{?\w+\}?)?)\s*=\s*$")
 
 
 def _glue_only(between: str) -> bool:
-    return len(between) <= 80 and not _GLUE.sub("", between)
+    """Whether the text between two boxes only separates them; a separator is required
+    (boxes one after another with spaces only are a flood, where the last one counts)."""
+    return len(between) <= 80 and not _GLUE.sub("", between) and bool(_SEPARATOR.search(between))
+
+
+_SEPARATOR = re.compile(r"[,;&]|\\q?quad|\\\\|\b(?:and|or)\b")
+_MAX_JOINED = 12
 
 
 def _joined_boxes(text: str, found: list[Box]) -> str:
@@ -75,7 +82,7 @@ def _joined_boxes(text: str, found: list[Box]) -> str:
     chain = [found[-1]]
     labels = [None]
     for prev in reversed(found[:-1]):
-        if prev.content is None or not prev.content:
+        if prev.content is None or not prev.content or len(chain) == _MAX_JOINED:
             break
         between = text[prev.end : chain[0].start]
         label = _LABEL.search(between)
@@ -139,7 +146,9 @@ def _answer_from_line(segment: str) -> str | None:
 # Chat-template special tokens: the answer ends where one starts ("... is 2/3. <|im_start|>user").
 _SPECIAL_TOKEN = re.compile(r"<\|[A-Za-z0-9_]+\|>|</s>|<eos>|<(?:start|end)_of_turn>")
 # "28 percent", "$28$ pct": a percent sign (moved inside the math when the number is in it).
-_PERCENT_WORD = re.compile(r"(?<=\d)(\$?)[ \t]*(?:percent(?:age)?|pct)\b", re.IGNORECASE)
+_PERCENT_WORD = re.compile(
+    r"(?<=[\d}])(\$?)[ \t]*(?:\\text\s*\{\s*)?(?:percent(?:age)?|pct)\b(?:\s*\})?", re.IGNORECASE
+)
 # A marker that names the final answer itself ("Final Answer:", "The final answer is", "####").
 _FINAL = re.compile(r"final\s+answer|\#\#\#\#", re.IGNORECASE)
 

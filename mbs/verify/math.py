@@ -73,12 +73,17 @@ def grade_math(response: str, ground_truth: str) -> Grade:
         0.0
     """
     found = extract_answer(response)
+    last = final_line(response)
+    if found.answer is None and (same_text(last, ground_truth) or structurally_equal(last, ground_truth)):
+        return Grade(1.0, last, "last line: the gold answer itself")  # "odd $n$", "$f(x)=x$ for all $x$"
     if found.answer is None:
         return Grade(0.0, None, found.missing)
     if structurally_equal(found.answer, ground_truth):
         return Grade(1.0, found.answer, f"{found.source}: structurally equal")
-    if same_text(found.answer, ground_truth) or same_text(final_line(response), ground_truth):
+    if same_text(found.answer, ground_truth) or same_text(last, ground_truth):
         return Grade(1.0, found.answer, f"{found.source}: same text")
+    if last != found.answer and len(last) <= 200 and structurally_equal(last, ground_truth):
+        return Grade(1.0, last, f"{found.source}: the last line is the gold answer")
     answer, ground_truth = decimal_comma(found.answer, ground_truth)
     golds = parse_gold(normalize(ground_truth))
     if not golds:

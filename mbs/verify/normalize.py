@@ -72,6 +72,8 @@ _PLAIN_UNIT = re.compile(
     rf"(?<=\d)(?:\s+{_UNIT_WORD}{_UNIT_POWER}|(?!(?:[a-zA-Z](?![a-zA-Z^])))(?:{_UNIT_WORD}{_UNIT_POWER}))"
     rf"(?:\s*/\s*{_UNIT_WORD}{_UNIT_POWER})*\s*$"
 )
+# "2 = x": a value, then the variable it is assigned to.
+_VALUE_FIRST = re.compile(r"^([^=<>A-Za-z\\]*\d[^=<>A-Za-z\\]*?)\s*=\s*([A-Za-z](?:_\{?\w+\}?)?)\s*$")
 _PERCENT_WORD = re.compile(r"(?<=[\d}])\s*(?:\\text\s*\{\s*(?:percent|percentage|pct)\s*\}|(?:percent|percentage|pct)\b)")
 _SCALES = {"thousand": 3, "million": 6, "billion": 9, "trillion": 12}
 _SCALE_WORD = re.compile(r"(?<=\d)\s*(thousand|million|billion|trillion)\b", re.IGNORECASE)
@@ -140,6 +142,7 @@ def normalize(answer: str) -> str:
         s = t
     s = _PLAIN_UNIT.sub("", s)
     s = _sqrt_parens(s)
+    s = _VALUE_FIRST.sub(r"\2 = \1", s)  # "2 = x" -> "x = 2"
     s = re.sub(r"(?<![\\A-Za-z])pi(?![A-Za-z])", r"\\pi ", s)
     s = re.sub(r"(?<![\\A-Za-z])(?:infinity|inf)(?![A-Za-z])", r"\\infty ", s)
     s = _LATEX_MIXED.sub(_mixed_number, s)

@@ -30,8 +30,8 @@ _SHORT_WORDS = frozenset(_SHORT.split())
 _TOKEN = re.compile(
     r"(?P<num>\d+(?:[.,]\d+)*|(?<![\w.])\.\d+)"
     r"|(?P<cmd>\\[a-zA-Z]+|\\[{}%,;! ])"
-    r"|(?P<word>[^\W\d_]+)"  # any script: "déjà" is one prose word
     r"|(?P<op>[-+*/^_=<>()\[\]{}!|%',]|[≤≥±×÷√π∞−·²³])"
+    r"|(?P<word>[^\W\d_]+)"  # any script: "déjà" is one prose word
     r"|(?P<space>\s+)"
     r"|(?P<other>.)",
     re.DOTALL,
@@ -58,6 +58,7 @@ def _math_runs(text: str) -> list[tuple[int, str]]:
             continue
         is_math = kind in ("num", "cmd", "op") or (
             kind == "word"
+            and word.isascii()
             and (len(word) == 1 or word.lower() in _MATH_WORDS or (len(word) == 2 and word.lower() not in _SHORT_WORDS))
         )
         if not is_math:
@@ -213,7 +214,8 @@ _NEGATED_BEFORE = re.compile(
 # or on a word or sign that needs a continuation ("... the total is", "... = ").
 _CUT_IN_PROSE = re.compile(r"(?<![\\A-Za-z])([A-Za-z]{3,})\s*$")
 _DANGLING = re.compile(
-    r"(?:\b(?:is|are|was|be|equals?|of|to|the|a|an|and|or|by|as|at|in|on|so|then|thus|gives?|yields?|get)"
+    r"(?:\b(?:is|are|was|be|equals?|of|to|the|a|an|and|or|by|as|at|in|on|so|then|thus|gives?|yields?|get|"
+    r"we|if|for|with|from|into|than|when)"
     r"|[=+\-*/^(,:]|\\(?:times|cdot|div|frac|sqrt))\s*$",
     re.IGNORECASE,
 )
@@ -228,7 +230,7 @@ _SETUP = re.compile(
 _ASSERTS = re.compile(
     r"\b(?:so|thus|therefore|hence|consequently|in\s+total|altogether|overall|finally|we\s+(?:get|obtain|find|have)|"
     r"gives?|yields?|results?|donc|soit|also|por\s+lo\s+tanto|entonces|daher|also|quindi|portanto)\b"
-    r"|\banswer\b|\bréponse\b|因此|所以|故|答案|总共|一共|لذا|इसलिए|[=:：]",
+    r"|\banswer\b|\bréponse\b|因此|所以|故|答案|总共|一共|为|是|等于|لذا|इसलिए|[=:：]",
     re.IGNORECASE,
 )
 # A list marker at the start of a line ("2. Compute ..."): never an answer.
@@ -249,7 +251,15 @@ def _cut_off(text: str) -> bool:
     cut = _CUT_IN_PROSE.search(text)
     if cut and cut.group(1).lower() not in _MATH_WORDS | _PERCENT_WORDS:
         return True
+    if text.rfind("\\[") > text.rfind("\\]") or text.rfind("\\(") > text.rfind("\\)") or text.count("$$") % 2:
+        return True  # stops inside display math: "... Let's correct that: \\[\\frac{386}{64}"
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    if len(lines) > 1 and _BARE_MARKER.fullmatch(lines[-1]) and any(_LIST_MARKER.match(ln) for ln in lines[:-1]):
+        return True  # a new list item with nothing after it: "1. Square both sides.\n2."
     return bool(_DANGLING.search(text))
+
+
+_BARE_MARKER = re.compile(r"\(?\d{1,2}[.)]")
 
 
 _PERCENT_WORDS = frozenset({"percent", "percentage", "pct"})
@@ -263,8 +273,16 @@ def _asserts_value(sentence: str) -> bool:
     if sentence.rstrip().endswith(("?", "？")) or _sets_up(sentence):
         return False
     masked = MATH_SPAN.sub(" ", sentence)
-    prose = [w for w in re.findall(r"(?<![\\\w])[^\W\d_]{3,}", masked) if w.lower() not in _MATH_WORDS]
-    return not prose or bool(_ASSERTS.search(masked))
+    return not _prose_words(sentence) or bool(_ASSERTS.search(masked))
+
+
+def _prose_words(text: str) -> list[str]:
+    """Words of three or more letters outside math, commands and environment names."""
+    masked = _ENVIRONMENT.sub(" ", MATH_SPAN.sub(" ", text))
+    return [w for w in re.findall(r"(?<![\\\w])[^\W\d_]{3,}", masked) if w.lower() not in _MATH_WORDS]
+
+
+_ENVIRONMENT = re.compile(r"\\(?:begin|end)\s*\{\w+\*?\}(?:\{[^{}]*\})?")
 
 
 def _last_sentence_math(text: str) -> str | None:
@@ -280,6 +298,9 @@ def _last_sentence_math(text: str) -> str | None:
     """
     if _cut_off(text):
         return None
+    whole = text.strip()
+    if "\n" not in whole and not _prose_words(whole) and not whole.endswith("?"):
+        return whole.rstrip(".").strip() or None  # the response is one line of math
     text = _CONTRACTION.sub(r"\1 is", _LIST_MARKER.sub(r"\1", text))
     sentences = _sentences(text)
     if len(sentences) == 1:  # a one-sentence response that starts with its value: "42 because ..."
