@@ -11,7 +11,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from mbs.verify.prose import _REMARK, _copula_answer, _last_sentence_math, _math_from_prose, _span_answer
+from mbs.verify.prose import (
+    _REMARK,
+    _copula_answer,
+    _last_sentence_math,
+    _math_from_prose,
+    _span_answer,
+    is_cut_off,
+)
 from mbs.verify.spans import _BOX, Box, _first_sentence, _strip_currency, boxes, line_after
 
 __all__ = ["RULES", "Extraction", "cut_runon", "extract_answer", "final_line"]
@@ -147,7 +154,7 @@ def _answer_from_line(segment: str) -> str | None:
 _SPECIAL_TOKEN = re.compile(r"<\|[A-Za-z0-9_]+\|>|</s>|<eos>|<(?:start|end)_of_turn>")
 # "28 percent", "$28$ pct": a percent sign (moved inside the math when the number is in it).
 _PERCENT_WORD = re.compile(
-    r"(?<=[\d}])(\$?)[ \t]*(?:\\text\s*\{\s*)?(?:percent(?:age)?|pct)\b(?:\s*\})?", re.IGNORECASE
+    r"(?<=[\d}])(\$?)[ \t]*(?:\\text\s*\{\s*(?:percent(?:age)?|pct)\s*\}|(?:percent(?:age)?|pct)\b)", re.IGNORECASE
 )
 # A marker that names the final answer itself ("Final Answer:", "The final answer is", "####").
 _FINAL = re.compile(r"final\s+answer|\#\#\#\#", re.IGNORECASE)
@@ -233,4 +240,6 @@ def final_line(response: str) -> str:
     """The last non-blank line of the final-answer text (after a last ``</think>``, before
     a special token), for a text answer that is the whole line (``odd $n$``)."""
     text = _cut_special_tokens(response.rsplit(_THINK_END, 1)[-1])
+    if is_cut_off(text):
+        return ""
     return next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip()), "")

@@ -245,7 +245,7 @@ def _sets_up(sentence: str) -> bool:
     return bool(_SETUP.match(sentence)) and not _CONCLUSION.search(MATH_SPAN.sub(" ", sentence))
 
 
-def _cut_off(text: str) -> bool:
+def is_cut_off(text: str) -> bool:
     """Whether a response stops mid-sentence (cut off at the budget): it ends on a prose
     word ("... a row of 11 seats") or on a word or sign that needs more ("... is", "x =")."""
     cut = _CUT_IN_PROSE.search(text)
@@ -296,7 +296,7 @@ def _last_sentence_math(text: str) -> str | None:
     restatement of the problem ("Consider the set {1, 2, ..., n}.") states no value, and a
     negated sentence ("The answer is not 252") gives none.
     """
-    if _cut_off(text):
+    if is_cut_off(text):
         return None
     whole = text.strip()
     if "\n" not in whole and not _prose_words(whole) and not whole.endswith("?"):

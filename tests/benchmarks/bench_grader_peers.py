@@ -98,8 +98,8 @@ def main() -> None:
         m_ok = (g.score == 1.0) == c["expected"]
         r_ok = bool(r) == c["expected"]
         rows = [f"source {project(c)}", f"kind {c['kind']}", "all"]
-        if c.get("disputed"):
-            rows = ["disputed labels (apart)"]
+        if c.get("disputed") or c.get("deliberate"):
+            rows = ["disputed labels or deliberate rules (apart)"]
         for row in rows:
             t = table[row]
             t["n"] += 1
