@@ -154,6 +154,20 @@ def _recorded_models() -> tuple[str, ...]:
     return RECORDED_MODELS
 
 
+def _extraction(rollouts: Sequence[Rollout]) -> dict[str, Any]:
+    """Rollouts and rewards per extraction rule; warns when rewards rest on the fallback."""
+    from mbs.verify.rules import extraction_report
+
+    report = extraction_report((r.reason, r.reward) for r in rollouts)
+    if report["mostly_fallback"]:
+        log.warning(
+            "%.0f%% of rewarded rollouts were graded by the last-sentence fallback (no box or answer "
+            "line): check the prompt asks for a marked final answer",
+            100 * report["fallback_share_of_rewards"],
+        )
+    return report
+
+
 def _reason_kind(reason: str) -> str:
     return (reason or "none").split(":")[0].strip() or "none"
 
@@ -349,6 +363,7 @@ def finalize(
                 "truncated": sum(1 for r in rollouts if r.finish_reason == "length"),
             },
             "grading": dict(sorted(Counter(_reason_kind(r.reason) for r in rollouts).items())),
+            "extraction": _extraction(rollouts),
             "data": load_report or {},
             "backends": backends,
         }

@@ -14,9 +14,10 @@ calls it) in ``pebble`` workers with the same wall limit. Printed:
 1. accuracy per source project and per kind, side by side, with false positives (a wrong
    answer rewarded) and false negatives (a right answer not rewarded); disputed labels
    are counted apart;
-2. seconds per 1,000 gradings in one process for mbs now, mbs on ``main`` (when git can
-   show ``main:mbs/verify/math.py`` as one module) and raw math-verify, on the cases that
-   finish within the limit, and the wall time of the slowest (hanging) case through the pool.
+2. the pool run's wall time and timeouts (a hang costs at most its CPU-time limit);
+3. seconds per 1,000 gradings in one process for mbs now, mbs on ``main`` (when git can
+   show ``main:mbs/verify/math.py`` as one module) and raw math-verify, on the peer cases
+   that finish within the limit and on typical model answers.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pathlib import Path
 from pebble import ProcessPool
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ (support.peer_suite)
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/benchmarks/ (bench_grading)
 
 from support.peer_suite import ANSWERLESS, load, project, raw_math_verify
 
@@ -128,34 +130,50 @@ def main() -> None:
         for m in misses:
             print(" | ".join(m))
 
-    timeouts = sum(g.reason.startswith("timeout") for g in grades)
-    print(f"pool run: {len(cases)} gradings in {t_pool:.1f} s wall, {timeouts} timed out at {args.timeout:g} s CPU")
+    hung = [c for c, g in zip(cases, grades) if g.reason.startswith("timeout")]
+    print(f"pool run: {len(cases)} gradings in {t_pool:.1f} s wall, {len(hung)} timed out at {args.timeout:g} s CPU")
+    with GradingPool(workers=1, timeout_s=args.timeout) as pool:
+        pool.submit("Answer: 1", "1").result()
+        for c in hung:  # what one hang costs, alone on a worker
+            start = time.perf_counter()
+            g = pool.submit(c["response"], c["gold"], "auto").result()
+            print(f"  {c['id']}: {time.perf_counter() - start:.1f} s wall -> {g.reason}")
     if args.repeat > 0:
         _timing(cases, grades, raw, args.repeat)
 
 
 def _timing(cases: list[dict], grades: list[Grade], raw: list[bool | None], repeat: int) -> None:
-    """Seconds per 1,000 gradings in one process, on the cases that finished within the limit."""
+    """Seconds per 1,000 gradings in one process: on the peer cases that finished within
+    the limit, and on typical model answers (``bench_grading.make_items``). Each grader
+    first grades every item once (sympy and parse caches warm), then is timed."""
+    from bench_grading import make_items
+
+    from mbs.verify import detect_verifier, get_verifier
+
     quick = [(c["response"], c["gold"]) for c, g, r in zip(cases, grades, raw) if not g.reason.startswith("timeout") and r is not None]
-    t_mbs = _per_1000(lambda a, b: grade(a, b, "auto"), quick, repeat)
-    t_mv = _per_1000(raw_math_verify, quick, repeat)
-    print(f"\nseconds per 1,000 gradings in one process ({len(quick)} cases x {repeat}):")
-    print(f"  mbs now            {t_mbs:7.2f} s")
+    typical = [(r, g) for r, g, _ in make_items(500)]
     main_grade = _main_grader()
+
+    def old(a: str, b: str) -> Grade:
+        if detect_verifier(b) == "mcq":
+            return get_verifier("mcq")(a, b)
+        try:
+            return main_grade(a, b)
+        except Exception as exc:  # noqa: BLE001 - as grade() does
+            return Grade(None, None, str(exc))
+
+    graders = {"mbs now": lambda a, b: grade(a, b, "auto"), "raw math-verify": raw_math_verify}
     if main_grade is not None:
-        from mbs.verify import detect_verifier, get_verifier
-
-        def old(a: str, b: str) -> Grade:
-            if detect_verifier(b) == "mcq":
-                return get_verifier("mcq")(a, b)
-            try:
-                return main_grade(a, b)
-            except Exception as exc:  # noqa: BLE001 - as grade() does
-                return Grade(None, None, str(exc))
-
-        t_old = _per_1000(old, quick, repeat)
-        print(f"  mbs on main        {t_old:7.2f} s   (now / main = {t_mbs / t_old:.2f})")
-    print(f"  raw math-verify    {t_mv:7.2f} s   (mbs / math-verify = {t_mbs / t_mv:.2f})")
+        graders["mbs on main"] = old
+    for label, items in (("peer cases", quick), ("typical answers", typical)):
+        times = {}
+        for name, fn in graders.items():
+            _per_1000(fn, items, 1)  # warm-up
+            times[name] = _per_1000(fn, items, repeat)
+        print(f"\nseconds per 1,000 gradings in one process, {label} ({len(items)} x {repeat}):")
+        for name, t in times.items():
+            ratio = f"   (mbs now / this = {times['mbs now'] / t:.2f})" if name != "mbs now" else ""
+            print(f"  {name:18s} {t:7.2f} s{ratio}")
 
 
 if __name__ == "__main__":
