@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
+import re
 
 import sympy
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
-__all__ = ["FLOAT_REL_TOL", "compare", "confirm_equal", "parse_answer", "parse_gold"]
+__all__ = ["FLOAT_REL_TOL", "TOWER_DIGITS_LIMIT", "compare", "confirm_equal", "parse_answer", "parse_gold", "tower_digits"]
 
 
 
@@ -292,3 +294,31 @@ def compare(golds: tuple, preds: list) -> tuple[float | None, str]:
         return None, "could not parse gold"
     return 0.0, "not equal"
 
+
+
+_TOWER_STR = re.compile(r"\s*(\d+)\s*\^\s*(?:\{(.*)\}|(\d+))\s*", re.DOTALL)
+#: Decimal digits beyond which a written integer power tower is not evaluated.
+TOWER_DIGITS_LIMIT = 10**6
+
+
+def tower_digits(latex: str) -> float | None:
+    """A lower bound on the decimal digits of the integer power tower ``latex``
+    (``2^{2^{2^{49}}}`` -> about 10^(10^14)), without evaluating it; ``float("inf")``
+    when even the exponent is too big to hold, ``None`` when ``latex`` is not a tower."""
+    m = _TOWER_STR.fullmatch(latex)
+    if m is None:
+        return None
+    base = int(m.group(1))
+    exp_text = m.group(2) if m.group(2) is not None else m.group(3)
+    if exp_text.strip().isdigit():
+        exponent = float(exp_text)
+    else:
+        inner = tower_digits(exp_text)
+        if inner is None:
+            return None
+        if inner > 300:
+            return float("inf")
+        exponent = 10.0 ** (inner - 1)  # the exponent has about `inner` digits (a lower bound)
+    if base < 2:
+        return 1.0
+    return exponent * math.log10(base) + 1

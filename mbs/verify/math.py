@@ -27,7 +27,14 @@ and cannot interrupt long C-level arithmetic); the hard timeout lives in
 from __future__ import annotations
 
 from mbs.verify import Grade, register
-from mbs.verify.compare import compare, confirm_equal, parse_answer, parse_gold
+from mbs.verify.compare import (
+    TOWER_DIGITS_LIMIT,
+    compare,
+    confirm_equal,
+    parse_answer,
+    parse_gold,
+    tower_digits,
+)
 from mbs.verify.extract import Extraction, cut_runon, extract_answer, final_line
 from mbs.verify.normalize import canonical, decimal_comma, normalize, same_text, structurally_equal
 from mbs.verify.spans import MATH_SPAN, Box, boxed_contents, boxes, line_after
@@ -85,6 +92,11 @@ def grade_math(response: str, ground_truth: str) -> Grade:
     if last != found.answer and len(last) <= 200 and structurally_equal(last, ground_truth):
         return Grade(1.0, last, f"{found.source}: the last line is the gold answer")
     answer, ground_truth = decimal_comma(found.answer, ground_truth)
+    huge = tower_digits(normalize(answer))
+    if huge is not None and huge > TOWER_DIGITS_LIMIT and len(ground_truth) < 1000:
+        gold_size = tower_digits(normalize(ground_truth))
+        if gold_size is None or gold_size <= TOWER_DIGITS_LIMIT:  # the gold is a small value
+            return Grade(0.0, found.answer, f"{found.source}: not equal (a power tower of about {huge:.3g} digits)")
     golds = parse_gold(normalize(ground_truth))
     if not golds:
         return Grade(None, found.answer, "could not parse gold")

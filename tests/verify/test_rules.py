@@ -55,3 +55,13 @@ def test_report_does_not_flag_a_run_rewarded_by_boxes():
     assert report["fallback_share_of_rewards"] == pytest.approx(0.25)
     assert report["mostly_fallback"] is False
     assert extraction_report([])["fallback_share_of_rewards"] is None
+
+
+def test_a_power_tower_against_a_small_gold_is_decided_without_evaluating_it():
+    from mbs.verify.compare import tower_digits
+
+    assert tower_digits("2^{2^{20}}") == pytest.approx(315653.8, rel=1e-6)  # 2^(2^20) has 315,653 digits
+    assert tower_digits("2^{2^{2^{49}}}") == float("inf")
+    assert tower_digits("x^2") is None
+    g = grade(r"\boxed{2^{2^{2^{49}}}}", "1")  # inspect_ai test_model_complexity_rejection_is_incorrect
+    assert g.score == 0.0 and "power tower" in g.reason
