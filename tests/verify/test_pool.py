@@ -12,7 +12,9 @@ from mbs.verify.pool import GradingPool, _grade_chunk
 
 TIMEOUT_S = 1.0
 # sympy evaluates this tower as an integer: it never finishes (checked below).
-TOWER = r"The answer is \boxed{5^{5^{5^{5^{5}}}}}"
+# A bare tower against a small gold is decided without evaluating it (mbs.verify.compare.tower_digits);
+# a sum with one still makes sympy evaluate the tower and hang.
+TOWER = r"The answer is \boxed{5^{5^{5^{5^{5}}}}+1}"
 # Start-up, the 0.1 s timeout polling of pebble and a worker restart, on a loaded 2-core box.
 SLACK_S = 3.0
 
