@@ -171,7 +171,7 @@ def _last_answer_line(text: str, after: int = 0, final_only: bool = False) -> Ex
     """The answer given by the last explicit answer marker (starting at or after ``after``;
     with ``final_only`` only a final-answer marker), or ``None`` when there is none. A
     marker that ends the text ("... The answer is ") is a cut-off answer: missing."""
-    markers = [m for m in _ANSWER_MARKER.finditer(text) if m.start() >= after]
+    markers = list(_ANSWER_MARKER.finditer(text, after))
     if final_only:
         markers = [m for m in markers if _FINAL.search(m.group())]
     if not markers:
@@ -223,7 +223,8 @@ def extract_answer(response: str) -> Extraction:
         if box.answer is not None:
             # "... = \\boxed{255}$ ... Final Answer: The final answer is $10,455$": a final-answer
             # line after the last box overrides an intermediate box
-            later = _last_answer_line(text, after=boxes(text)[-1].end, final_only=True)
+            end = boxes(text)[-1].end
+            later = _last_answer_line(text, after=end, final_only=True) if _FINAL.search(text, end) else None
             if later is not None and later.answer is not None and re.search(r"\d|\\", later.answer):
                 return later
         return box
