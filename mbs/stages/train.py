@@ -31,7 +31,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from mbs.export.prompt_length import PromptCounter, length_report, parquet_prompts
 from mbs.io import RunDir, write_text_atomic
+from mbs.validate import validate_config
 
 log = logging.getLogger(__name__)
 
@@ -113,17 +115,91 @@ def verl_overrides(cfg: DictConfig) -> list[tuple[str, Any]]:
         raise TrainError("train.data_dir is required: the mbs-export run folder holding train.parquet and val.parquet")
     tree = OmegaConf.to_container(cfg.train.verl, resolve=True)
     pairs = flatten(tree)
+    if tree.get("data", {}).get("max_prompt_length", 0) is None:  # derived from the data (null if it cannot be read)
+        try:
+            tree["data"]["max_prompt_length"] = prompt_length(cfg)["max_prompt_length"]
+        except TrainError:
+            pass
+        pairs = flatten(tree)
     return [(k, reward_path() if k == "reward.custom_reward_function.path" and v is None else v) for k, v in pairs]
+
+
+def prompt_length(cfg: DictConfig) -> dict[str, Any]:
+    """verl's ``data.max_prompt_length`` for the data of ``train.data_dir``: derived or checked.
+
+    Every prompt of ``train.parquet`` and ``val.parquet`` is counted (:mod:`mbs.export.prompt_length`,
+    exactly with ``train.tokenizer``, else an upper bound). ``train.verl.data.max_prompt_length:
+    null`` becomes the longest prompt; a number is kept only when no prompt is longer, since verl's
+    ``filter_overlong_prompts`` would otherwise drop those rows without a word.
+
+    Returns:
+        The length report with ``max_prompt_length`` (the value verl gets) and ``derived``.
+
+    Raises:
+        TrainError: A parquet file is missing, ``train.tokenizer`` cannot be loaded, or a
+            configured ``max_prompt_length`` is shorter than a prompt (names the rows and the fix).
+    """
+    data_dir = Path(str(cfg.train.data_dir))
+    configured = OmegaConf.select(cfg, "train.verl.data.max_prompt_length")
+    rows = []
+    for split in ("train", "val"):
+        path = data_dir / f"{split}.parquet"
+        if not path.is_file():
+            raise TrainError(f"{path} not found: run mbs-export first (train.data_dir={data_dir})")
+        rows += parquet_prompts(path)
+    try:
+        counter = PromptCounter(cfg.train.tokenizer)
+    except ValueError as err:
+        raise TrainError(f"train.tokenizer: {err}") from err
+    report = length_report(rows, counter, None if configured is None else int(configured), show=5)
+    longest = int(report["max_tokens"]["all"])
+    if configured is not None and report["over_limit"]["all"]:
+        ids = ", ".join(f"{r['id']} ({r['tokens']})" for r in report["over_limit_rows"])
+        raise TrainError(
+            f"{data_dir}: {report['over_limit']['all']} row(s) have prompts longer than train.verl.data.max_prompt_length="
+            f"{configured} tokens (longest {longest}; {report['method']}; e.g. {ids}): verl's filter_overlong_prompts would "
+            f"drop them without a word. Set train.verl.data.max_prompt_length=null to derive it from the data, or >= {longest}"
+        )
+    return {**report, "max_prompt_length": longest if configured is None else int(configured), "derived": configured is None}
+
+
+#: verl 0.9.1 merges ``reward.custom_reward_function.reward_kwargs`` into every reward call
+#: (``verl.trainer.ppo.reward.get_custom_reward_fn``); the key is not in verl's config, hence ``+``.
+REWARD_KWARGS = "+reward.custom_reward_function.reward_kwargs"
+
+
+def reward_kwargs_overrides(cfg: DictConfig) -> list[tuple[str, Any]]:
+    """Overrides that hand :func:`mbs.rewards.compute_score` the policy's reasoning format.
+
+    verl decodes the whole response, thinking included; with ``train.reasoning_format`` the
+    reward grades only the final answer, as calibration did (none for a model that does not think).
+
+    Raises:
+        TrainError: ``train.reasoning_format`` is unknown, or ``server`` (verl's text is not split
+            by a server: name the model's own format).
+    """
+    from mbs.reasoning import FORMATS
+
+    fmt = str(cfg.train.reasoning_format)
+    if fmt == "server":
+        raise TrainError(
+            "train.reasoning_format=server: verl decodes the whole response itself; set the policy's own format "
+            "(think, think_open or harmony)"
+        )
+    if fmt not in FORMATS:
+        raise TrainError(f"train.reasoning_format={fmt!r}: valid formats are {', '.join(f for f in FORMATS if f != 'server')}")
+    return [] if fmt == "none" else [(f"{REWARD_KWARGS}.reasoning_format", fmt)]
 
 
 def build_command(cfg: DictConfig) -> list[str]:
     """``[python, -m, verl.trainer.main_ppo, key=value, ...]`` from ``cfg.train``.
 
     Raises:
-        TrainError: ``train.data_dir`` is not set.
+        TrainError: ``train.data_dir`` is not set, or ``train.reasoning_format`` is invalid.
     """
     python = str(cfg.train.python) if cfg.train.python else sys.executable
-    return [python, "-m", str(cfg.train.module)] + [f"{k}={override_value(v)}" for k, v in verl_overrides(cfg)]
+    pairs = verl_overrides(cfg) + reward_kwargs_overrides(cfg)
+    return [python, "-m", str(cfg.train.module)] + [f"{k}={override_value(v)}" for k, v in pairs]
 
 
 def job_env(cfg: DictConfig) -> dict[str, str]:
@@ -279,17 +355,26 @@ def run(cfg: DictConfig) -> Path:
         TrainError: No ``train.data_dir``, missing parquet files, an unknown launcher, or a
             verl job that exited with an error (names the log file or job id).
     """
+    validate_config(cfg)
     logging.getLogger("mbs").setLevel(cfg.log_level)
     tcfg = cfg.train
     out = RunDir(cfg.out_dir, STAGE)
     out.write_config(cfg)
+    summary_pl: dict[str, Any] = {}
+    try:
+        summary_pl = prompt_length(cfg) if cfg.train.data_dir is not None else {}
+    except TrainError as err:
+        if not tcfg.dry_run:
+            raise
+        log.warning("dry run: %s", err)
     cmd = build_command(cfg)
     env = job_env(cfg)
     shell = "#!/usr/bin/env bash\n# written by mbs-train; run from " + str(out.path) + "\n"
     shell += "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
     shell += " \\\n    ".join(shlex.quote(c) for c in cmd) + "\n"
     write_text_atomic(out.path / "command.sh", shell)
-    summary: dict[str, Any] = {"command": cmd, "env": env, "dry_run": bool(tcfg.dry_run), "launcher": str(tcfg.launcher)}
+    summary: dict[str, Any] = {"command": cmd, "env": env, "dry_run": bool(tcfg.dry_run), "launcher": str(tcfg.launcher),
+                               "prompt_length": summary_pl}
     if tcfg.dry_run:
         print(shlex.join(cmd), flush=True)
         summary["data_rows"] = {}
