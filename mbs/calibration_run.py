@@ -26,6 +26,7 @@ from mbs.recorded import recorded_report
 from mbs.records import Calibration, Problem, Rollout, reason_kind
 from mbs.sampling import Policy, policies_from_cfg
 from mbs.verify.gold import ungradable_golds
+from mbs.verify.rules import extraction_report
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +100,19 @@ def hard_seeds(calibrations: Sequence[Calibration], problems: Sequence[Problem],
     """Problems the target policy fails on every rollout at the hard-seed budget (synthesis input)."""
     failed = {c.problem_id for c in calibrations if c.policy == target and c.budget == budget and c.band == "failed_all"}
     return [p for p in problems if p.id in failed]
+
+
+def _extraction(rollouts: Sequence[Rollout]) -> dict[str, Any]:
+    """Rollouts and rewards per extraction rule (:func:`mbs.verify.rules.extraction_report`);
+    warns when the rewards rest mostly on the last-sentence fallback."""
+    report = extraction_report((r.reason, r.reward) for r in rollouts)
+    if report["mostly_fallback"]:
+        log.warning(
+            "%.0f%% of rewarded rollouts were graded by the last-sentence fallback (no box or answer "
+            "line): check that the prompt asks for a marked final answer",
+            100 * report["fallback_share_of_rewards"],
+        )
+    return report
 
 
 def early_stop_simulation(calibrations_full: Sequence[Calibration], rollouts: Sequence[Rollout], batch: int, decision: str, alpha: float) -> dict[str, Any]:
@@ -207,6 +221,7 @@ def finalize(
                 "truncated": sum(1 for r in rollouts if r.finish_reason == "length"),
             },
             "grading": dict(sorted(Counter(reason_kind(r.reason) for r in rollouts).items())),
+            "extraction": _extraction(rollouts),
             "data": load_report or {},
             "backends": backends,
         }

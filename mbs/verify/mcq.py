@@ -35,6 +35,8 @@ _THINK_END = "</think>"
 # Explicit final-answer markers ("strong"): the last one that names an option wins.
 _MARKER = re.compile(
     r"(?:\bfinal\s+answer|\banswer|\bfinal)\s*(?:\*\*|__)?\s*(?:[:：]|\s[-–—](?=\s))"
+    # the answer markers of other languages ("Réponse :", "答案：", "la réponse est C")
+    r"|(?:\bréponse|\brespuesta|\bantwort|\brisposta|\bresposta|\bответ|答案|解答)\s*(?:\*\*|__)?\s*(?:[:：]|est\b|es\b|ist\b|è\b|é\b|是|为|為)"
     r"|\banswer\s+(?:is|(?:would|should|must|will)\s+be)\b\s*:?"
     r"|\b(?:correct|right|best|final)\s+(?:option|choice)\s+(?:is|(?:would|should|must|will)\s+be)\b\s*:?"
     r"|\bi\s+(?:would\s+|will\s+)?(?:choose|pick|select|go\s+with)\b\s*:?"
@@ -58,7 +60,8 @@ _NOT_FINAL = re.compile(
 # A single letter standing alone: not inside a word, a contraction ("Don't") or a command.
 _LETTER = re.compile(r"(?<![A-Za-z0-9\\'’])([A-Ja-j])(?![A-Za-z0-9'’])")
 _NEGATION = re.compile(
-    r"(?:\bnot|n['’]t|\bnever|\bexcept|\bthan|\binstead\s+of|\bnor|\bexclud\w*|\beliminat\w*|\brul\w*\s+out)"
+    r"(?:\bnot|n['’]t|\bnever|\bexcept|\bthan|\binstead\s+of|\bnor|\bexclud\w*|\beliminat\w*|\brul\w*\s+out"
+    r"|\bnon|\bpas|\bnicht|\bkein\w*|不是|不|非)"
     r"[\s(*$]*(?:option|choice)?[\s(*$]*$",
     re.IGNORECASE,
 )
@@ -73,9 +76,9 @@ _FILLER_WORDS = frozenset(
     """it is it's its i i'm think believe guess would will should must be say probably likely definitely
     clearly certainly surely option choice letter the correct right best one therefore so thus hence then
     final answer my go with am that that's this to choose pick select maybe perhaps going here
-    actually really indeed now still most a an""".split()
+    actually really indeed now still most a an for sure surely""".split()
 )
-_NEGATORS = frozenset("not never neither nor".split())
+_NEGATORS = frozenset("not never neither nor non pas nicht 不是 不".split())
 _CLAUSE_WORDS = frozenset("but rather instead".split())
 # Words after "I" that make it option I, not the pronoun ("The answer is I because ...").
 _AFTER_OPTION_I = frozenset("because since as which for given and or so is".split())

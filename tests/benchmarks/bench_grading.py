@@ -26,11 +26,12 @@ from mbs.verify.pool import GradingPool
 Item = tuple[str, str, str]
 
 # Inputs that sympy evaluates as integers that do not fit in memory or time.
+# (A bare tower against a small gold is decided without evaluating it; a sum with one is not.)
 HANGS = [
-    (r"\boxed{5^{5^{5^{5^{5}}}}}", "3"),
-    (r"\boxed{7^{7^{7^{7}}}}", "12"),
-    (r"\boxed{3^{3^{3^{3^{3}}}}}", "1"),
-    (r"\boxed{9^{9^{9^{9}}}}", "2"),
+    (r"\boxed{5^{5^{5^{5^{5}}}}+1}", "3"),
+    (r"\boxed{7^{7^{7^{7}}}+1}", "12"),
+    (r"\boxed{3^{3^{3^{3^{3}}}}+1}", "1"),
+    (r"\boxed{9^{9^{9^{9}}}+1}", "2"),
 ]
 
 

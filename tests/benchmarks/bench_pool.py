@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests.support.gr
 
 from mbs.verify.pool import GradingPool
 
-TOWER = r"The answer is \boxed{5^{5^{5^{5^{5}}}}}"
+TOWER = r"The answer is \boxed{5^{5^{5^{5^{5}}}}+1}"  # a sum with a tower still makes sympy hang
 
 
 def _normal(n: int) -> list[tuple[str, str, str]]:

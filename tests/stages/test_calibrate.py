@@ -52,6 +52,10 @@ def test_bands_usability_and_hard_seeds(make_cfg, toy_jsonl):
     assert s["reclassification"]["budgets"]["fake"]["64|128"] == 0.0
     rollouts = read_records(out, "rollouts", Rollout)
     assert len({r.key for r in rollouts}) == len(rollouts) == 64
+    ext = s["extraction"]  # which extraction rule graded how many rollouts
+    assert sum(ext["rollouts"].values()) == 64
+    assert set(ext["rollouts"]) <= {"boxed", "answer line", "last sentence", "last line", "no answer", "timeout", "error"}
+    assert ext["mostly_fallback"] == (ext["fallback_share_of_rewards"] > 0.5)
 
 
 def test_rerun_makes_no_backend_call(make_cfg, toy_jsonl):
@@ -122,6 +126,8 @@ def test_recorded_policies_on_champ(make_cfg):
         assert sum(per_budget["recorded"].values()) == pytest.approx(1.0)
     cals = read_records(out, "calibrations", Calibration)
     assert all(c.n == 9 and c.budget is None for c in cals)  # 9 no-hint settings per model
+    # CHAMP's recorded answers end in prose: their rewards come from the fallback, and the run says so
+    assert s["extraction"]["mostly_fallback"] is True
     rec = s["recorded"]
     assert rec["answers"] == 6 * 4 * 18 and rec["graded"] + rec["ungraded"] == rec["answers"]
     assert set(rec["accuracy"]) == set(s["bands"])

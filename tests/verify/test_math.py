@@ -10,6 +10,8 @@ import doctest
 
 import pytest
 
+import mbs.verify.compare as vcompare
+import mbs.verify.extract as vextract
 import mbs.verify.math as vmath
 from mbs.verify import Grade, grade
 from mbs.verify.math import canonical, extract_answer, normalize, structurally_equal
@@ -244,8 +246,8 @@ def test_structural_fast_path(answer, gold, monkeypatch):
     def no_sympy(*args, **kwargs):
         raise AssertionError("math-verify must not be called")
 
-    monkeypatch.setattr(vmath, "parse", no_sympy)
-    monkeypatch.setattr(vmath, "verify", no_sympy)
+    monkeypatch.setattr(vcompare, "parse", no_sympy)
+    monkeypatch.setattr(vcompare, "verify", no_sympy)
     assert structurally_equal(answer, gold)
     assert grade(rf"\boxed{{{answer}}}", gold) == Grade(1.0, answer, "boxed: structurally equal")
 
@@ -261,7 +263,7 @@ def test_sympy_exception_becomes_ungradable_grade(monkeypatch):
     def broken_verify(*args, **kwargs):
         raise TypeError("cannot determine truth value of Relational")
 
-    monkeypatch.setattr(vmath, "verify", broken_verify)
+    monkeypatch.setattr(vcompare, "verify", broken_verify)
     g = grade(r"The ellipse is $\frac{x^2}{16}+\frac{y^2}{12}=1$.", r"\frac{x^2}{4}+\frac{y^2}{3}=1")
     assert g.score is None
     assert g.extracted == r"\frac{x^2}{16}+\frac{y^2}{12}=1"
@@ -300,9 +302,10 @@ def test_extract_answer(response, answer, source):
 
 
 def test_doctests():
-    result = doctest.testmod(vmath)
-    assert result.attempted >= 5
-    assert result.failed == 0
+    for module, examples in ((vmath, 3), (vextract, 3)):
+        result = doctest.testmod(module)
+        assert result.attempted >= examples
+        assert result.failed == 0
 
 
 @pytest.mark.parametrize(

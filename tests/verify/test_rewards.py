@@ -125,7 +125,7 @@ def test_ungradable_scores_zero_with_reason(monkeypatch):
     monkeypatch.setenv("MBS_REWARD_TIMEOUT_S", "1.0")
     monkeypatch.setattr(mbs.rewards, "_pool", None)  # fresh pool with the 1 s limit
     try:
-        out = compute_score("mbs/math/champ", r"\boxed{5^{5^{5^{5^{5}}}}}", "3")
+        out = compute_score("mbs/math/champ", r"\boxed{5^{5^{5^{5^{5}}}}+1}", "3")  # hangs sympy
         assert out == {"score": 0.0, "acc": False, "pred": "", "reason": "timeout after 1.0s"}
         bad_gold = compute_score("mbs/math/champ", r"\boxed{2}", r"\frac{1}{")
         assert bad_gold["score"] == 0.0 and bad_gold["reason"] == "boxed: could not parse gold"
