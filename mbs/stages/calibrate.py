@@ -353,6 +353,9 @@ def finalize(
             "backends": backends,
         }
     )
+    from mbs.difficulty import difficulty_fields
+
+    summary.update(difficulty_fields(calibrations, problems))  # band shares per (difficulty level, L)
     full = [c for c in calibrations if c.n == c.n_target]
     if full and not es.enabled:
         summary["early_stop_simulation"] = early_stop_simulation(

@@ -6,7 +6,8 @@ Run: ``mbs-pipeline`` (no arguments: the embedded default) or e.g.
 Each step is the plain ``run(cfg)`` of its stage, pointed at a sub-folder of the pipeline's
 run directory: ``calibrate_recorded/`` (CHAMP's four recorded models on every auto-verifiable
 problem), ``calibrate_live/`` (the configured student set on ``pipeline.live.limit``
-problems), ``synthesize_<method>/`` (each of ``pipeline.synthesize.methods`` on the live
+problems), ``calibrate_difficulty/`` (the student set on Reasoning Gym problems at several
+difficulty levels and budgets, ``pipeline.difficulty``), ``synthesize_<method>/`` (each of ``pipeline.synthesize.methods`` on the live
 step's hard seeds), ``export/`` (verl parquet), ``figures/``, ``tables/`` and ``report.html``.
 Rerunning with the same ``hydra.run.dir`` resumes every step.
 """
@@ -78,6 +79,10 @@ def run(cfg: DictConfig) -> Path:
     out.write_config(cfg)
     steps: dict[str, str] = {}
     pcfg = cfg.pipeline
+    if pcfg.difficulty.enabled:  # a bad generator, parameter or level fails now, not after the CHAMP steps
+        from mbs.data.reasoning_gym import levels_of
+
+        levels_of(pcfg.difficulty.data)
     if pcfg.recorded.enabled:
         t = time.perf_counter()
         sub = sub_config(
@@ -102,6 +107,17 @@ def run(cfg: DictConfig) -> Path:
         steps["calibrate_live"] = str(calibrate.run(sub))
         out.timings["calibrate_live"] = time.perf_counter() - t
 
+    if pcfg.difficulty.enabled:
+        t = time.perf_counter()
+        sub = sub_config(
+            cfg,
+            out.path / "calibrate_difficulty",
+            data=OmegaConf.to_container(pcfg.difficulty.data, resolve=True),
+            **{"calibrate.n": pcfg.difficulty.n, "calibrate.budgets": list(pcfg.difficulty.budgets)},
+        )
+        steps["calibrate_difficulty"] = str(calibrate.run(sub))
+        out.timings["calibrate_difficulty"] = time.perf_counter() - t
+
     for method in pcfg.synthesize.methods:
         seeds = steps.get("calibrate_live")
         if method in ("mbs", "direct") and seeds is None:
@@ -121,7 +137,7 @@ def run(cfg: DictConfig) -> Path:
     summary: dict[str, Any] = {"steps": {name: str(Path(p).relative_to(out.path)) for name, p in steps.items()}}
     for name, path in steps.items():
         s = read_summary(path)
-        keep = ("bands", "hard_seeds", "problems", "target_policy", "rows", "removed", "train_rows", "val_rows")
+        keep = ("bands", "hard_seeds", "problems", "target_policy", "rows", "removed", "train_rows", "val_rows", "difficulty_moves")
         summary[name] = {k: s[k] for k in keep if k in s}
     out.write_summary(summary)
     t = time.perf_counter()
@@ -134,5 +150,8 @@ def run(cfg: DictConfig) -> Path:
         lines.append(f"  {name:<20} {path}  ({what})")
     if report.get("report"):
         lines.append(f"  {'report':<20} {report['report']}")
+    moves = [m for name in steps for m in summary[name].get("difficulty_moves", [])]
+    if moves:
+        lines += ["what moved where (difficulty x budget):"] + [f"  {m}" for m in moves]
     print("\n".join(lines), flush=True)
     return out.path
