@@ -19,6 +19,9 @@ def test_pipeline_small(make_cfg, toy_jsonl, capsys):
             "pipeline.live.limit=4",
             "pipeline.live.n=6",
             "pipeline.live.budgets=[64]",
+            "pipeline.difficulty.data.size=2",
+            "pipeline.difficulty.n=2",
+            "pipeline.difficulty.budgets=[16,32]",
             "data=jsonl",
             f"data.path={toy_jsonl}",
             "data.origin=toy",
@@ -31,7 +34,14 @@ def test_pipeline_small(make_cfg, toy_jsonl, capsys):
     out = run(cfg)
     close_all()
     s = read_summary(out)
-    assert set(s["steps"]) == {"calibrate_recorded", "calibrate_live", "synthesize_mbs", "synthesize_direct", "synthesize_goose", "export"}
+    assert set(s["steps"]) == {
+        "calibrate_recorded", "calibrate_live", "calibrate_difficulty", "synthesize_mbs", "synthesize_direct", "synthesize_goose", "export"
+    }
+    # the difficulty study: Reasoning Gym problems at two of chain_sum's levels, grouped by level
+    diff = read_summary(out / "calibrate_difficulty")
+    assert diff["by_difficulty"]["levels"] == ["chain_sum/1digit", "chain_sum/2digit"]
+    assert diff["by_difficulty"]["bands"]["chain_sum/2digit"]["fake"]["32"]["failed_all"] == 1.0
+    assert s["calibrate_difficulty"]["difficulty_moves"] == diff["difficulty_moves"]
     goose = read_summary(out / "synthesize_goose")
     assert goose["items_built"] == 2 and goose["method"] == "goose"
     # the live step's one hard seed (HARD) went through both synthesis methods
@@ -47,6 +57,8 @@ def test_pipeline_small(make_cfg, toy_jsonl, capsys):
     report = (out / "report.html").read_text()
     assert report.count("<img") >= 4 and "calibrate_recorded" in report and "export" in report
     assert (out / "tables" / "export_sources.md").exists()
-    assert read_manifest(out)["counts"]["steps"] == 6
+    assert read_manifest(out)["counts"]["steps"] == 7
+    assert "What moved where" in report and (out / "tables" / "calibrate_difficulty_bands_by_difficulty.md").exists()
     printed = capsys.readouterr().out
     assert f"outputs in {out}" in printed and "train.parquet" in printed
+    assert "what moved where (difficulty x budget):" in printed and "fake, L=32: failed_all" in printed
