@@ -69,9 +69,11 @@ def failed_all_vs_budget_by_difficulty(summary: dict[str, Any], out_dir: Path, f
     if not series:
         raise ValueError("by_difficulty has no live-policy budget")
     fig, (ax,) = figure(width)
-    for name, pts in series.items():
+    styles = [("o", "-", 7), ("s", "--", 5.5), ("^", ":", 4), ("D", "-.", 3)]  # overlapping lines stay visible
+    for i, (name, pts) in enumerate(series.items()):
         xs, ys = zip(*sorted(pts))
-        ax.plot(xs, ys, marker="o", label=name)
+        marker, line, size = styles[i % len(styles)]
+        ax.plot(xs, ys, marker=marker, linestyle=line, markersize=size, label=name)
     ax.set_xscale("log", base=2)
     ticks = sorted({x for s in series.values() for x, _ in s})
     ax.set_xticks(ticks, [str(t) for t in ticks])

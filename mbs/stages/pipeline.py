@@ -113,7 +113,11 @@ def run(cfg: DictConfig) -> Path:
             cfg,
             out.path / "calibrate_difficulty",
             data=OmegaConf.to_container(pcfg.difficulty.data, resolve=True),
-            **{"calibrate.n": pcfg.difficulty.n, "calibrate.budgets": list(pcfg.difficulty.budgets)},
+            **{
+                "calibrate.n": pcfg.difficulty.n,
+                "calibrate.budgets": list(pcfg.difficulty.budgets),
+                "calibrate.temperature": pcfg.difficulty.temperature,
+            },
         )
         steps["calibrate_difficulty"] = str(calibrate.run(sub))
         out.timings["calibrate_difficulty"] = time.perf_counter() - t
