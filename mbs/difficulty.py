@@ -106,9 +106,9 @@ def describe_moves(by_difficulty: dict[str, Any] | None) -> list[str]:
     """Short sentences, computed from :func:`difficulty_summary`, saying what moved where.
 
     One sentence per policy and budget across the levels (the failed_all share from the easiest
-    to the hardest level), one per policy and level across budgets (failed_all and Goldilocks
+    to the hardest level), one per policy and level across budgets (mean pass rate and band
     shares at the smallest and largest L, and the problems that changed band), and one naming
-    where on the grid each band was reached.
+    how many cells of the grid reached each band.
 
     Returns:
         The sentences (empty for ``None``).
@@ -139,8 +139,10 @@ def describe_moves(by_difficulty: dict[str, Any] | None) -> list[str]:
                     if a != z:
                         changed[k] += v
             moved = ", ".join(f"{v} {k}" for k, v in sorted(changed.items(), key=lambda kv: (-kv[1], kv[0]))) or "none"
+            rate = [by_difficulty["counts"][lv][policy][k]["pass_rate_mean"] for k in (keys[0], keys[-1])]
             out.append(
-                f"{policy}, {lv}: L={keys[0]} -> L={keys[-1]}: failed_all {_pct(lo['failed_all'])} -> "
+                f"{policy}, {lv}: L={keys[0]} -> L={keys[-1]}: mean pass rate {_pct(rate[0])} -> {_pct(rate[1])}, "
+                f"failed_all {_pct(lo['failed_all'])} -> "
                 f"{_pct(hi['failed_all'])}, Goldilocks {_pct(lo['goldilocks'])} -> {_pct(hi['goldilocks'])}, "
                 f"solved_all {_pct(lo['solved_all'])} -> {_pct(hi['solved_all'])} (problems that changed band: {moved})."
             )

@@ -51,7 +51,7 @@ def test_describe_moves_says_what_moved_where():
     lines = describe_moves(difficulty_summary(CALS, PROBLEMS))
     assert "smol, L=32: failed_all 50% (t/easy) -> 100% (t/hard); Goldilocks 50% -> 0% as difficulty grows." in lines
     assert (
-        "smol, t/easy: L=32 -> L=128: failed_all 50% -> 0%, Goldilocks 50% -> 50%, solved_all 0% -> 50% "
+        "smol, t/easy: L=32 -> L=128: mean pass rate 25% -> 88%, failed_all 50% -> 0%, Goldilocks 50% -> 50%, solved_all 0% -> 50% "
         "(problems that changed band: 1 failed_all->goldilocks, 1 goldilocks->solved_all)." in lines
     )
     assert lines[-1] == (
