@@ -142,6 +142,20 @@ class Shard:
         os.fsync(self._fh.fileno())
         return n
 
+    def rewrite(self, records: Iterable[Any]) -> int:
+        """Replace the shard's content with ``records`` (a temporary file, then a rename).
+
+        For derived shards, recomputed in full, and for dropping a killed run's partial
+        records. Returns the count written.
+        """
+        self.close()
+        tmp = Shard(self.path.with_name(f".{self.path.name}.tmp"))
+        tmp.path.unlink(missing_ok=True)
+        with tmp:
+            n = tmp.append(records)
+        os.replace(tmp.path, self.path)
+        return n
+
     def close(self) -> None:
         if self._fh is not None:
             self._fh.close()

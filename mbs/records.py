@@ -4,7 +4,7 @@ Every stage reads and writes these records as JSONL shards (see :mod:`mbs.io`). 
 :func:`to_dict` / :func:`from_dict` convert between records and plain dicts; nothing else
 in the code base builds record dicts by hand.
 
-Record types (DESIGN.md, "Records"):
+Record types:
 
 * :class:`Problem`: one problem with its ground truth and answer type.
 * :class:`Rollout`: one sampled response of a policy to a problem under a budget L.
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 #: Bumped whenever a field is added, removed or changes meaning.
 SCHEMA_VERSION = 1
@@ -26,7 +26,10 @@ SCHEMA_VERSION = 1
 #: mixed (non-zero GRPO advantage), or all wrong.
 BANDS = ("solved_all", "goldilocks", "failed_all")
 
-FinishReason = Literal["stop", "length"]
+def reason_kind(reason: str | None) -> str:
+    """The category of a grading or rejection reason: the text before its first colon
+    (``"answer mismatch: ..."`` -> ``"answer mismatch"``; none -> ``"none"``)."""
+    return (reason or "none").split(":")[0].strip() or "none"
 
 
 class RecordError(ValueError):
@@ -171,8 +174,10 @@ class TreeNode:
         children: Child node ids (K <= 3).
         effectivity: Per student: {"acc": ..., "acc_cond": ..., "passed": ...}.
         variants: Synthetic problems grown from this node with their calibration.
-        status: ``verified``, ``decomposed``, ``leaf``, ``synthesized``, ``rejected``, ...
-        reject_reason: Why the node was rejected, if it was.
+        status: ``new`` (just created), ``verified`` (has a verified trace, being grown),
+            then finally ``no_trace`` (root without a verified trace), ``synthesized`` (kept
+            at least one synthetic problem) or ``exhausted`` (``reject_reason`` says why).
+        reject_reason: Why the node is ``no_trace`` or ``exhausted``, if it is.
     """
 
     node_id: str
@@ -215,15 +220,6 @@ class MCQ:
     answer: str
     distractor_origins: list[str] = field(default_factory=list)
     checks: dict[str, bool] = field(default_factory=dict)
-
-
-RECORD_TYPES: dict[str, type] = {
-    "problem": Problem,
-    "rollout": Rollout,
-    "calibration": Calibration,
-    "tree_node": TreeNode,
-    "mcq": MCQ,
-}
 
 
 def to_dict(record: Any) -> dict[str, Any]:

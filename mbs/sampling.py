@@ -19,7 +19,7 @@ import time
 from collections import Counter
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from mbs.calibration import calibrate_group, settled
 from mbs.io import Shard
 from mbs.llm import build_backend
-from mbs.llm.base import ChatRequest
+from mbs.llm.base import ChatRequest, index_runs
 from mbs.prompts import user_messages
 from mbs.records import Calibration, Problem, Rollout
 from mbs.verify.pool import GradingPool, GradingPoolError
@@ -227,7 +227,7 @@ def draw(
         requests, meta = [], []
         for g in active:
             todo = [i for i in range(start, stop) if (g.id, policy.name, g.budget, i) not in writer.done]
-            for first, count in _runs(todo):
+            for first, count in index_runs(todo):
                 requests.append(
                     ChatRequest(
                         messages=g.messages, n=count, max_tokens=g.budget, temperature=float(temperature),
@@ -297,15 +297,3 @@ def calibrate(
     es = {"enabled": early_stop, "batch": batch, "decision": decision, "alpha": alpha}
     drawn = draw(policy, groups, n, writer, cache_dir, early_stop=es, **sampling)
     return {key: calibrate_group(rs, n, decision, alpha) for key, rs in drawn.items() if rs}
-
-
-def _runs(indices: Sequence[int]) -> Iterable[tuple[int, int]]:
-    """Contiguous runs of sorted indices as (first, count)."""
-    run: list[int] = []
-    for i in indices:
-        if run and i != run[-1] + 1:
-            yield run[0], len(run)
-            run = []
-        run.append(i)
-    if run:
-        yield run[0], len(run)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from sympy import binomial, floor, ceiling, sqrt, factorial, latex, pi, E, oo, Abs, log, exp, Symbol
+from sympy import Abs, E, Symbol, binomial, ceiling, exp, factorial, floor, latex, log, oo, pi, sqrt
 from sympy.parsing.sympy_parser import (
     convert_xor,
     factorial_notation,

@@ -10,8 +10,18 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 from mbs.cli import config_dir
+from mbs.llm import close_all
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_backends():
+    """Every test starts and ends without backends built by :func:`mbs.llm.build_backend`
+    (no model or server is shared between tests by accident)."""
+    close_all()
+    yield
+    close_all()
 
 
 @pytest.fixture

@@ -21,10 +21,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from mbs.records import Problem
+from mbs.verify import available as registered_verifiers
 
 log = logging.getLogger(__name__)
-
-KNOWN_ANSWER_TYPES = ("math", "mcq", "reasoning_gym")
 
 
 class DataError(ValueError):
@@ -244,10 +243,10 @@ def _problem_from_record(rec: Any, i: int, where: str, fields: Any, origin: str,
             f"{where}: field {fields.ground_truth!r} (data.fields.ground_truth) is empty; "
             "give the answer, or mark the record unverifiable:<why> in its answer type"
         )
-    if answer_type not in KNOWN_ANSWER_TYPES and not str(answer_type).startswith("unverifiable"):
+    if answer_type not in registered_verifiers() and not str(answer_type).startswith("unverifiable"):
         raise DataError(
             f"{where}: unknown answer type {answer_type!r} in field {fields.get('answer_type') or 'data.answer_type'}; "
-            f"valid: {list(KNOWN_ANSWER_TYPES)} or unverifiable:<why>"
+            f"valid: {registered_verifiers()} (the registered verifiers) or unverifiable:<why>"
         )
     rid = get("id", False)
     pid = f"{origin}/{rid if rid is not None else i}"

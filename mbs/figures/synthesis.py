@@ -18,6 +18,7 @@ from typing import Any
 from matplotlib.ticker import MaxNLocator
 
 from mbs.figures import figure, save
+from mbs.figures.labels import run_labels
 from mbs.io import read_records, read_summary
 from mbs.records import TreeNode
 
@@ -272,8 +273,6 @@ def compare_yield(run_dirs: Sequence[str | Path], out_dir: str | Path, formats: 
         ValueError: No run, or a run that is not a synthesis run.
         FileNotFoundError: A run without ``summary.json``.
     """
-    from mbs.figures.compare import run_labels
-
     run_dirs = [Path(r) for r in run_dirs]
     if not run_dirs:
         raise ValueError("compare_yield needs at least one run directory")

@@ -11,6 +11,7 @@ use :func:`sample_seed` to derive a distinct, reproducible seed per sample index
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence, runtime_checkable
@@ -60,6 +61,21 @@ class ChatRequest:
     def indices(self) -> range:
         """Sample indices this request covers."""
         return range(self.first_index, self.first_index + self.n)
+
+    def split(self, indices: Sequence[int]) -> list[ChatRequest]:
+        """One request per contiguous run of ``indices`` (sorted), same prompt and parameters."""
+        return [dataclasses.replace(self, n=count, first_index=first) for first, count in index_runs(indices)]
+
+
+def index_runs(indices: Sequence[int]) -> list[tuple[int, int]]:
+    """Contiguous runs of sorted sample indices as ``(first, count)``: ``[0, 1, 3]`` -> ``[(0, 2), (3, 1)]``."""
+    runs: list[tuple[int, int]] = []
+    for i in indices:
+        if runs and i == runs[-1][0] + runs[-1][1]:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((i, 1))
+    return runs
 
 
 @dataclass

@@ -2,8 +2,8 @@
 
 Each sample is one JSON file named by the SHA-256 of everything that decides it: backend kind,
 model id (file hash or name + revision), the rendered messages, every sampling parameter,
-the seed and the sample index (DESIGN.md, "The LLM layer"; STYLE.md warns of lm-eval#2715,
-where the model was left out of the key). Writes go to a temporary file in the same folder
+the seed and the sample index (lm-eval#2715 is what happens when the model is left out of
+the key). Writes go to a temporary file in the same folder
 and are renamed into place, so several processes (SLURM array tasks) can share one cache
 folder, on local disks and on network file systems alike, and a process killed mid-write
 never leaves a half-written entry.
@@ -148,7 +148,7 @@ class CachedBackend:
             if not missing:
                 yield i, [have[idx] for idx in req.indices]
                 continue
-            pending.append((i, req, have, _runs(req, missing)))
+            pending.append((i, req, have, req.split(missing)))
         self.stats.seconds += time.perf_counter() - t0
 
         batch = max(1, int(getattr(self.backend, "preferred_batch", 1)))
@@ -185,26 +185,3 @@ class CachedBackend:
 
     def close(self) -> None:
         self.backend.close()
-
-
-def _runs(req: ChatRequest, missing: list[int]) -> list[ChatRequest]:
-    """Split missing sample indices into contiguous runs, one sub-request each."""
-    runs: list[list[int]] = []
-    for idx in missing:
-        if runs and runs[-1][-1] == idx - 1:
-            runs[-1].append(idx)
-        else:
-            runs.append([idx])
-    return [
-        ChatRequest(
-            messages=req.messages,
-            n=len(r),
-            max_tokens=req.max_tokens,
-            temperature=req.temperature,
-            top_p=req.top_p,
-            seed=req.seed,
-            stop=req.stop,
-            first_index=r[0],
-        )
-        for r in runs
-    ]

@@ -18,7 +18,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
-from mbs.llm.base import BackendError, BackendStats, ChatRequest, Completion, normalise_finish_reason, sample_seed
+from mbs.llm.base import (
+    BackendError,
+    BackendStats,
+    ChatRequest,
+    Completion,
+    normalise_finish_reason,
+    sample_seed,
+)
 
 log = logging.getLogger(__name__)
 

@@ -28,6 +28,7 @@ from omegaconf import DictConfig
 
 from mbs.benchmarks import load_benchmarks
 from mbs.evaluation import score
+from mbs.figures.evaluation import evaluation_figures
 from mbs.io import RunDir, write_text_atomic
 from mbs.llm import build_backend
 from mbs.records import Rollout
@@ -164,8 +165,6 @@ def run(cfg: DictConfig) -> Path:
     }
     out.write_summary(summary)
     if ecfg.figures:
-        from mbs.figures.evaluation import evaluation_figures
-
         t2 = time.perf_counter()
         drawn = evaluation_figures(out.path, out.path / "figures", tuple(ecfg.formats), str(ecfg.width))
         for name, texts in drawn["tables"].items():

@@ -19,7 +19,7 @@ Steps, in order (each removal is written to ``removed.jsonl`` with its reason):
 
 Writes ``DIR/train.parquet``, ``DIR/val.parquet`` (verl's schema, :mod:`mbs.export.verl_schema`,
 checked by reading them back as verl does), ``removed.jsonl``, ``summary.json`` and
-``manifest.json`` last. The pipeline calls :func:`export_runs`.
+``manifest.json`` last. The pipeline calls :func:`mbs.stages.pipeline.export_runs`.
 """
 
 from __future__ import annotations
@@ -28,12 +28,13 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
+from mbs.benchmarks import load_benchmarks
 from mbs.data import stable_hash
 from mbs.export.decontam import NgramIndex, contaminated
 from mbs.export.dedup import exact_duplicates, near_duplicates
@@ -88,7 +89,7 @@ def check_templates(sources: Sequence[Source], templates: DictConfig) -> None:
                 raise ValueError(
                     f"{s.run_dir}/config.yaml renders {answer_type} problems with template {used!r}, "
                     f"export.templates.{answer_type}={ours!r}: training would see other prompts than "
-                    f"calibration measured (set export.templates.{answer_type}={used})"
+                    f"calibration measured (set answer_templates.{answer_type}={used})"
                 )
 
 
@@ -97,8 +98,6 @@ def benchmark_index(cfg: DictConfig) -> tuple[NgramIndex | None, dict[str, int]]
     dcfg = cfg.export.decontam
     if not dcfg.enabled:
         return None, {}
-    from mbs.benchmarks import load_benchmarks
-
     index = NgramIndex(int(dcfg.n))
     counts = {}
     for bench in load_benchmarks(dcfg.benchmarks):
@@ -279,26 +278,3 @@ def run(cfg: DictConfig) -> Path:
     out.write_manifest({"sources": len(sources), "train": checked["train"], "val": checked["val"], "removed": len(removed)})
     log.info("exported %d train / %d val rows to %s (%d removed)", checked["train"], checked["val"], out.path, len(removed))
     return out.path
-
-
-def export_runs(cfg: DictConfig, run_dirs: Sequence[str | Path] | Mapping[str, str | Path], out_dir: str | Path) -> Path:
-    """Export the given run folders with the export settings of ``cfg`` into ``out_dir``.
-
-    ``cfg`` is any composed config holding the ``export``, ``eval``, ``verifier`` and ``data``
-    nodes (the pipeline's). ``export.runs`` is replaced by ``run_dirs``: a list of folders, or
-    ``{source name: folder}`` (e.g. the pipeline's step names, the keys of ``export.weights``).
-
-    Returns:
-        ``out_dir`` (holding ``train.parquet`` and ``val.parquet``).
-    """
-    sub = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
-    with open_dict(sub):
-        sub.paths.root = str(cfg.paths.root)
-        sub.paths.cache_dir = str(cfg.paths.cache_dir)
-        sub.out_dir = str(out_dir)
-        if isinstance(run_dirs, Mapping):
-            sub.export.runs = [{"name": str(k), "path": str(v)} for k, v in run_dirs.items()]
-        else:
-            sub.export.runs = [str(p) for p in run_dirs]
-    OmegaConf.set_struct(sub, True)
-    return run(sub)

@@ -19,7 +19,7 @@ The merge checks, before writing anything:
 
 It then writes every record set as one file ``<name>.00000-of-00001.jsonl``, so the merged
 folder looks exactly like a single-process run, and recomputes what is derived from the
-records with the stage's own code (calibration: :func:`mbs.stages.calibrate.finalize`, which
+records with the stage's own code (calibration: :func:`mbs.calibration_run.finalize`, which
 writes calibrations, hard seeds, ``summary.json``, figures and ``manifest.json``). The merge is
 idempotent: every output file is rewritten in full, record files left by an earlier merge are
 removed first, and ``manifest.json`` (written last) marks a merge that finished.
@@ -37,7 +37,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from mbs.io import MANIFEST, RunDir, Shard, read_json, write_json_atomic
+from mbs.calibration_run import CalibrationSettings, finalize
+from mbs.data import load_problems
+from mbs.io import MANIFEST, RunDir, Shard, read_json, read_records, write_json_atomic
+from mbs.records import Rollout
 
 log = logging.getLogger(__name__)
 
@@ -330,17 +333,12 @@ def finalize_calibration(out: RunDir, cfg: DictConfig, shards: Sequence[ShardDir
     """Recompute a calibration from the union of its shards' rollouts.
 
     The problems are loaded again exactly as each shard loaded them (``load_problems`` with
-    the shard's index and count), then :func:`mbs.stages.calibrate.finalize` derives
+    the shard's index and count), then :func:`mbs.calibration_run.finalize` derives
     calibrations, hard seeds, the summary, figures and the manifest, as a single process does.
 
     Raises:
         MergeError: A rollout of a problem no shard loaded (the data changed since the run).
     """
-    from mbs.data import load_problems
-    from mbs.io import read_records
-    from mbs.records import Rollout
-    from mbs.stages.calibrate import finalize
-
     problems, reports = [], []
     for s in sorted(shards, key=lambda s: s.index):
         ps, report = load_problems(cfg.data, s.index, s.count)
@@ -359,7 +357,7 @@ def finalize_calibration(out: RunDir, cfg: DictConfig, shards: Sequence[ShardDir
     }
     backends = merge_backend_usage([s.manifest.get("backends", {}) for s in shards if s.manifest])
     return finalize(
-        out, cfg, problems, rollouts, conditioned,
+        out, CalibrationSettings.from_cfg(cfg), problems, rollouts, conditioned,
         stats=stats, backends=backends, load_report=merge_load_reports(reports),
     )
 

@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import yaml
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigKeyError
 
+from mbs.figures.report import render
 from mbs.io import RunDir, read_summary
+from mbs.stages import calibrate, export, synthesize
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +48,23 @@ def sub_config(cfg: DictConfig, out_dir: Path, **overrides: Any) -> DictConfig:
             OmegaConf.update(sub, key, value, merge=False, force_add=True)
     OmegaConf.set_struct(sub, True)
     return sub
+
+
+def export_runs(cfg: DictConfig, run_dirs: Sequence[str | Path] | Mapping[str, str | Path], out_dir: str | Path) -> Path:
+    """Export the given run folders with the export settings of ``cfg`` into ``out_dir``.
+
+    ``cfg`` is any composed config holding the ``export``, ``eval``, ``verifier`` and ``data``
+    nodes (the pipeline's). ``export.runs`` is replaced by ``run_dirs``: a list of folders, or
+    ``{source name: folder}`` (e.g. the pipeline's step names, the keys of ``export.weights``).
+
+    Returns:
+        ``out_dir`` (holding ``train.parquet`` and ``val.parquet``).
+    """
+    if isinstance(run_dirs, Mapping):
+        runs: list[Any] = [{"name": str(k), "path": str(v)} for k, v in run_dirs.items()]
+    else:
+        runs = [str(p) for p in run_dirs]
+    return export.run(sub_config(cfg, Path(out_dir), **{"export.runs": runs}))
 
 
 def apply_overrides(cfg: DictConfig, overrides: Sequence[str]) -> None:
@@ -72,8 +92,6 @@ def run(cfg: DictConfig) -> Path:
     Returns:
         The pipeline's run directory.
     """
-    from mbs.stages import calibrate, figures, synthesize
-
     logging.getLogger("mbs").setLevel(cfg.log_level)
     out = RunDir(cfg.out_dir, STAGE)
     out.write_config(cfg)
@@ -133,8 +151,6 @@ def run(cfg: DictConfig) -> Path:
         steps[f"synthesize_{method}"] = str(synthesize.run(sub))
         out.timings[f"synthesize_{method}"] = time.perf_counter() - t
     if pcfg.export.enabled and steps:
-        from mbs.stages.export import export_runs
-
         t = time.perf_counter()
         steps["export"] = str(export_runs(cfg, dict(steps), out.path / "export"))
         out.timings["export"] = time.perf_counter() - t
@@ -145,7 +161,7 @@ def run(cfg: DictConfig) -> Path:
         summary[name] = {k: s[k] for k in keep if k in s}
     out.write_summary(summary)
     t = time.perf_counter()
-    report = figures.render(out.path, out.path, formats=("png", "pdf"), width="single")
+    report = render(out.path, out.path, formats=("png", "pdf"), width="single")
     out.timings["figures"] = time.perf_counter() - t
     out.write_manifest({"steps": len(steps), "figures": len(report["figures"])}, report=report.get("report"))
     lines = [f"mbs-pipeline finished: outputs in {out.path}"]

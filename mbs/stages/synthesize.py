@@ -4,8 +4,9 @@ Run: ``mbs-synthesize method=mbs calibration_dir=CAL hydra.run.dir=DIR`` (likewi
 ``method=direct``), or ``mbs-synthesize method=goose goose.source=champ goose.teacher_free=true``.
 
 Methods register themselves in :data:`METHODS` (``mbs.synth.<module>``); each is a function
-``(cfg, out: RunDir) -> summary dict`` that writes its records into ``out``. This stage writes
-the config first, the summary and ``manifest.json`` last.
+``(cfg, out: RunDir) -> summary dict`` that writes its records into ``out`` and returns its
+summary. This stage writes the config first, then (after the method) ``summary.json``, the
+figures (:data:`mbs.figures.BY_STAGE`, when ``synth.figures`` is on) and ``manifest.json`` last.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig
 
+from mbs.figures import BY_STAGE
 from mbs.io import RunDir
 
 log = logging.getLogger(__name__)
@@ -28,8 +30,17 @@ STAGE = "synthesize"
 METHODS: dict[str, str] = {
     "mbs": "mbs.synth.beanstalk:run",
     "direct": "mbs.synth.direct:run",
-    "goose": "mbs.synth.goose:run",
+    "goose": "mbs.synth.goose.run:run",
 }
+
+
+#: methods whose summary records what their figures wrote (Golden Goose's report reads it).
+FIGURES_IN_SUMMARY = frozenset({"goose"})
+
+
+def _function(spec: str) -> Callable[..., Any]:
+    module, _, fn = spec.partition(":")
+    return getattr(importlib.import_module(module), fn)
 
 
 def method_fn(name: str) -> Callable[[DictConfig, RunDir], dict[str, Any]]:
@@ -40,8 +51,7 @@ def method_fn(name: str) -> Callable[[DictConfig, RunDir], dict[str, Any]]:
     """
     if name not in METHODS:
         raise KeyError(f"method={name!r} is not a synthesis method; valid: {sorted(METHODS)}")
-    module, _, fn = METHODS[name].partition(":")
-    return getattr(importlib.import_module(module), fn)
+    return _function(METHODS[name])
 
 
 def run(cfg: DictConfig) -> Path:
@@ -58,6 +68,15 @@ def run(cfg: DictConfig) -> Path:
     summary = fn(cfg, out)
     out.timings["synthesize"] = time.perf_counter() - t0
     out.write_summary({"method": cfg.method, **summary})
+    if cfg.synth.figures:
+        t1 = time.perf_counter()
+        drawn = _function(BY_STAGE[f"{STAGE}/{cfg.method}"])(out.path, out.path / "figures")
+        out.timings["figures"] = time.perf_counter() - t1
+        if drawn.get("skipped"):
+            log.info("figures skipped: %s", drawn["skipped"])
+        if cfg.method in FIGURES_IN_SUMMARY:
+            summary["figures"] = {"written": len(drawn["written"]), "skipped": drawn["skipped"]}
+            out.write_summary({"method": cfg.method, **summary})
     out.write_manifest(summary.get("counts", {}), backends=summary.get("backends", {}))
     log.info("synthesis (%s) written to %s", cfg.method, out.path)
     return out.path

@@ -41,7 +41,7 @@ Where each decision is recorded:
 * ``TreeNode.effectivity``: ``{"passed", "students" (of the deciding attempt: acc,
   acc_source, acc_cond, n, successes, passed), "attempts" (each: subproblems with status and
   reason, per-student results, reason), "leaf_reason"}``;
-* ``TreeNode.variants``: every candidate (see :class:`mbs.synth.common.SynthBase`) with its
+* ``TreeNode.variants``: every candidate (see :class:`mbs.synth.grower.SynthBase`) with its
   weakest-student filter, target calibration and judge verdicts;
 * ``TreeNode.status``: ``no_trace``, ``synthesized`` (kept >= 1 synthetic problem) or
   ``exhausted`` (``reject_reason`` says why: no variant kept, parent trials exhausted, no
@@ -49,7 +49,7 @@ Where each decision is recorded:
 
 Every teacher prompt is free of alpha_leaf and alpha_parent, samples are seeded by index, so
 a threshold sweep reuses every cached call the threshold does not affect, and an identical
-rerun makes no backend call. A killed run resumes (see :mod:`mbs.synth.common`).
+rerun makes no backend call. A killed run resumes (see :mod:`mbs.synth.engine`).
 """
 
 from __future__ import annotations
@@ -62,36 +62,24 @@ from typing import Any
 from omegaconf import DictConfig
 
 from mbs.io import RunDir
+from mbs.prompts import user_messages
 from mbs.records import Problem, TreeNode
 from mbs.sampling import Group, Policy, messages_for, verifier_for
-from mbs.synth.common import (
-    Calibrate,
-    Gather,
-    RunState,
-    SeedTree,
-    SynthBase,
-    Task,
-    Verify,
-    above,
-    base_summary,
-    clip,
-    fill,
-    generate,
-    load_base_calibrations,
-    load_seeds,
-    mark_verified,
-    one,
-    origin_of,
-    reason_kind,
-    root_id,
-    run_method,
-    setup_summary,
-    write_figures,
-)
+from mbs.synth.candidate import KEPT, REJECTIONS, Candidate, Status
+from mbs.synth.engine import Calibrate, Gather, Task, Verify, generate, one
+from mbs.synth.grounding import assign_documents, documents_block
+from mbs.synth.grower import SeedTree, SynthBase, mark_verified
+from mbs.synth.inputs import load_base_calibrations, load_seeds
+from mbs.synth.judge import judge_summary
+from mbs.synth.problems import above, clip, origin_of, reason_kind
+from mbs.synth.run import RunState, run_method, setup_summary
+from mbs.synth.store import root_id
 from mbs.synth.structured import StructureError, parse_items, self_reference
+from mbs.synth.summary import base_summary
 from mbs.synth.teacher import find_trace
 
 log = logging.getLogger(__name__)
+
 
 #: Order of the stage funnel in summaries and figures.
 FUNNEL = (
@@ -114,11 +102,9 @@ FUNNEL = (
     "seeds_qualified",
 )
 
-KEPT = ("kept", "qualified", "unqualified")
-
 
 class Beanstalk(SynthBase):
-    """MagicBeanStalk's per-seed procedure as coroutines (see :mod:`mbs.synth.common`).
+    """MagicBeanStalk's per-seed procedure as coroutines (see :mod:`mbs.synth.engine`).
 
     Args:
         cfg: The synthesize config.
@@ -135,8 +121,6 @@ class Beanstalk(SynthBase):
         self.base = load_base_calibrations(cfg)
         self.docs: dict[str, list[Any]] = {}
         if cfg.mbs.grounding.enabled:
-            from mbs.synth.grounding import assign_documents
-
             self.docs = assign_documents(cfg.mbs.grounding, seeds)
 
     # -- one seed ----------------------------------------------------------------------
@@ -164,7 +148,7 @@ class Beanstalk(SynthBase):
             root.trace, root.answer, root.status = res.trace, seed.ground_truth, "verified"
             yield from self.decompose(tree, root)
             kept = yield from self.synthesize(tree, root)
-            everything = [v for v in tree.variants() if v["status"] == "kept"]
+            everything = [v for v in tree.variants() if v["status"] == Status.KEPT]
             if self.docs:
                 info["documents"] = [d.id for d in self.docs.get(seed.id, [])]
                 everything = yield from self.ground(tree, everything)
@@ -217,7 +201,7 @@ class Beanstalk(SynthBase):
             node.effectivity = {"passed": None, "students": {}, "attempts": [], "leaf_reason": f"depth limit D={depth_max}"}
             return
         accs = yield from self.base_acc(node)
-        messages = fill(
+        messages = user_messages(
             m.templates.decompose, problem=clip(node.problem.prompt, self.max_chars),
             solution=clip(node.trace, self.max_chars), answer=node.answer or "", k=str(k_max),
         )
@@ -236,20 +220,20 @@ class Beanstalk(SynthBase):
             for i, item in enumerate(parsed):
                 if isinstance(item, StructureError):
                     why = str(item) if str(item).startswith("beyond K") else f"parse error: {item}"
-                    subs.append({"index": i, "status": "rejected", "reason": why})
+                    subs.append({"index": i, "status": Status.REJECTED, "reason": why})
                     continue
-                sub = {"index": i, "problem": item.problem, "solution": item.solution, "answer": item.answer, "status": "pending"}
+                sub = {"index": i, "problem": item.problem, "solution": item.solution, "answer": item.answer, "status": Status.PENDING}
                 ref = self_reference(item.problem, self.patterns)
                 if ref:
-                    sub.update(status="rejected", reason=f"self-reference: {ref!r}")
+                    sub.update(status=Status.REJECTED, reason=f"self-reference: {ref!r}")
                 subs.append(sub)
-            pending = [s for s in subs if s["status"] == "pending"]
+            pending = [s for s in subs if s["status"] == Status.PENDING]
             if pending:
                 grades = yield Verify([(s["solution"], s["answer"], "math") for s in pending])
                 for s, g in zip(pending, grades):
                     mark_verified(s, g)
             att["subproblems"] = subs
-            valid = [s for s in subs if s["status"] == "valid"]
+            valid = [s for s in subs if s["status"] == Status.VALID]
             if not valid:
                 att.update(passed=False, reason="no valid subproblem")
                 continue
@@ -310,7 +294,7 @@ class Beanstalk(SynthBase):
     def leaf(self, tree: SeedTree, node: TreeNode) -> Task:
         """N_l harder variants of a leaf; those the weakest student solves above alpha_leaf are discarded."""
         th, m = self.th, self.cfg.mbs
-        messages = fill(
+        messages = user_messages(
             m.templates.leaf, problem=clip(node.problem.prompt, self.max_chars),
             solution=clip(node.trace, self.max_chars), answer=node.answer or "",
         )
@@ -320,14 +304,14 @@ class Beanstalk(SynthBase):
             for c in comps
         ]
         yield from self.check(variants)
-        valid = [v for v in variants if v["status"] == "valid"]
+        valid = [v for v in variants if v["status"] == Status.VALID]
         if valid:
             alpha = float(th.alpha_leaf)
             cals = yield Calibrate(self.weakest, [self.group(tree, v, self.weakest) for v in valid], self.n, "above_alpha", alpha)
             for v, c in zip(valid, cals):
                 self.filter(v, c, alpha, "alpha_leaf")
         node.variants.extend(variants)
-        kept = [v for v in variants if v["status"] == "kept"]
+        kept = [v for v in variants if v["status"] == Status.KEPT]
         if kept:
             node.status = "synthesized"
         else:
@@ -335,7 +319,7 @@ class Beanstalk(SynthBase):
             node.reject_reason = f"no leaf variant kept of N_l={int(th.N_l)}: {_why(variants)}"
         return kept
 
-    def compose(self, tree: SeedTree, node: TreeNode, kids: list[TreeNode], kept_lists: list[list[dict[str, Any]]]) -> Task:
+    def compose(self, tree: SeedTree, node: TreeNode, kids: list[TreeNode], kept_lists: list[list[Candidate]]) -> Task:
         """Up to N_c compositions of a new parent from the children's kept synthetic problems.
 
         Trial t shows the original parent and all its children (B(G_n)) and, of each child
@@ -350,21 +334,21 @@ class Beanstalk(SynthBase):
         parent = clip(node.problem.prompt, self.max_chars)
         originals = "\n\n".join(f"{i}. {clip(k.problem.prompt, self.max_chars)}" for i, k in enumerate(kids, 1))
         alpha, n_c, want = float(th.alpha_parent), int(th.N_c), int(m.parents_per_node)
-        kept: list[dict[str, Any]] = []
+        kept: list[Candidate] = []
         trials: list[dict[str, Any]] = []
         for t in range(n_c):
             chosen = [kl[t % len(kl)] for _, kl in avail]
             new = "\n\n".join(f"{i}. {clip(v['problem'], self.max_chars)}\nAnswer: {v['answer']}" for i, v in enumerate(chosen, 1))
-            messages = fill(m.templates.compose, parent=parent, children=originals, new_children=new)
+            messages = user_messages(m.templates.compose, parent=parent, children=originals, new_children=new)
             comp = (yield from generate(self.gen, [self.gen.request(messages, t)], tree.tally))[0][0]
             used = [v["id"] for v in chosen]
             v = self.candidate(tree, f"{node.node_id}/c{t}", "composed", comp, [node.node_id, *used], node_id=node.node_id, children=used)
             yield from self.check([v])
-            if v["status"] == "valid":
+            if v["status"] == Status.VALID:
                 (c,) = yield Calibrate(self.weakest, [self.group(tree, v, self.weakest)], self.n, "above_alpha", alpha)
                 self.filter(v, c, alpha, "alpha_parent")
             trials.append(v)
-            if v["status"] == "kept":
+            if v["status"] == Status.KEPT:
                 kept.append(v)
                 if len(kept) >= want:
                     break
@@ -378,7 +362,7 @@ class Beanstalk(SynthBase):
 
     # -- grounding ---------------------------------------------------------------------
 
-    def ground(self, tree: SeedTree, kept: list[dict[str, Any]]) -> Task:
+    def ground(self, tree: SeedTree, kept: list[Candidate]) -> Task:
         """Rewrite each kept synthetic problem on the seed's documents (grounding on).
 
         A grounded problem gets a new id (``<id>g``: its rollouts differ); one that fails to
@@ -387,8 +371,6 @@ class Beanstalk(SynthBase):
         Returns:
             The candidates to calibrate against the target.
         """
-        from mbs.synth.grounding import documents_block
-
         docs = self.docs.get(tree.seed.id, [])
         if not docs or not kept:
             for v in kept:
@@ -396,7 +378,7 @@ class Beanstalk(SynthBase):
             return kept
         block = documents_block(docs, self.max_chars)
         reqs = [
-            self.gen.request(fill(self.cfg.mbs.templates.ground, problem=clip(v["problem"], self.max_chars),
+            self.gen.request(user_messages(self.cfg.mbs.templates.ground, problem=clip(v["problem"], self.max_chars),
                                   solution=clip(v["solution"], self.max_chars), answer=v["answer"], documents=block))
             for v in kept
         ]
@@ -405,7 +387,7 @@ class Beanstalk(SynthBase):
         yield from self.check(cands)
         for v, c in zip(kept, cands):
             doc_ids = [d.id for d in docs]
-            if c["status"] == "valid":
+            if c["status"] == Status.VALID:
                 v["grounding"] = {"status": "grounded", "documents": doc_ids,
                                   "original": {"id": v["id"], "problem": v["problem"], "solution": v["solution"], "answer": v["answer"]}}
                 v.update(id=c["id"], problem=c["problem"], solution=c["solution"], answer=c["answer"])
@@ -414,7 +396,7 @@ class Beanstalk(SynthBase):
         return kept
 
 
-def _why(cands: list[dict[str, Any]]) -> str:
+def _why(cands: list[Candidate]) -> str:
     """Counts of rejection reasons, e.g. ``2 parse error, 1 above alpha_leaf``."""
     c = Counter(reason_kind(v.get("reason")) for v in cands if v["status"] not in KEPT)
     return ", ".join(f"{n} {k}" for k, n in sorted(c.items())) or "none proposed"
@@ -443,13 +425,13 @@ def funnel(state: RunState) -> dict[str, int]:
         "decomposition_attempts": len(attempts),
         "decompositions_passed": sum(1 for a in attempts if a.get("passed")),
         "subproblems_proposed": len(subs),
-        "subproblems_valid": sum(1 for s in subs if s["status"] == "valid"),
+        "subproblems_valid": sum(1 for s in subs if s["status"] == Status.VALID),
         "leaves": len(leaves),
         "leaf_variants_proposed": len(lv),
-        "leaf_variants_valid": sum(1 for v in lv if v["status"] != "rejected"),
+        "leaf_variants_valid": sum(1 for v in lv if v["status"] != Status.REJECTED),
         "leaf_variants_kept": sum(1 for v in lv if v["status"] in KEPT),
         "composition_trials": len(cp),
-        "parents_valid": sum(1 for v in cp if v["status"] != "rejected"),
+        "parents_valid": sum(1 for v in cp if v["status"] != Status.REJECTED),
         "parents_kept": sum(1 for v in cp if v["status"] in KEPT),
         "synthetic_problems": len(kept),
         "qualified_problems": len(state.qualified),
@@ -470,10 +452,10 @@ def rejections(nodes: list[TreeNode]) -> dict[str, int]:
             if not a.get("passed"):
                 c["decomposition/" + reason_kind(a.get("reason"))] += 1
             for s in a.get("subproblems", []):
-                if s["status"] == "rejected":
+                if s["status"] == Status.REJECTED:
                     c["subproblem/" + reason_kind(s.get("reason"))] += 1
         for v in n.variants:
-            if v["status"] in ("rejected", "discarded", "unqualified"):
+            if v["status"] in REJECTIONS:
                 c[f"{v['kind']}/" + reason_kind(v.get("reason"))] += 1
         if n.reject_reason:
             c[f"node/{n.status}: " + reason_kind(n.reject_reason)] += 1
@@ -494,8 +476,6 @@ def effectivity_summary(nodes: list[TreeNode]) -> dict[str, Any]:
 
 def summarize(cfg: DictConfig, state: RunState, grower: SynthBase) -> dict[str, Any]:
     """The MBS summary: contract keys, funnel, rejections, effectivity, tokens, judges, backends."""
-    from mbs.synth.judge import judge_summary
-
     roots = [n for n in state.nodes if n.depth == 0]
     teacher_tokens = sum(r.problem.metadata.get("mbs", {}).get("teacher_tokens", 0) for r in roots)
     s = base_summary("mbs", state.seeds, state.nodes, state.qualified, state.rollouts, teacher_tokens)
@@ -545,6 +525,4 @@ def run(cfg: DictConfig, out: RunDir) -> dict[str, Any]:
     log.info("MBS: %d hard seeds, teachers %s (generator %s), students %s, target %s",
              len(seeds), [t.name for t in grower.pool], grower.gen.name, [p.name for p in grower.students], grower.target.name)
     state = run_method(cfg, out, seeds, grower)
-    summary = summarize(cfg, state, grower)
-    write_figures(cfg, out, summary)
-    return summary
+    return summarize(cfg, state, grower)

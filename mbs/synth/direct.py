@@ -22,25 +22,20 @@ from typing import Any
 from omegaconf import DictConfig
 
 from mbs.io import RunDir
+from mbs.prompts import user_messages
 from mbs.records import Problem, TreeNode
-from mbs.synth.common import (
-    RunState,
-    SeedTree,
-    SynthBase,
-    Task,
-    base_summary,
-    clip,
-    fill,
-    generate,
-    load_seeds,
-    reason_kind,
-    root_id,
-    run_method,
-    setup_summary,
-    write_figures,
-)
+from mbs.synth.candidate import KEPT, Status
+from mbs.synth.engine import Task, generate
+from mbs.synth.grower import SeedTree, SynthBase
+from mbs.synth.inputs import load_seeds
+from mbs.synth.judge import judge_summary
+from mbs.synth.problems import clip, reason_kind
+from mbs.synth.run import RunState, run_method, setup_summary
+from mbs.synth.store import root_id
+from mbs.synth.summary import base_summary
 
 log = logging.getLogger(__name__)
+
 
 #: Order of the funnel in summaries and figures.
 FUNNEL = ("hard_seeds", "variants_proposed", "variants_valid", "synthetic_problems", "qualified_problems", "seeds_qualified")
@@ -64,15 +59,15 @@ class Direct(SynthBase):
                         problem=dataclasses.replace(seed, metadata=dict(seed.metadata)), answer=seed.ground_truth)
         tree = SeedTree(seed, root)
         d = self.cfg.direct
-        messages = fill(d.templates.variant, problem=clip(seed.prompt, self.max_chars), answer=seed.ground_truth or "")
+        messages = user_messages(d.templates.variant, problem=clip(seed.prompt, self.max_chars), answer=seed.ground_truth or "")
         comps = (yield from generate(self.gen, [self.gen.request(messages, 0, int(d.n_variants))], tree.tally))[0]
         variants = [self.candidate(tree, f"{seed.id}/d{c.sample_index}", "direct", c, [seed.id], node_id=root.node_id) for c in comps]
         yield from self.check(variants)
         for v in variants:
-            if v["status"] == "valid":
-                v["status"] = "kept"
+            if v["status"] == Status.VALID:
+                v["status"] = Status.KEPT
         root.variants = variants
-        problems = yield from self.final(tree, [v for v in variants if v["status"] == "kept"])
+        problems = yield from self.final(tree, [v for v in variants if v["status"] == Status.KEPT])
         root.status = "synthesized" if any(v["status"] in ("qualified", "unqualified") for v in variants) else "exhausted"
         if root.status == "exhausted":
             c = Counter(reason_kind(v.get("reason")) for v in variants)
@@ -83,20 +78,18 @@ class Direct(SynthBase):
 
 def summarize(cfg: DictConfig, state: RunState, grower: Direct) -> dict[str, Any]:
     """The baseline's summary: the contract keys, funnel, rejections, tokens, judges, backends."""
-    from mbs.synth.judge import judge_summary
-
     variants = [v for n in state.nodes for v in n.variants]
     teacher_tokens = sum(n.problem.metadata.get("direct", {}).get("teacher_tokens", 0) for n in state.nodes)
     s = base_summary("direct", state.seeds, state.nodes, state.qualified, state.rollouts, teacher_tokens)
     f = {
         "hard_seeds": len(state.seeds),
         "variants_proposed": len(variants),
-        "variants_valid": sum(1 for v in variants if v["status"] != "rejected"),
-        "synthetic_problems": sum(1 for v in variants if v["status"] in ("kept", "qualified", "unqualified")),
+        "variants_valid": sum(1 for v in variants if v["status"] != Status.REJECTED),
+        "synthetic_problems": sum(1 for v in variants if v["status"] in KEPT),
         "qualified_problems": len(state.qualified),
         "seeds_qualified": s["seeds_qualified"],
     }
-    rej = Counter(f"direct/{reason_kind(v.get('reason'))}" for v in variants if v["status"] in ("rejected", "unqualified"))
+    rej = Counter(f"direct/{reason_kind(v.get('reason'))}" for v in variants if v["status"] in (Status.REJECTED, Status.UNQUALIFIED))
     s.update(
         seeds_with_trace=None,
         funnel=f,
@@ -134,6 +127,4 @@ def run(cfg: DictConfig, out: RunDir) -> dict[str, Any]:
     grower = Direct(cfg)
     log.info("direct: %d hard seeds, %d variations each from %s", len(seeds), int(cfg.direct.n_variants), grower.gen.name)
     state = run_method(cfg, out, seeds, grower)
-    summary = summarize(cfg, state, grower)
-    write_figures(cfg, out, summary)
-    return summary
+    return summarize(cfg, state, grower)

@@ -16,12 +16,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from mbs.synth.common import Gather, Tally, Task, clip, fill, generate
+from mbs.prompts import user_messages
+from mbs.synth.candidate import Candidate
+from mbs.synth.engine import Gather, Tally, Task, generate
+from mbs.synth.problems import clip
 from mbs.synth.structured import StructureError, parse_verdict
 from mbs.synth.teacher import Teacher
 
 
-def judge_variants(variants: Sequence[dict[str, Any]], judges: Sequence[Teacher], template: str, max_chars: int, tally: Tally) -> Task:
+def judge_variants(variants: Sequence[Candidate], judges: Sequence[Teacher], template: str, max_chars: int, tally: Tally) -> Task:
     """Ask every judge about every variant (a coroutine; one batched round).
 
     Sets ``variant["judges"] = {judge: {"well_posed", "answer_correct", "accept"} or {"error"}}``
@@ -32,7 +35,7 @@ def judge_variants(variants: Sequence[dict[str, Any]], judges: Sequence[Teacher]
         return
     tasks = []
     for j in judges:
-        reqs = [j.request(fill(template, problem=clip(v["problem"], max_chars), answer=v["answer"])) for v in variants]
+        reqs = [j.request(user_messages(template, problem=clip(v["problem"], max_chars), answer=v["answer"])) for v in variants]
         tasks.append(generate(j, reqs, tally))
     per_judge = yield Gather(tasks)
     for vi, v in enumerate(variants):
@@ -53,7 +56,7 @@ def judge_variants(variants: Sequence[dict[str, Any]], judges: Sequence[Teacher]
             v["judge_verdict"] = "none"
 
 
-def judge_summary(variants: Sequence[dict[str, Any]], judges: Sequence[Teacher]) -> dict[str, Any] | None:
+def judge_summary(variants: Sequence[Candidate], judges: Sequence[Teacher]) -> dict[str, Any] | None:
     """Shares over the judged variants: unanimously rejected, verified by at least one judge."""
     if not judges:
         return None

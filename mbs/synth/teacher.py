@@ -19,8 +19,10 @@ from typing import Any
 
 from mbs.llm import CachedBackend, build_backend
 from mbs.llm.base import ChatRequest
+from mbs.prompts import user_messages
 from mbs.records import Problem
-from mbs.synth.common import Tally, Task, Verify, clip, fill, generate
+from mbs.synth.engine import Tally, Task, Verify, generate
+from mbs.synth.problems import clip
 
 SOURCES = ("live", "reference")
 
@@ -127,7 +129,7 @@ def find_trace(
 ) -> Task:
     """Stage 1 for one seed: the first verified trace from T_1..T_M, N_t tries each.
 
-    A coroutine (see :mod:`mbs.synth.common`): samples are drawn ``batch`` at a time per
+    A coroutine (see :mod:`mbs.synth.engine`): samples are drawn ``batch`` at a time per
     round, so one round sends one request per still-unverified seed to the teacher.
 
     Args:
@@ -153,7 +155,7 @@ def find_trace(
             attempts.append({"teacher": t.name, "index": None, "score": None, "extracted": None,
                              "reason": "no reference solution"})
             continue
-        messages = fill(template, problem=clip(seed.prompt, max_chars))
+        messages = user_messages(template, problem=clip(seed.prompt, max_chars))
         for start in range(0, n_t, max(1, batch)):
             count = min(max(1, batch), n_t - start)
             comps = (yield from generate(t, [t.request(messages, start, count)], tally))[0]

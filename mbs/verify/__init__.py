@@ -1,7 +1,7 @@
 """Verifiers: turn a model response and a ground truth into a :class:`Grade`.
 
 A verifier is a pure function ``(response, ground_truth) -> Grade`` registered under a
-name (DESIGN.md, "Verification"; the registry replaces verl's ``if data_source == ...``
+name (the registry replaces verl's ``if data_source == ...``
 chain, verl#151)::
 
     from mbs.verify import grade

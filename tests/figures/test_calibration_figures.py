@@ -10,7 +10,7 @@ import pytest
 import mbs.figures as figures_pkg
 from mbs.llm import close_all
 from mbs.stages.calibrate import run as calibrate
-from mbs.stages.figures import render
+from mbs.figures.report import render
 from support.fakes import fake_backend_overrides
 
 
@@ -88,7 +88,8 @@ def test_bands_table_numbers(runs, tmp_path):
 
 
 def test_compare_runs_labels_by_differing_config(runs, tmp_path):
-    from mbs.figures.compare import compare_runs, run_labels
+    from mbs.figures.compare import compare_runs
+    from mbs.figures.labels import run_labels
 
     assert run_labels([runs["live"], runs["live2"]]) == ["calibrate.n=6", "calibrate.n=4"]
     result = compare_runs([runs["live"], runs["live2"]], tmp_path)
@@ -113,7 +114,7 @@ def test_missing_input_is_named(tmp_path):
 
 
 def test_bands_table_orders_budgets_as_numbers():
-    from mbs.stages.figures import bands_table
+    from mbs.figures.report import bands_table
 
     shares = {"solved_all": 0.0, "goldilocks": 0.5, "failed_all": 0.5}
     md, tex = bands_table({"bands": {"pi": {"128": shares, "64": shares, "1024": shares}}})

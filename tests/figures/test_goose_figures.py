@@ -9,16 +9,8 @@ from support.goose_teacher import student_overrides
 
 from mbs.figures.goose import compare_option_counts, goose_figures
 from mbs.io import read_records, read_summary
-from mbs.llm import close_all
-from mbs.stages.figures import render
+from mbs.figures.report import render
 from mbs.stages.synthesize import run
-
-
-@pytest.fixture(autouse=True)
-def _fresh_backends():
-    close_all()
-    yield
-    close_all()
 
 
 def goose_run(make_cfg, options: int, out: str, *more: str) -> Path:

@@ -10,7 +10,7 @@ import pytest
 
 import mbs.figures as figures_pkg
 from mbs.llm import close_all
-from mbs.stages.figures import render
+from mbs.figures.report import render
 from support.fakes import fake_backend_overrides
 
 FIGURE_MODULES = ("calibration", "synthesis", "goose", "evaluation", "compare")

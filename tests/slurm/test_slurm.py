@@ -49,13 +49,6 @@ def cluster():
         pytest.skip(reason)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_backends():
-    close_all()
-    yield
-    close_all()
-
-
 @pytest.fixture
 def toy12(tmp_path) -> Path:
     """Twelve problems (three of each fake-backend kind); every shard of 2 or 4 gets some."""

@@ -15,13 +15,6 @@ from mbs.stages.calibrate import run
 from support.fakes import fake_backend_overrides
 
 
-@pytest.fixture(autouse=True)
-def _fresh_backends():
-    close_all()
-    yield
-    close_all()
-
-
 def toy_overrides(toy_jsonl, *more):
     return [
         "data=jsonl",

@@ -19,13 +19,6 @@ from mbs.stages.evaluate import run
 ANSWERS = {"EASY": "2", "MIXED": "5", "HARD": "56", "CUT": "5"}
 
 
-@pytest.fixture(autouse=True)
-def _fresh_backends():
-    close_all()
-    yield
-    close_all()
-
-
 def toy_cfg(make_cfg, toy_jsonl, out="eval", *more):
     cfg = make_cfg("evaluate", [*fake_backend_overrides(), "eval.budgets=[64,128]", "eval.k=4", "eval.pass_k=[1,2,4]",
                                 "eval.formats=[png]", *more], out=out)

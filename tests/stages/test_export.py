@@ -19,12 +19,12 @@ from mbs.export.mix import quotas, take
 from mbs.export.sources import SourceError, sources_from_run
 from mbs.export.verl_schema import SchemaError, check_verl_rows, write_parquet
 from mbs.io import RunDir, read_manifest, read_summary
-from mbs.llm import close_all
 from mbs.prompts import user_messages
 from mbs.records import Problem
 from mbs.rewards import compute_score
 from mbs.stages import calibrate
-from mbs.stages.export import export_runs, run
+from mbs.stages.export import run
+from mbs.stages.pipeline import export_runs
 
 LONG = (
     "A farmer plants rows of beans along a straight fence that is exactly one hundred metres long and "
@@ -33,13 +33,6 @@ LONG = (
     "After the harvest the farmer counts all the pods and packs them into boxes of equal size for the "
     "market in the nearby town. How many stakes did the farmer place along the fence"
 )
-
-
-@pytest.fixture(autouse=True)
-def _fresh_backends():
-    close_all()
-    yield
-    close_all()
 
 
 @pytest.fixture

@@ -18,13 +18,6 @@ from mbs.stages.merge import MergeError, merge, run
 KINDS = {"easy": ("EASY", "2"), "mixed": ("MIXED", "5"), "hard": ("HARD", "56"), "cut": ("CUT", "5")}
 
 
-@pytest.fixture(autouse=True)
-def _fresh_backends():
-    close_all()
-    yield
-    close_all()
-
-
 @pytest.fixture
 def toy12(tmp_path):
     """Twelve problems (three of each fake-backend kind); every shard of 2, 3 or 4 gets some."""

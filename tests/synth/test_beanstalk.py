@@ -17,16 +17,9 @@ from mbs.llm import build_backend, close_all
 from mbs.llm.base import BackendError
 from mbs.records import Problem, RecordError, Rollout, TreeNode, to_dict
 from mbs.stages.synthesize import run
-from mbs.synth.common import Calibrate, Engine, Gather, Generate, Verify, run_tasks
+from mbs.synth.engine import Calibrate, Engine, Gather, Generate, Verify, run_tasks
 
 SMALL = ["thresholds.D=2", "thresholds.N_t=2", "thresholds.N_l=3", "thresholds.N_c=2", "thresholds.N=4", "verifier.workers=0"]
-
-
-@pytest.fixture(autouse=True)
-def _fresh_backends():
-    close_all()
-    yield
-    close_all()
 
 
 @pytest.fixture

@@ -11,13 +11,6 @@ from mbs.records import Problem, TreeNode
 from mbs.stages.synthesize import run
 
 
-@pytest.fixture(autouse=True)
-def _fresh_backends():
-    close_all()
-    yield
-    close_all()
-
-
 @pytest.fixture
 def direct_cfg(make_cfg, tmp_path):
     cal = write_calibration_dir(tmp_path / "cal", SEEDS)

@@ -14,15 +14,8 @@ from mbs.llm import close_all
 from mbs.llm.base import BackendError
 from mbs.records import MCQ, Calibration, Problem, Rollout
 from mbs.stages.synthesize import run
-from mbs.synth.goose import chance_goldilocks_share
-from mbs.synth.goose_build import LETTERS, normalise
-
-
-@pytest.fixture(autouse=True)
-def _fresh_backends():
-    close_all()
-    yield
-    close_all()
+from mbs.synth.goose.build import LETTERS, normalise
+from mbs.synth.goose.run import chance_goldilocks_share
 
 
 def champ_overrides(*more: str, limit: int = 6) -> list[str]:

@@ -8,28 +8,30 @@ import pytest
 from omegaconf import OmegaConf
 
 from mbs.data.champ import load_raw
-from mbs.synth.goose_build import (
+from mbs.synth.goose.build import (
     LETTERS,
     Bounds,
     Candidate,
     Rejected,
     answer_position,
-    apply_edits,
     assemble,
     locate_span,
-    make_distractors,
     normalise,
     option_origins,
     parse_extract_reply,
     parse_mask_reply,
-    perturbations,
     render_question,
     seeded_rng,
-    step_order_variants,
-    teacher_free_candidate,
     validate,
 )
-from mbs.synth.goose_sources import MASK, Passage, champ_passage
+from mbs.synth.goose.distractors import (
+    apply_edits,
+    make_distractors,
+    perturbations,
+    step_order_variants,
+    teacher_free_candidate,
+)
+from mbs.synth.goose.sources import MASK, Passage, champ_passage
 from mbs.verify import grade
 
 GOOSE = OmegaConf.create(

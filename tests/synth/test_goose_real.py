@@ -14,19 +14,12 @@ from mbs.io import read_manifest, read_records, read_summary
 from mbs.llm import close_all
 from mbs.records import Problem, Rollout
 from mbs.stages.synthesize import run
-from mbs.synth.goose_build import REASONS
+from mbs.synth.goose.build import REASONS
 
 pytestmark = pytest.mark.slow
 
 MODEL = "smollm2-135m-instruct"
 SMALL = ["method=goose", "synth.figures=false", "verifier.workers=1", "goose.champ.concepts=false"]
-
-
-@pytest.fixture(autouse=True)
-def _fresh_backends():
-    close_all()
-    yield
-    close_all()
 
 
 def test_teacher_free_champ_filtered_by_the_embedded_model(make_cfg):

@@ -9,7 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from mbs.data import DataError
-from mbs.synth.goose_sources import has_reasoning, load_passages, segment
+from mbs.synth.goose.sources import has_reasoning, load_passages, segment
 
 BASE = {
     "source": "champ", "path": None, "text_field": "text", "id_field": None, "split": "train",

@@ -7,7 +7,7 @@ teacher in ``teacher.pool[goose.teacher.index]`` masks a span and writes the dis
 
 Method (Lu et al., 2026, "Golden Goose", sections 2-3): a contiguous span of key reasoning steps
 is masked; the span is the correct option, ``k - 1`` subtly wrong spans are the distractors
-(default k = 9, the paper's choice); every item is validated (:mod:`mbs.synth.goose_build`);
+(default k = 9, the paper's choice); every item is validated (:mod:`mbs.synth.goose.build`);
 ``N_goose`` = 16 rollouts of the target student (budget ``goose.filter.budget``) grade each item
 with the ``mcq`` verifier, and items every rollout solves or every rollout fails are dropped.
 
@@ -15,7 +15,7 @@ Files written into the run directory (``<shard>`` = ``00000-of-00001``):
 
 * ``candidates.<shard>.jsonl``: each validated item before shuffling, appended as it is built;
 * ``rejected.<shard>.jsonl``: ``{passage_id, stage, reason, detail, attempt}`` per dropped passage,
-  appended as it is decided (reasons: :data:`mbs.synth.goose_build.REASONS`);
+  appended as it is decided (reasons: :data:`mbs.synth.goose.build.REASONS`);
 * ``rollouts.<shard>.jsonl``: the filter's graded rollouts, appended as they are graded;
 * ``mcq.<shard>.jsonl``: one :class:`~mbs.records.MCQ` per built item (options shuffled, the
   answer letters balanced over positions);
@@ -36,22 +36,22 @@ already drawn, so no LLM call is repeated and nothing is lost. The derived files
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from omegaconf import DictConfig
 
 from mbs.calibration import calibrate_group
-from mbs.io import RunDir, Shard
+from mbs.io import RunDir
 from mbs.llm import build_backend
 from mbs.llm.base import ChatRequest
+from mbs.llm.meter import BackendMeter
 from mbs.prompts import user_messages
 from mbs.records import BANDS, MCQ, Calibration, Problem, Rollout
 from mbs.sampling import Group, Policy, RolloutWriter, draw, policies_from_cfg
-from mbs.synth.goose_build import (
+from mbs.synth.goose.build import (
     LETTERS,
     Bounds,
     Candidate,
@@ -62,15 +62,14 @@ from mbs.synth.goose_build import (
     parse_extract_reply,
     parse_mask_reply,
     render_question,
-    teacher_free_candidate,
     validate,
 )
-from mbs.synth.goose_sources import MASK, Passage, has_reasoning, load_passages, segment
+from mbs.synth.goose.distractors import teacher_free_candidate
+from mbs.synth.goose.sources import MASK, Passage, has_reasoning, load_passages, segment
 from mbs.verify.pool import GradingPool
 
 log = logging.getLogger(__name__)
 
-_STAT_KEYS = ("calls", "samples", "cache_hits", "prompt_tokens", "completion_tokens", "seconds")
 
 
 # --------------------------------------------------------------------------------------
@@ -195,7 +194,7 @@ def build_with_teacher(
     gcfg = cfg.goose
     t = _teacher(cfg)
     backend = build_backend(t.backend, cfg.paths.cache_dir)
-    before = backend.stats.as_dict()
+    meter = BackendMeter([(f"teacher:{t.name}", t.backend)], cfg.paths.cache_dir)
     attempts = max(1, int(gcfg.teacher.attempts))
     seed = int(cfg.seed)
 
@@ -252,8 +251,7 @@ def build_with_teacher(
                 else:
                     book.reject(p.id, "mask", err, attempt)
         pending = [retry[i] for i in sorted(retry)]
-    after = backend.stats.as_dict()
-    backends[f"teacher:{t.name}"] = {key: after[key] - before[key] for key in _STAT_KEYS} | {"model_id": backend.model_id}
+    backends.update(meter.report())
 
 
 # --------------------------------------------------------------------------------------
@@ -341,8 +339,7 @@ def difficulty_filter(
         if r.problem_id in ids and r.policy == policy.name and r.budget == budget:
             done.setdefault(r.key, r)
     stats["rollouts_resumed"] += len(done)
-    backend = build_backend(policy.backend, cfg.paths.cache_dir)
-    before = backend.stats.as_dict()
+    meter = BackendMeter([(policy.name, policy.backend)], cfg.paths.cache_dir)
     es = {"enabled": bool(cfg.synth.early_stop), "batch": int(cfg.synth.early_stop_batch), "decision": "band", "alpha": 0.5}
     with GradingPool.from_config(cfg.verifier) as pool, shard:
         writer = RolloutWriter(pool, shard, done)
@@ -353,22 +350,10 @@ def difficulty_filter(
             )
         finally:
             writer.flush(wait=True)
-    after = backend.stats.as_dict()
-    backends[policy.name] = {key: after[key] - before[key] for key in _STAT_KEYS} | {"model_id": backend.model_id}
+    backends.update(meter.report())
     cals = {gid: calibrate_group(rs, n, "band") for (gid, _), rs in drawn.items() if rs}
     rollouts = [r for rs in drawn.values() for r in rs]
     return cals, rollouts, policy
-
-
-def _rewrite(out: RunDir, name: str, rows: Iterable[Any], record_type: type | None = None) -> Shard:
-    """Replace shard ``name`` with ``rows`` (derived data: written to a temporary file, then renamed)."""
-    final = out.shard(name, record_type)
-    tmp = Shard(final.path.with_name("." + final.path.name + ".tmp"))
-    tmp.path.unlink(missing_ok=True)
-    with tmp:
-        tmp.append(rows)
-    os.replace(tmp.path, final.path)
-    return final
 
 
 def item_row(item: MCQ, origin: str, cal: Calibration | None, kept: bool | None) -> dict[str, Any]:
@@ -455,7 +440,7 @@ def run(cfg: DictConfig, out: RunDir) -> dict[str, Any]:
     by_passage = {p.id: p for p in passages}
     origin_of = {it.id: by_passage[it.source_id].origin for it in items}
     problems = [problem_of(it, origin_of[it.id], by_passage[it.source_id].parents) for it in items]
-    _rewrite(out, "mcq", items, MCQ)
+    out.shard("mcq", MCQ).rewrite(items)
 
     stats: Counter = Counter()
     cals: dict[str, Calibration] = {}
@@ -468,14 +453,14 @@ def run(cfg: DictConfig, out: RunDir) -> dict[str, Any]:
     out.timings["filter"] = time.perf_counter() - t2
     filtered = bool(gcfg.filter.enabled)
     kept_ids = {i for i, c in cals.items() if c.band == "goldilocks"} if filtered else {it.id for it in items}
-    _rewrite(out, "calibrations", [cals[it.id] for it in items if it.id in cals], Calibration)
-    _rewrite(out, "items", [item_row(it, origin_of[it.id], cals.get(it.id), it.id in kept_ids if filtered else None) for it in items])
+    out.shard("calibrations", Calibration).rewrite([cals[it.id] for it in items if it.id in cals])
+    out.shard("items").rewrite([item_row(it, origin_of[it.id], cals.get(it.id), it.id in kept_ids if filtered else None) for it in items])
     kept_problems = [p for p in problems if p.id in kept_ids]
     for p in kept_problems:
         c = cals.get(p.id)
         if c is not None:
             p.metadata.update({"pass_rate": c.pass_rate, "band": c.band, "policy": c.policy, "budget": c.budget})
-    _rewrite(out, "problems", kept_problems, Problem)
+    out.shard("problems", Problem).rewrite(kept_problems)
 
     passage_ids = set(by_passage)
     rejected = Counter(r["reason"] for pid, r in book.rejected.items() if pid in passage_ids)
@@ -543,14 +528,6 @@ def run(cfg: DictConfig, out: RunDir) -> dict[str, Any]:
         },
         "backends": backends,
     }
-    if cfg.synth.figures:
-        from mbs.figures.goose import goose_figures
-
-        out.write_summary({"method": str(cfg.method), **summary})  # the figures read it back
-        t3 = time.perf_counter()
-        drawn = goose_figures(out.path, out.path / "figures", ("png", "pdf"), "single")
-        out.timings["figures"] = time.perf_counter() - t3
-        summary["figures"] = {"written": len(drawn["written"]), "skipped": drawn["skipped"]}
     log.info(
         "goose: %d passages -> %d items (%d rejected), %d kept, effective share %s",
         len(passages), len(items), sum(rejected.values()), len(kept_problems), summary["effective_share"],

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from mbs.data import DataError, in_shard, records_hf_disk, records_jsonl, records_parquet
+from mbs.data.champ import convert_gold, load_raw, problem_from_raw
 
 #: Placeholder that replaces the removed span (Golden Goose writes ``[MASK]``).
 MASK = "[MASK]"
@@ -214,8 +215,6 @@ def champ_passage(pid: str, raw_problem: dict[str, Any], raw: dict[str, Any], co
     Raises:
         DataError: A step or the statement is empty, or an annotation's offsets fall outside its text.
     """
-    from mbs.data.champ import problem_from_raw
-
     prob = problem_from_raw(pid, raw_problem, raw)
     where = f"CHAMP problem {pid}"
     if not prob.prompt.strip():
@@ -252,8 +251,6 @@ def champ_passage(pid: str, raw_problem: dict[str, Any], raw: dict[str, Any], co
 
 @register_source("champ")
 def _champ(gcfg: Any, report: SourceReport) -> Iterator[Passage]:
-    from mbs.data.champ import convert_gold, load_raw
-
     raw = load_raw()
     for pid, p in raw["problems"].items():
         if not gcfg.champ.include_unverifiable and convert_gold(p.get("_answer") or "").answer_type != "math":

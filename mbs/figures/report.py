@@ -1,0 +1,126 @@
+"""The figures, tables and self-contained report page of a run directory (:func:`render`).
+
+Outputs: ``figures/<step>/<name>.{png,pdf}``, ``tables/<step>_<name>.{md,tex}`` and a
+``report.html`` (figures embedded), all derived from the run directory's ``summary.json``
+files through :mod:`mbs.io`, so the same run gives byte-identical tables. A pipeline run
+directory is walked step by step.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import importlib
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+from mbs.calibration import budget_sort_key
+from mbs.figures import BY_STAGE, stage_key
+from mbs.io import read_summary, write_text_atomic
+from mbs.records import BANDS
+
+
+def bands_table(summary: dict[str, Any]) -> tuple[str, str]:
+    """The band shares per (policy, budget) as a Markdown and a LaTeX table."""
+    rows = []
+    for policy, per_budget in summary.get("bands", {}).items():
+        for budget, shares in sorted(per_budget.items(), key=lambda kv: budget_sort_key(kv[0])):
+            n = summary.get("counts", {}).get(policy, {}).get(budget, {}).get("n_problems", "")
+            rows.append([policy, budget, str(n)] + [f"{100 * shares[b]:.1f}" for b in BANDS])
+    head = ["policy", "budget L", "problems", "solved_all %", "goldilocks %", "failed_all %"]
+    md = "| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n"
+    md += "".join("| " + " | ".join(r) + " |\n" for r in rows)
+    tex = (
+        "\\begin{tabular}{llrrrr}\n\\toprule\n"
+        + " & ".join(h.replace("%", "\\%").replace("_", "\\_") for h in head)
+        + " \\\\\n\\midrule\n"
+        + "".join(" & ".join(c.replace("_", "\\_").replace("%", "\\%") for c in r) + " \\\\\n" for r in rows)
+        + "\\bottomrule\n\\end{tabular}\n"
+    )
+    return md, tex
+
+
+def _steps(run_dir: Path) -> list[tuple[str, Path]]:
+    """(step name, folder) of each stage run inside ``run_dir`` (itself if it is a stage run)."""
+    summary = read_summary(run_dir)
+    if summary.get("stage") == "pipeline":
+        return [(name, run_dir / rel) for name, rel in summary.get("steps", {}).items()]
+    return [(summary.get("stage", "run"), run_dir)]
+
+
+def render(run_dir: str | Path, out_dir: str | Path, formats: Sequence[str] = ("png", "pdf"), width: str = "single") -> dict[str, Any]:
+    """Draw every figure and table of ``run_dir`` into ``out_dir`` and write ``report.html``.
+
+    Each stage's figure function (:data:`mbs.figures.BY_STAGE`) returns
+    ``{"written": [paths], "skipped": {name: why}}`` and optionally ``"tables"``
+    (``{name: {"md": text, "tex": text}}``) and ``"html"`` (a report section, e.g. a tree or
+    MCQ browser).
+
+    Returns:
+        ``{"figures": [...], "tables": [...], "skipped": {...}, "report": path}``; missing
+        inputs are named in ``skipped`` rather than raised.
+    """
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    result: dict[str, Any] = {"figures": [], "tables": [], "skipped": {}}
+    sections = []
+    for step, folder in _steps(run_dir):
+        try:
+            summary = read_summary(folder)
+        except FileNotFoundError as err:
+            result["skipped"][step] = str(err)
+            continue
+        key = stage_key(summary)
+        if key not in BY_STAGE:
+            result["skipped"][step] = f"no figures for stage {key!r}"
+            continue
+        module, _, fn = BY_STAGE[key].partition(":")
+        drawn = getattr(importlib.import_module(module), fn)(folder, out_dir / "figures" / step, formats, width)
+        result["skipped"].update({f"{step}/{k}": v for k, v in drawn.get("skipped", {}).items()})
+        tables = dict(drawn.get("tables", {}))
+        if summary.get("stage") == "calibrate":
+            md, tex = bands_table(summary)
+            tables["bands"] = {"md": md, "tex": tex}
+        for name, texts in sorted(tables.items()):
+            for ext, text in sorted(texts.items()):
+                result["tables"].append(str(write_text_atomic(out_dir / "tables" / f"{step}_{name}.{ext}", text)))
+        result["figures"] += drawn.get("written", [])
+        pngs = [f for f in drawn.get("written", []) if f.endswith(".png")]
+        sections.append((step, summary, pngs, [t["md"] for _, t in sorted(tables.items()) if "md" in t], drawn.get("html", "")))
+    report = out_dir / "report.html"
+    write_text_atomic(report, _report_html(run_dir, sections))
+    result["report"] = str(report)
+    return result
+
+
+def _report_html(run_dir: Path, sections: list[tuple[str, dict[str, Any], list[str], list[str], str]]) -> str:
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>mbs report</title>",
+        "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto;}img{max-width:100%;}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}"
+        "pre{background:#f6f6f6;padding:.5em;overflow:auto}</style></head><body>",
+        f"<h1>mbs run report</h1><p>Run directory: <code>{html.escape(str(run_dir))}</code></p>",
+    ]
+    for step, summary, pngs, tables, extra in sections:
+        parts.append(f"<h2>{html.escape(step)}</h2>")
+        headline = {k: v for k, v in summary.items() if not isinstance(v, (dict, list)) or k in ("policies", "budgets", "rollouts", "funnel")}
+        parts.append(f"<pre>{html.escape(json.dumps(headline, indent=1, sort_keys=True))}</pre>")
+        parts.extend(_md_table_html(md) for md in tables)
+        for png in pngs:
+            data = base64.b64encode(Path(png).read_bytes()).decode()
+            parts.append(f"<figure><img alt='{html.escape(Path(png).stem)}' src='data:image/png;base64,{data}'>"
+                         f"<figcaption>{html.escape(Path(png).stem)}</figcaption></figure>")
+        if extra:
+            parts.append(extra)
+    parts.append("</body></html>\n")
+    return "\n".join(parts)
+
+
+def _md_table_html(md: str) -> str:
+    lines = [ln for ln in md.strip().splitlines() if not set(ln) <= set("|-")]
+    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines]
+    if not rows:
+        return ""
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in rows[0])
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows[1:])
+    return f"<table><tr>{head}</tr>{body}</table>"

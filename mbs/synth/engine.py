@@ -1,0 +1,270 @@
+"""Batched execution of the per-seed synthesis coroutines: operations, scheduler, engine, tally.
+
+Each hard seed is grown by its own generator function (a coroutine)
+that reads like the paper's sequential procedure but never calls a model itself: it *yields*
+an operation and receives its result::
+
+    completions = yield Generate(teacher, [request])        # teacher samples
+    grades      = yield Verify([(solution, answer, "math")])  # grading pool
+    cals        = yield Calibrate(policy, [group], n, ...)    # student rollouts (mbs.sampling)
+    results     = yield Gather([sub_coroutine, ...])          # run sub-steps side by side
+
+:func:`run_tasks` advances every seed (and every sub-step gathered inside a seed) until each
+is waiting on an operation, then executes all waiting operations of that round together: one
+``generate`` call per teacher with every request of the round, one :func:`mbs.sampling.calibrate`
+call per (policy, decision), one grading-pool ``map``. So teacher and student backends get
+whole batches across seeds and tree nodes, never one request at a time, while the per-seed
+logic stays a plain top-down reading of the method. Results depend only on each operation's
+inputs (the LLM cache is content-addressed and samples are seeded by index), so batching
+never changes what a seed produces.
+
+Bottom of the ``mbs.synth`` ladder: imports no other ``mbs.synth`` module.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, defaultdict, deque
+from collections.abc import Callable, Generator, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig
+
+from mbs.llm.base import ChatRequest, Completion
+from mbs.sampling import Group, Policy, RolloutWriter, calibrate
+from mbs.verify.pool import GradingPool
+
+log = logging.getLogger(__name__)
+
+
+Task = Generator[Any, Any, Any]
+
+
+# --------------------------------------------------------------------------------------
+# Operations a seed's coroutine yields
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Generate:
+    """Teacher samples: the result is one list of completions per request."""
+
+    teacher: Any  # mbs.synth.teacher.Teacher
+    requests: list[ChatRequest]
+
+
+@dataclass
+class Verify:
+    """Gradings ``(response, ground truth, verifier)``: the result is one Grade per item."""
+
+    items: list[tuple[str, str, str]]
+
+
+@dataclass
+class Calibrate:
+    """N rollouts of ``policy`` per group, summarised: the result is one Calibration per group.
+
+    Attributes:
+        policy: A live policy.
+        groups: Prompts to sample (their ids are the rollouts' problem ids).
+        n: Rollouts N per group.
+        decision: ``band`` or ``above_alpha`` (what early stopping keeps identical).
+        alpha: Threshold of ``above_alpha``.
+        early_stop: Allow sequential early stopping (``synth.early_stop`` must be on too).
+    """
+
+    policy: Policy
+    groups: list[Group]
+    n: int
+    decision: str = "band"
+    alpha: float = 0.5
+    early_stop: bool = True
+
+
+@dataclass
+class Gather:
+    """Run sub-coroutines side by side: the result is the list of their return values."""
+
+    tasks: list[Task]
+
+
+def one(op: Any) -> Task:
+    """A coroutine that yields one operation and returns its result (to :class:`Gather` operations)."""
+    return (yield op)
+
+
+# --------------------------------------------------------------------------------------
+# The scheduler
+# --------------------------------------------------------------------------------------
+
+
+class _Node:
+    __slots__ = ("gen", "parent", "pending", "results", "slot")
+
+    def __init__(self, gen: Task, parent: _Node | None, slot: int):
+        self.gen, self.parent, self.slot = gen, parent, slot
+        self.pending = 0
+        self.results: list[Any] = []
+
+
+def run_tasks(tasks: Sequence[Task], engine: Engine, on_done: Callable[[int, Any], None] | None = None) -> list[Any]:
+    """Run coroutines to completion, executing their operations in batched rounds.
+
+    Args:
+        tasks: One coroutine per seed.
+        engine: Executes a round of operations.
+        on_done: Called with ``(task index, return value)`` as soon as a task finishes
+            (writes that seed's records while the others go on).
+
+    Returns:
+        The tasks' return values, in order.
+
+    Raises:
+        TypeError: A coroutine yielded something that is not an operation.
+        Exception: Whatever a coroutine or the engine raised (finished seeds are written).
+    """
+    results: list[Any] = [None] * len(tasks)
+    ready: deque[tuple[_Node, Any]] = deque((_Node(t, None, i), None) for i, t in enumerate(tasks))
+    rounds = 0
+
+    def finish(node: _Node, value: Any) -> None:
+        if node.parent is None:
+            results[node.slot] = value
+            if on_done is not None:
+                on_done(node.slot, value)
+            return
+        parent = node.parent
+        parent.results[node.slot] = value
+        parent.pending -= 1
+        if parent.pending == 0:
+            ready.append((parent, parent.results))
+
+    while ready:
+        blocked: list[tuple[_Node, Any]] = []
+        while ready:
+            node, value = ready.popleft()
+            try:
+                op = node.gen.send(value)
+            except StopIteration as stop:
+                finish(node, stop.value)
+                continue
+            if isinstance(op, Gather):
+                if not op.tasks:
+                    ready.append((node, []))
+                    continue
+                node.pending, node.results = len(op.tasks), [None] * len(op.tasks)
+                ready.extend((_Node(t, node, j), None) for j, t in enumerate(op.tasks))
+            elif isinstance(op, (Generate, Verify, Calibrate)):
+                blocked.append((node, op))
+            else:
+                raise TypeError(f"a synthesis coroutine yielded {type(op).__name__}, not an operation")
+        if blocked:
+            rounds += 1
+            outs = engine.execute([op for _, op in blocked])
+            ready.extend((node, out) for (node, _), out in zip(blocked, outs))
+    engine.stats["rounds"] += rounds
+    return results
+
+
+class Engine:
+    """Executes one round of operations: batched per teacher, per policy and decision, and for grading.
+
+    Args:
+        cfg: The composed synthesize config (``paths``, ``synth``, ``seed``).
+        pool: The grading pool.
+        writer: Grades and stores student rollouts (its ``done`` holds rollouts already drawn).
+    """
+
+    def __init__(self, cfg: DictConfig, pool: GradingPool, writer: RolloutWriter):
+        # read once: every round uses the same sampling settings
+        self.early_stop = bool(cfg.synth.early_stop)
+        self.early_stop_batch = int(cfg.synth.early_stop_batch)
+        self.temperature = float(cfg.synth.temperature)
+        self.top_p = float(cfg.synth.top_p)
+        self.seed = int(cfg.seed)
+        self.cache_dir = cfg.paths.cache_dir
+        self.pool = pool
+        self.writer = writer
+        self.stats: Counter = Counter()
+
+    def execute(self, ops: Sequence[Any]) -> list[Any]:
+        """Results of ``ops``, in order (see the operation classes)."""
+        out: list[Any] = [None] * len(ops)
+        by_teacher: dict[str, list[int]] = defaultdict(list)
+        by_cal: dict[tuple, list[int]] = defaultdict(list)
+        verifies: list[int] = []
+        for i, op in enumerate(ops):
+            if isinstance(op, Generate):
+                by_teacher[op.teacher.name].append(i)
+            elif isinstance(op, Calibrate):
+                es = bool(op.early_stop and self.early_stop)
+                by_cal[(op.policy.name, op.n, op.decision, float(op.alpha), es)].append(i)
+            else:
+                verifies.append(i)
+        for name, idx in by_teacher.items():
+            teacher = ops[idx[0]].teacher
+            requests = [r for i in idx for r in ops[i].requests]
+            self.stats["teacher_requests"] += len(requests)
+            log.info("teacher %s: %d requests in one batch", name, len(requests))
+            comps = teacher.backend.generate(requests)
+            pos = 0
+            for i in idx:
+                k = len(ops[i].requests)
+                out[i], pos = comps[pos : pos + k], pos + k
+        if verifies:
+            items = [it for i in verifies for it in ops[i].items]
+            grades = self.pool.map(items) if items else []
+            pos = 0
+            for i in verifies:
+                k = len(ops[i].items)
+                out[i], pos = grades[pos : pos + k], pos + k
+        for (_, n, decision, alpha, es), idx in by_cal.items():
+            policy = ops[idx[0]].policy
+            groups: dict[tuple[str, int], Group] = {}
+            for i in idx:
+                for g in ops[i].groups:
+                    prev = groups.setdefault((g.id, g.budget), g)
+                    if prev.messages != g.messages:
+                        raise ValueError(f"two different prompts share the rollout group id {g.id!r}")
+            self.stats["calibrated_groups"] += len(groups)
+            cals = calibrate(
+                policy, list(groups.values()), n, self.writer, self.cache_dir,
+                decision=decision, alpha=alpha, early_stop=es, batch=self.early_stop_batch,
+                temperature=self.temperature, top_p=self.top_p,
+                seed=self.seed, stats=self.stats, desc=f"{policy.name} ({decision})",
+            )
+            for i in idx:
+                out[i] = [cals[(g.id, g.budget)] for g in ops[i].groups]
+        return out
+
+
+# --------------------------------------------------------------------------------------
+# Per-seed accounting
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Tally:
+    """Teacher work spent on one seed (cached samples count too: they were paid for once).
+
+    Attributes:
+        teacher_tokens: Completion tokens of every teacher sample the seed used.
+        teacher_samples: Teacher samples the seed used.
+    """
+
+    teacher_tokens: int = 0
+    teacher_samples: int = 0
+
+    def add(self, completions: Iterable[Iterable[Completion]]) -> None:
+        for comps in completions:
+            for c in comps:
+                self.teacher_tokens += c.completion_tokens
+                self.teacher_samples += 1
+
+
+def generate(teacher: Any, requests: list[ChatRequest], tally: Tally) -> Task:
+    """Yield a :class:`Generate`, add the samples to ``tally``, return the completions."""
+    comps = yield Generate(teacher, requests)
+    tally.add(comps)
+    return comps

@@ -1,0 +1,117 @@
+"""Inputs of a synthesis run: the hard seeds and calibrations of a ``mbs-calibrate`` run
+directory, and the live student set."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from mbs.data import in_shard
+from mbs.io import read_records, read_summary, shard_files
+from mbs.records import Calibration, Problem
+from mbs.sampling import Policy, policies_from_cfg
+
+log = logging.getLogger(__name__)
+
+
+def calibration_dir(cfg: DictConfig) -> Path:
+    """The calibration run directory named by ``calibration_dir``.
+
+    Raises:
+        ValueError: ``calibration_dir`` is not set.
+        FileNotFoundError: The folder does not exist or has no ``hard_seeds.*.jsonl``.
+    """
+    if not cfg.calibration_dir:
+        raise ValueError("calibration_dir is not set: pass calibration_dir=<a mbs-calibrate run directory>")
+    path = Path(str(cfg.calibration_dir)).expanduser()
+    if not path.is_dir():
+        raise FileNotFoundError(f"calibration_dir={path}: no such directory")
+    if not shard_files(path, "hard_seeds"):
+        raise FileNotFoundError(
+            f"calibration_dir={path}: no hard_seeds.*.jsonl (is it a finished mbs-calibrate run directory?)"
+        )
+    return path
+
+
+def load_seeds(cfg: DictConfig) -> list[Problem]:
+    """The hard seeds of ``calibration_dir`` in this shard, at most ``synth.seeds_limit``.
+
+    Raises:
+        ValueError, FileNotFoundError: See :func:`calibration_dir`.
+        mbs.records.RecordError: A malformed hard-seed record (names file and line).
+        ValueError: Two hard seeds share an id, or a seed has no ground truth.
+    """
+    path = calibration_dir(cfg)
+    seeds = read_records(path, "hard_seeds", Problem)
+    seen: set[str] = set()
+    for s in seeds:
+        if s.id in seen:
+            raise ValueError(f"{path}: hard seed id {s.id!r} occurs twice in hard_seeds.*.jsonl")
+        if s.ground_truth is None:
+            raise ValueError(f"{path}: hard seed {s.id!r} has no ground_truth (field ground_truth is null)")
+        seen.add(s.id)
+    seeds = [s for s in seeds if in_shard(s.id, int(cfg.shard.index), int(cfg.shard.count))]
+    if cfg.synth.seeds_limit is not None:
+        seeds = seeds[: int(cfg.synth.seeds_limit)]
+    return seeds
+
+
+def seed_provenance(cfg: DictConfig, target: Policy) -> dict[str, Any]:
+    """Which policy and budget made the seeds hard, against the target synthesis calibrates for.
+
+    Hard seeds are failed_all for the calibration run's target policy at its hard-seed budget;
+    synthesis qualifies problems for ``students.target`` at its own budget. When the two
+    differ (e.g. seeds from the recorded GPT-4 Turbo study, synthesis for the embedded
+    model), a warning says so and the summary records it.
+
+    Returns:
+        ``{"calibration_target", "calibration_budget", "same_target"}`` (``None`` values when
+        the calibration run has no summary).
+    """
+    path = calibration_dir(cfg)
+    try:
+        summary = read_summary(path)
+    except FileNotFoundError:
+        summary = {}
+    cal_target, cal_budget = summary.get("target_policy"), summary.get("hard_seed_budget")
+    same = cal_target == target.name and cal_budget == target.budget
+    if summary and not same:
+        log.warning(
+            "hard seeds of %s are failed_all for %s at L=%s; synthesis qualifies problems for %s at L=%s "
+            "(set students.target / budget.L to match, if that is not intended)",
+            path, cal_target, cal_budget, target.name, target.budget,
+        )
+    return {"calibration_target": cal_target, "calibration_budget": cal_budget, "same_target": same}
+
+
+def load_base_calibrations(cfg: DictConfig) -> dict[tuple[str, str, int | None], Calibration]:
+    """acc(S, p) measured by the calibration run: ``{(problem id, policy, budget): Calibration}``."""
+    path = calibration_dir(cfg)
+    if not shard_files(path, "calibrations"):
+        log.warning("%s has no calibrations.*.jsonl: acc(S, p) of the seeds will be measured", path)
+    return {c.key: c for c in read_records(path, "calibrations", Calibration)}
+
+
+def live_students(cfg: DictConfig) -> tuple[list[Policy], Policy]:
+    """The live students (weakest first) and the target policy.
+
+    Raises:
+        ValueError: No live student, or the target is not a live policy of ``students``.
+    """
+    policies = policies_from_cfg(cfg.students)
+    live = [p for p in policies if p.source == "live"]
+    skipped = [p.name for p in policies if p.source != "live"]
+    if skipped:
+        log.warning("students %s are recorded policies: they cannot be sampled, synthesis leaves them out", skipped)
+    if not live:
+        raise ValueError("students: synthesis needs at least one live student (recorded policies cannot be sampled)")
+    for p in live:
+        if p.budget is None:
+            raise ValueError(f"students: live policy {p.name!r} has no budget")
+    target = next((p for p in live if p.name == str(cfg.students.target)), None)
+    if target is None:
+        raise ValueError(f"students.target={cfg.students.target!r} is not a live policy: {[p.name for p in live]}")
+    return live, target

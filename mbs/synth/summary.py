@@ -1,0 +1,63 @@
+"""Counters and the summary keys every synthesis method reports."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from mbs.records import Problem, Rollout, TreeNode
+
+
+def histogram(values: Iterable[int]) -> dict[str, int]:
+    """``{value: how many}`` with string keys, in increasing value order."""
+    c = Counter(values)
+    return {str(k): c[k] for k in sorted(c)}
+
+
+def per_qualified(total: int, qualified: int) -> float | None:
+    """``total / qualified``, or ``None`` when nothing qualified."""
+    return round(total / qualified, 1) if qualified else None
+
+
+def base_summary(
+    method: str,
+    seeds: Sequence[Problem],
+    nodes: Sequence[TreeNode],
+    qualified: Sequence[Problem],
+    rollouts: Iterable[Rollout],
+    teacher_tokens: int,
+) -> dict[str, Any]:
+    """The summary keys every synthesis method reports (contract of ``summary.json``).
+
+    Args:
+        method: ``mbs`` or ``direct``.
+        seeds: The hard seeds of this run (after shard and limit).
+        nodes: Every tree node of the finished seeds.
+        qualified: The qualified problems.
+        rollouts: Every student rollout drawn by the run.
+        teacher_tokens: Teacher completion tokens spent over all seeds.
+
+    Returns:
+        ``hard_seeds``, ``seeds_qualified``, ``yield``, ``qualified_problems``,
+        ``qualified_per_seed`` (a list in seed order), ``qualified_per_seed_histogram``,
+        ``teacher_tokens``, ``student_tokens`` and both per qualified problem.
+    """
+    per_seed = Counter(p.metadata.get("seed_id") for p in qualified)
+    counts = [per_seed.get(s.id, 0) for s in seeds]
+    student_tokens = sum(r.completion_tokens for r in rollouts)
+    n_q = len(qualified)
+    seeds_q = sum(1 for c in counts if c > 0)
+    return {
+        "hard_seeds": len(seeds),
+        "seeds_finished": len({n.seed_id for n in nodes}),
+        "seeds_qualified": seeds_q,
+        "yield": seeds_q / len(seeds) if seeds else 0.0,
+        "qualified_problems": n_q,
+        "qualified_per_seed": counts,
+        "qualified_per_seed_histogram": histogram(counts),
+        "teacher_tokens": teacher_tokens,
+        "student_tokens": student_tokens,
+        "teacher_tokens_per_qualified": per_qualified(teacher_tokens, n_q),
+        "student_tokens_per_qualified": per_qualified(student_tokens, n_q),
+    }
