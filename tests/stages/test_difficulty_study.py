@@ -20,7 +20,7 @@ CAL = ["data=reasoning_gym", "data.size=3", "calibrate.n=2", "calibrate.budgets=
 
 def test_rg_calibration_seeds_and_export(make_cfg, tmp_path):
     from mbs.stages import calibrate, export
-    from mbs.synth.common import load_seeds
+    from mbs.synth.inputs import load_seeds
 
     close_all()
     cal = calibrate.run(make_cfg("calibrate", CAL + fake_backend_overrides(), out="cal"))
