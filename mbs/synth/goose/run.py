@@ -61,6 +61,7 @@ from mbs.synth.goose.build import (
     option_origins,
     parse_extract_reply,
     parse_mask_reply,
+    teacher_answered,
     render_question,
     validate,
 )
@@ -211,6 +212,7 @@ def build_with_teacher(
         for ri, comps in backend.generate_iter(reqs):
             p = todo[ri]
             try:
+                teacher_answered(comps[0])
                 clean = parse_extract_reply(comps[0].text)
                 if clean is None:
                     raise Rejected("no_passage", f"teacher found no passage in {p.id}")
@@ -239,6 +241,7 @@ def build_with_teacher(
         for ri, comps in backend.generate_iter(reqs):
             p = pending[ri]
             try:
+                teacher_answered(comps[0])
                 span, distractors = parse_mask_reply(comps[0].text)
                 start, end = locate_span(p, span)
                 cand = Candidate(p, start, end, [d.strip() for d in distractors], [f"teacher:{t.name}"] * len(distractors))
