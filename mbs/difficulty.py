@@ -13,8 +13,10 @@ turns it into the short sentences the report and the pipeline print.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter, defaultdict
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from mbs.calibration import budget_key, budget_sort_key, trap_summary
 from mbs.records import BANDS, Calibration, Problem
@@ -91,7 +93,7 @@ def _moves(cals: Sequence[Calibration]) -> dict[str, dict[str, dict[str, int]]]:
     out: dict[str, dict[str, dict[str, int]]] = {}
     for policy, per in sorted(grid.items()):
         keys = sorted(per, key=budget_sort_key)
-        for x, y in zip(keys, keys[1:]):
+        for x, y in itertools.pairwise(keys):
             common = sorted(set(per[x]) & set(per[y]))
             moved = Counter(f"{per[x][pid]}->{per[y][pid]}" for pid in common)
             out.setdefault(policy, {})[f"{x}|{y}"] = dict(sorted(moved.items()))

@@ -5,8 +5,9 @@ share against L per difficulty (input: ``summary.json``'s ``by_difficulty``, wri
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from mbs.calibration import budget_sort_key
 from mbs.figures import BAND_COLORS, BAND_LABELS, figure, save

@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import json
 import re
-from functools import lru_cache
-from typing import Any, Callable
+from collections.abc import Callable
+from functools import cache
+from typing import Any
 
 from mbs.verify import Grade, register
 from mbs.verify.math import boxes
@@ -62,7 +63,7 @@ def parse_gold(ground_truth: str) -> dict[str, Any]:
     return gold
 
 
-@lru_cache(maxsize=None)
+@cache
 def _scorer(task: str) -> Callable[[str | None, dict[str, Any]], float]:
     """``score_answer`` of generator ``task`` (built once per process with default parameters:
     the scorers read the entry, not the generator's config)."""

@@ -32,7 +32,7 @@ def test_problems_ids_levels_and_gold():
     assert gold["task"] == "chain_sum" and gold["answer"] == first.metadata["answer"]
     # the answer is right: evaluate the generator's expression
     expr = gold["metadata"]["expression"]
-    assert str(eval(expr)) == gold["answer"]  # noqa: S307 - digits, + and - only
+    assert str(eval(expr)) == gold["answer"]
     assert first.prompt.endswith(f"{expr} =")
     # the level's parameters hold: 1digit is a + b with one-digit operands
     terms = expr.replace("-", "+").split("+")
@@ -86,7 +86,7 @@ def test_bad_generator_exits_2_at_config_time(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-c", "from mbs.cli import calibrate; calibrate()", "data=reasoning_gym", "data.tasks=[chain_sums]",
          f"hydra.run.dir={tmp_path / 'run'}", f"paths.cache_dir={tmp_path / 'cache'}"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=300, check=False,
     )
     log = proc.stdout + proc.stderr  # Hydra logs to stdout
     assert proc.returncode == 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pyarrow.parquet as pq
+from support.fakes import fake_backend_overrides
 
 from mbs.io import read_records, read_summary
 from mbs.llm import close_all
@@ -13,7 +14,6 @@ from mbs.records import Calibration
 from mbs.rewards import compute_score
 from mbs.sampling import verifier_for
 from mbs.verify import grade
-from support.fakes import fake_backend_overrides
 
 CAL = ["data=reasoning_gym", "data.size=3", "calibrate.n=2", "calibrate.budgets=[16,32]", "verifier.workers=1"]
 
