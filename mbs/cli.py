@@ -30,18 +30,32 @@ CONF = config_dir()
 
 
 def _run(module: str, cfg: DictConfig) -> None:
-    """Call ``module.run(cfg)``; bad input (:class:`mbs.data.DataError`, whose message names
-    the file, record and field) ends the command with that message and exit status 2,
-    without a Python traceback."""
+    """Call ``module.run(cfg)``; an error the user must act on ends the command with its message
+    and exit status 2, without a Python traceback: bad input (:class:`mbs.data.DataError`, naming
+    file, record and field; :class:`mbs.records.RecordError` likewise), a bad config value (:class:`mbs.validate.ConfigError`, naming key
+    and valid range), a run directory in use or drawn under another config
+    (:class:`mbs.io.RunDirError`) and a backend that failed after its retries
+    (:class:`mbs.llm.base.BackendError`, naming the redacted URL and the model)."""
     import importlib
     import logging
 
     from mbs.data import DataError
+    from mbs.io import RunDirError
+    from mbs.llm.base import BackendError
+    from mbs.records import RecordError
+    from mbs.redact import install_log_redaction
+    from mbs.validate import ConfigError
 
+    install_log_redaction()
+    kinds = (
+        (DataError, "bad input"), (RecordError, "bad record"), (ConfigError, "bad config"),
+        (RunDirError, "run directory"), (BackendError, "backend failed"),
+    )
     try:
         importlib.import_module(module).run(cfg)
-    except DataError as err:
-        logging.getLogger(module).error("bad input: %s", err)
+    except (DataError, RecordError, ConfigError, RunDirError, BackendError) as err:
+        what = next(label for kind, label in kinds if isinstance(err, kind))
+        logging.getLogger(module).error("%s: %s", what, err)
         raise SystemExit(2) from None
 
 

@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 from mbs.calibration import budget_sort_key
 from mbs.figures import BY_STAGE, stage_key
+from mbs.figures.mbs_vs_direct import compare_methods
 from mbs.io import read_summary, write_text_atomic
 from mbs.records import BANDS
 
@@ -87,10 +88,24 @@ def render(run_dir: str | Path, out_dir: str | Path, formats: Sequence[str] = ("
         result["figures"] += drawn.get("written", [])
         pngs = [f for f in drawn.get("written", []) if f.endswith(".png")]
         sections.append((step, summary, pngs, [t["md"] for _, t in sorted(tables.items()) if "md" in t], drawn.get("html", "")))
+    _add_mbs_vs_direct(run_dir, out_dir, formats, width, result, sections)
     report = out_dir / "report.html"
     write_text_atomic(report, _report_html(run_dir, sections))
     result["report"] = str(report)
     return result
+
+
+def _add_mbs_vs_direct(run_dir: Path, out_dir: Path, formats: Sequence[str], width: str, result: dict[str, Any], sections: list) -> None:
+    """The MBS-versus-direct comparison of a pipeline's synthesis steps (:mod:`mbs.figures.mbs_vs_direct`):
+    ``tables/mbs_vs_direct.{md,tex}``, ``figures/mbs_vs_direct/`` and a report section."""
+    cmp = compare_methods([folder for _, folder in _steps(run_dir)], out_dir / "figures" / "mbs_vs_direct", formats, width)
+    if cmp is None:
+        return
+    for ext, text in sorted(cmp["tables"]["mbs_vs_direct"].items()):
+        result["tables"].append(str(write_text_atomic(out_dir / "tables" / f"mbs_vs_direct.{ext}", text)))
+    result["figures"] += cmp["written"]
+    pngs = [f for f in cmp["written"] if f.endswith(".png")]
+    sections.append(("MBS versus direct prompting", {"methods": len(cmp["rows"])}, pngs, [cmp["tables"]["mbs_vs_direct"]["md"]], cmp["html"]))
 
 
 def _report_html(run_dir: Path, sections: list[tuple[str, dict[str, Any], list[str], list[str], str]]) -> str:

@@ -33,6 +33,7 @@ from mbs.io import RunDir, write_text_atomic
 from mbs.llm import build_backend
 from mbs.records import Rollout
 from mbs.sampling import Group, Policy, RolloutWriter, draw
+from mbs.validate import validate_config
 from mbs.verify.pool import GradingPool
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,7 @@ def run(cfg: DictConfig) -> Path:
         mbs.data.DataError: A benchmark cannot be loaded.
         mbs.llm.BackendError: A backend failed after its retries (finished rollouts are kept).
     """
+    validate_config(cfg)
     logging.getLogger("mbs").setLevel(cfg.log_level)
     ecfg = cfg.eval
     budgets, k, ks = check_settings(cfg)

@@ -39,11 +39,13 @@ from mbs.data import stable_hash
 from mbs.export.decontam import NgramIndex, contaminated
 from mbs.export.dedup import exact_duplicates, near_duplicates
 from mbs.export.mix import is_val, quotas, take
+from mbs.export.prompt_length import PromptCounter, length_report
 from mbs.export.sources import Source, data_source, sources_from_run
 from mbs.export.verl_schema import check_verl_rows, verl_row, write_parquet
 from mbs.io import RunDir, write_text_atomic
 from mbs.records import Problem
 from mbs.sampling import messages_for, verifier_for
+from mbs.validate import validate_config
 
 log = logging.getLogger(__name__)
 
@@ -196,6 +198,7 @@ def run(cfg: DictConfig) -> Path:
         mbs.export.sources.SourceError: A run directory cannot be exported.
         mbs.data.DataError: A benchmark or data source cannot be loaded.
     """
+    validate_config(cfg)
     logging.getLogger("mbs").setLevel(cfg.log_level)
     ecfg = cfg.export
     out = RunDir(cfg.out_dir, STAGE)
@@ -244,6 +247,7 @@ def run(cfg: DictConfig) -> Path:
         if n == 0:
             log.warning("%s.parquet is empty (%d row(s) in all): verl needs rows in both files", split, len(final))
     write_text_atomic(out.path / "removed.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in removed))
+    lengths = _prompt_lengths(ecfg, files)
 
     reasons = Counter(r["reason"] for r in removed)
     per_source = {}
@@ -273,8 +277,23 @@ def run(cfg: DictConfig) -> Path:
         "val_fraction": float(ecfg.split.val_fraction),
         "templates": OmegaConf.to_container(ecfg.templates),
         "files": {"train": "train.parquet", "val": "val.parquet", "removed": "removed.jsonl"},
+        "prompt_length": lengths,
     }
     out.write_summary(summary)
     out.write_manifest({"sources": len(sources), "train": checked["train"], "val": checked["val"], "removed": len(removed)})
     log.info("exported %d train / %d val rows to %s (%d removed)", checked["train"], checked["val"], out.path, len(removed))
     return out.path
+
+
+def _prompt_lengths(ecfg: DictConfig, files: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Prompt tokens of the written rows against ``export.prompt_length.limit`` (warns when over)."""
+    pl = ecfg.prompt_length
+    rows = ((r["extra_info"]["id"], split, r["prompt"]) for split, rs in files.items() for r in rs)
+    report = length_report(rows, PromptCounter(pl.tokenizer), None if pl.limit is None else int(pl.limit))
+    if report["over_limit"]["all"]:
+        log.warning(
+            "%d exported row(s) have prompts over export.prompt_length.limit=%s tokens (%s; longest %d): verl's "
+            "filter_overlong_prompts drops them unless mbs-train's max_prompt_length covers them (summary.json prompt_length)",
+            report["over_limit"]["all"], pl.limit, report["method"], report["max_tokens"]["all"],
+        )
+    return report

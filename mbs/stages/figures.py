@@ -18,6 +18,7 @@ from mbs.data import DataError
 from mbs.figures.compare import compare_runs
 from mbs.figures.report import render
 from mbs.io import RunDir, write_text_atomic
+from mbs.validate import validate_config
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ def run(cfg: DictConfig) -> Path:
         ValueError: No run directory given.
         DataError: None of the run directories given can be read (each is named).
     """
+    validate_config(cfg)
     requested = ([cfg.run_dir] if cfg.run_dir else []) + list(cfg.figures.run_dirs)
     if not requested:
         raise ValueError("mbs-figures needs run_dir=RUN (or figures.run_dirs=[RUN1,RUN2])")

@@ -41,6 +41,7 @@ from mbs.calibration_run import CalibrationSettings, finalize
 from mbs.data import load_problems
 from mbs.io import MANIFEST, RunDir, Shard, read_json, read_records, write_json_atomic
 from mbs.records import Rollout
+from mbs.validate import validate_config
 
 log = logging.getLogger(__name__)
 
@@ -413,6 +414,7 @@ def run(cfg: DictConfig) -> Path:
     Raises:
         MergeError: See :func:`merge`; also when ``merge.inputs`` is empty.
     """
+    validate_config(cfg)
     logging.getLogger("mbs").setLevel(cfg.log_level)
     inputs = list(cfg.merge.inputs or [])
     if not inputs:

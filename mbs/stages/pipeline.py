@@ -7,8 +7,10 @@ Each step is the plain ``run(cfg)`` of its stage, pointed at a sub-folder of the
 run directory: ``calibrate_recorded/`` (CHAMP's four recorded models on every auto-verifiable
 problem), ``calibrate_live/`` (the configured student set on ``pipeline.live.limit``
 problems), ``calibrate_difficulty/`` (the student set on Reasoning Gym problems at several
-difficulty levels and budgets, ``pipeline.difficulty``), ``synthesize_<method>/`` (each of ``pipeline.synthesize.methods`` on the live
-step's hard seeds), ``export/`` (verl parquet), ``figures/``, ``tables/`` and ``report.html``.
+difficulty levels and budgets, ``pipeline.difficulty``), ``synthesize_<method>/`` (each of
+``pipeline.synthesize.methods`` on the live step's hard seeds), ``synthesize_direct_cost_matched/``
+(the direct baseline given MBS's teacher tokens per seed), ``export/`` (verl parquet),
+``figures/``, ``tables/`` and ``report.html`` (with the MBS-versus-direct table).
 Rerunning with the same ``hydra.run.dir`` resumes every step.
 """
 
@@ -27,10 +29,13 @@ from omegaconf.errors import ConfigKeyError
 from mbs.figures.report import render
 from mbs.io import RunDir, read_summary
 from mbs.stages import calibrate, export, synthesize
+from mbs.validate import validate_config
 
 log = logging.getLogger(__name__)
 
 STAGE = "pipeline"
+#: Step of the cost-matched direct baseline (compared in the report, not exported).
+COST_MATCHED = "synthesize_direct_cost_matched"
 
 
 def sub_config(cfg: DictConfig, out_dir: Path, **overrides: Any) -> DictConfig:
@@ -92,6 +97,7 @@ def run(cfg: DictConfig) -> Path:
     Returns:
         The pipeline's run directory.
     """
+    validate_config(cfg)
     logging.getLogger("mbs").setLevel(cfg.log_level)
     out = RunDir(cfg.out_dir, STAGE)
     out.write_config(cfg)
@@ -150,9 +156,18 @@ def run(cfg: DictConfig) -> Path:
         apply_overrides(sub, pcfg.synthesize.overrides.get(method) or [])
         steps[f"synthesize_{method}"] = str(synthesize.run(sub))
         out.timings[f"synthesize_{method}"] = time.perf_counter() - t
+    if pcfg.synthesize.cost_matched.enabled and "synthesize_mbs" in steps:
+        # the direct baseline given the teacher tokens MBS spent per seed (a comparison, not exported)
+        t = time.perf_counter()
+        sub = sub_config(cfg, out.path / COST_MATCHED, method="direct", calibration_dir=steps["calibrate_live"])
+        apply_overrides(sub, [*(pcfg.synthesize.overrides.get("direct") or []), *pcfg.synthesize.cost_matched.overrides])
+        OmegaConf.update(sub, "direct.cost_match_run", steps["synthesize_mbs"], merge=False)
+        steps[COST_MATCHED] = str(synthesize.run(sub))
+        out.timings[COST_MATCHED] = time.perf_counter() - t
     if pcfg.export.enabled and steps:
         t = time.perf_counter()
-        steps["export"] = str(export_runs(cfg, dict(steps), out.path / "export"))
+        exported = {k: v for k, v in steps.items() if k != COST_MATCHED}
+        steps["export"] = str(export_runs(cfg, exported, out.path / "export"))
         out.timings["export"] = time.perf_counter() - t
     summary: dict[str, Any] = {"steps": {name: str(Path(p).relative_to(out.path)) for name, p in steps.items()}}
     for name, path in steps.items():

@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 
 from mbs.figures import BY_STAGE
 from mbs.io import RunDir
+from mbs.validate import validate_config
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,7 @@ def run(cfg: DictConfig) -> Path:
     Returns:
         The run directory.
     """
+    validate_config(cfg)
     logging.getLogger("mbs").setLevel(cfg.log_level)
     fn = method_fn(cfg.method)
     out = RunDir(cfg.out_dir, STAGE, cfg.shard.index, cfg.shard.count)

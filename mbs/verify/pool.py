@@ -9,12 +9,13 @@ worker processes, with two limits enforced from outside the grading code:
   before each grading: the kernel ends the worker (``SIGPROF``, default action) even
   inside one long C call. CPU time does not depend on how loaded the machine is, so the
   same answer gets the same verdict in a quiet single run and in a busy SLURM array;
-* a hard wall-clock limit of ``wall_timeout_s`` (default ``4 x timeout_s``), enforced by
+* a hard wall-clock limit of ``wall_timeout_s`` (default ``8 x timeout_s``), enforced by
   the parent, for a grading that blocks without using CPU (and on systems without
   ``ITIMER_PROF``, where it is the only limit).
 
-Either way the worker is replaced and the grading resolves to
-``Grade(None, None, "timeout after 5.0s")``. The caller is never killed or stalled; a
+Either way the worker is replaced and the grading resolves to an ungraded Grade that says
+which limit fired: ``Grade(None, None, "timeout after 5.0s")`` (the CPU-time limit) or
+``Grade(None, None, "wall-clock timeout after 40.0s")``. The caller is never killed or stalled; a
 hung grading costs about ``timeout_s`` of one worker on an idle machine.
 
 Workers are forked from a ``forkserver`` that has already imported sympy and
@@ -129,6 +130,10 @@ def _grade_chunk(chunk_id: int, items: list[Item], budget_s: float) -> list[Grad
     return out
 
 
+#: Default wall-clock limit per grading, as a multiple of the CPU-time limit.
+WALL_FACTOR = 8
+
+
 def _cpu_exhausted(exc: BaseException) -> bool:
     """Whether a worker was ended by its CPU-time limit (``SIGPROF``)."""
     return CPU_LIMIT and isinstance(exc, ProcessExpired) and exc.exitcode == -signal.SIGPROF
@@ -168,7 +173,8 @@ class GradingPool:
         timeout_s: CPU-time limit per grading, in seconds (the wall-clock limit where
             CPU time cannot be limited).
         wall_timeout_s: Hard wall-clock limit per grading, in seconds; ``None`` means
-            ``4 x timeout_s`` (room for a loaded machine), or ``timeout_s`` without a
+            ``8 x timeout_s`` (room for a heavily loaded machine: it is a backstop for gradings
+            that block without using CPU, not the grading limit), or ``timeout_s`` without a
             CPU limit.
 
     Raises:
@@ -184,7 +190,7 @@ class GradingPool:
             raise ValueError(f"wall_timeout_s ({wall_timeout_s}) must be >= timeout_s ({timeout_s})")
         self.workers = workers
         self.timeout_s = float(timeout_s)
-        default_wall = 4 * self.timeout_s if CPU_LIMIT else self.timeout_s
+        default_wall = WALL_FACTOR * self.timeout_s if CPU_LIMIT else self.timeout_s
         self.wall_timeout_s = float(wall_timeout_s) if wall_timeout_s is not None else default_wall
         self.budget_s = min(0.05, self.timeout_s / 20)
         self._closed = False
@@ -342,6 +348,8 @@ class GradingPool:
             future.set_exception(GradingPoolError(f"grading pool failed: {type(exc).__name__}: {exc}"[:300]))
 
     def _failure(self, exc: BaseException) -> Grade:
+        if isinstance(exc, TimeoutError) and CPU_LIMIT:  # the parent's backstop, not the CPU limit
+            return Grade(None, None, f"wall-clock timeout after {self.wall_timeout_s}s")
         if isinstance(exc, TimeoutError) or _cpu_exhausted(exc):
             return Grade(None, None, f"timeout after {self.timeout_s}s")
         if isinstance(exc, ProcessExpired):

@@ -78,8 +78,8 @@ def test_map_mixes_hangs_with_normal_items(pool, n):
     elapsed = time.monotonic() - start
     assert len(grades) == n
     for i, (item, g) in enumerate(zip(items, grades)):
-        if i in hang_at:
-            assert g == Grade(None, None, f"timeout after {TIMEOUT_S}s")
+        if i in hang_at:  # the CPU limit; on a heavily loaded machine the wall-clock backstop may come first
+            assert g in (Grade(None, None, f"timeout after {TIMEOUT_S}s"), Grade(None, None, f"wall-clock timeout after {pool.wall_timeout_s}s"))
         else:
             assert g.score == _expected(item), (i, item, g)
     # Three hangs on two workers: two rounds of one timeout each, not a stall.
@@ -177,11 +177,11 @@ def test_wall_clock_backstop_ends_a_grading_that_never_uses_cpu():
     with GradingPool(workers=1, timeout_s=0.5, wall_timeout_s=1.0) as p:
         start = time.monotonic()
         g = p.submit("30", "1", "tests.support.graders:sleeping").result()
-        assert g == Grade(None, None, "timeout after 0.5s")
+        assert g == Grade(None, None, "wall-clock timeout after 1.0s")  # says which limit fired
         assert 1.0 <= time.monotonic() - start < 1.0 + SLACK_S
 
 
-def test_wall_limit_defaults_to_four_times_the_cpu_limit():
-    assert GradingPool(workers=0, timeout_s=2.0).wall_timeout_s == 8.0
+def test_wall_limit_defaults_to_eight_times_the_cpu_limit():
+    assert GradingPool(workers=0, timeout_s=2.0).wall_timeout_s == 16.0
     with pytest.raises(ValueError, match="wall_timeout_s"):
         GradingPool(workers=0, timeout_s=2.0, wall_timeout_s=1.0)
