@@ -35,7 +35,7 @@ from typing import Any
 from mbs.verify import Grade, register
 from mbs.verify.math import boxes
 
-__all__ = ["extract_rg_answer", "grade_reasoning_gym", "parse_gold"]
+__all__ = ["answer_response", "extract_rg_answer", "grade_reasoning_gym", "parse_gold"]
 
 _THINK_END = "</think>"
 _ANSWER_TAG = re.compile(r"<answer>\s?(.*?)\s?</answer>", re.DOTALL)
@@ -130,3 +130,13 @@ def grade_reasoning_gym(response: str, ground_truth: str) -> Grade:
     entry = {"answer": oracle, "metadata": gold.get("metadata") or {}}
     raw = float(score_answer(answer, entry))
     return Grade(1.0 if raw >= 1.0 else 0.0, answer, f"{how}: score_answer {raw:.3g}")
+
+
+def answer_response(ground_truth: str) -> str:
+    """A response stating the oracle answer of a ground truth the way this verifier reads it
+    (``<answer>...</answer>``); the gold self-check of :mod:`mbs.verify.gold` uses it. A ground
+    truth that is not an entry is returned as it is (the self-check then flags it)."""
+    try:
+        return f"<answer>{parse_gold(ground_truth)['answer']}</answer>"
+    except GoldError:
+        return ground_truth

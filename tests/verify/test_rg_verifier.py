@@ -79,3 +79,14 @@ def test_pool_and_compute_score_grade_like_calibration():
         out = compute_score(p.data_source, t, p.ground_truth, {"verifier": "reasoning_gym"})
         assert out["score"] == 1.0 and out["pred"] == p.metadata["answer"]
         assert compute_score(p.data_source, w, p.ground_truth)["score"] == 0.0
+
+
+def test_gold_self_check_accepts_rg_entries():
+    """Issue 18's gold self-check (a hard seed needs a gold its verifier accepts) reads RG entries."""
+    from mbs.verify.gold import ungradable_golds
+
+    cfg = OmegaConf.merge(OmegaConf.load(f"{config_dir()}/data/reasoning_gym.yaml"), {"size": 3})
+    problems, _ = load_problems(cfg)
+    assert ungradable_golds(problems, None) == {}
+    bad = problems[0].__class__(id="x", data_source="mbs/reasoning_gym/chain_sum", prompt="1 + 1 =", ground_truth="2", answer_type="reasoning_gym")
+    assert "not gradable" in ungradable_golds([bad], None)["x"]
