@@ -133,7 +133,9 @@ RULES: tuple[tuple[str, Check], ...] = (
     ("budget.list", ListOf(BUDGET)),
     ("thresholds.alpha_leaf", SHARE),
     ("thresholds.alpha_parent", SHARE),
-    *((f"thresholds.{k}", COUNT) for k in ("K", "D", "N_d", "N_t", "N_l", "N_c", "N", "N_goose")),
+    *((f"thresholds.{k}", COUNT) for k in ("K", "D", "N_t", "N_l", "N_c", "N", "N_goose")),
+    # N_d counts retries after the first decomposition try (paper: "up to N_d = 3 retries"): 0 is one try
+    ("thresholds.N_d", NONNEG),
     # calibration
     ("calibrate.n", COUNT),
     ("calibrate.budgets", ListOf(BUDGET)),
