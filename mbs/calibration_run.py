@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 
 from mbs.calibration import calibrate_group, settled, trap_summary
 from mbs.data.champ import gold_report
+from mbs.difficulty import difficulty_fields
 from mbs.errors import ConfigError
 from mbs.figures.calibration import calibration_figures
 from mbs.io import RunDir
@@ -226,6 +227,7 @@ def finalize(
             "backends": backends,
         }
     )
+    summary.update(difficulty_fields(calibrations, problems))  # band shares per (difficulty level, L)
     full = [c for c in calibrations if c.n == c.n_target]
     if full and not settings.early_stop:
         summary["early_stop_simulation"] = early_stop_simulation(

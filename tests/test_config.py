@@ -56,7 +56,7 @@ def test_every_group_option_composes(make_cfg, group, option):
     overrides = [f"{group}={option}"]
     if group == "backend":
         overrides += {"openai": ["backend.base_url=http://127.0.0.1:1/v1"], "vllm": ["backend.model=/models/x"]}.get(option, [])
-    if group == "data" and option != "champ":
+    if group == "data" and option not in ("champ", "reasoning_gym"):
         overrides += ["data.path=/tmp/x"]
     cfg = make_cfg(_primary_using(group), overrides)
     resolved = OmegaConf.to_container(cfg, resolve=True)

@@ -1,6 +1,8 @@
 """Problem loaders, chosen by ``data.loader`` through the :data:`LOADERS` registry.
 
 * ``champ``: CHAMP from the installed ``champ-dataset`` package (:mod:`mbs.data.champ`).
+* ``reasoning_gym``: procedural problems of controllable difficulty from Reasoning Gym
+  generators (:mod:`mbs.data.reasoning_gym`).
 * ``jsonl`` / ``parquet`` / ``hf_disk``: any file or local Hugging Face dataset folder, with a
   configurable field mapping (``data.fields``).
 
@@ -380,3 +382,7 @@ def _load_parquet(data_cfg: Any, report: LoadReport) -> list[Problem]:
 def _load_hf_disk(data_cfg: Any, report: LoadReport) -> list[Problem]:
     path = _file(data_cfg)
     return problems_from_records(records_hf_disk(path, data_cfg.get("split")), data_cfg, report, str(path))
+
+
+# Loaders in their own modules register themselves on import (they need the names above).
+from mbs.data import reasoning_gym as _reasoning_gym  # noqa: E402,F401  (registers "reasoning_gym")

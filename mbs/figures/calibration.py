@@ -116,15 +116,20 @@ def calibration_figures(run_dir: str | Path, out_dir: str | Path, formats: Seque
 
     Returns:
         ``{"written": [paths], "skipped": {figure: reason}}``; a figure whose input is missing
-        is skipped with the reason named, never crashes the caller.
+        is skipped with the reason named, never crashes the caller. A run whose problems carry
+        difficulty levels also gets :data:`mbs.figures.difficulty.DIFFICULTY_FIGURES` and the
+        ``tables`` / ``html`` of :func:`mbs.figures.difficulty.difficulty_report`.
     """
     summary = read_summary(run_dir)
     written: list[str] = []
     skipped: dict[str, str] = {}
-    for fn in CALIBRATION_FIGURES:
+    from mbs.figures.difficulty import DIFFICULTY_FIGURES, difficulty_report
+
+    by_difficulty = bool(summary.get("by_difficulty"))  # grouped by difficulty level too
+    for fn in CALIBRATION_FIGURES + (DIFFICULTY_FIGURES if by_difficulty else ()):
         try:
             written += [str(p) for p in fn(summary, Path(out_dir), formats, width)]
         except (ValueError, KeyError) as err:
             skipped[fn.__name__] = str(err)
             log.info("figure %s skipped: %s", fn.__name__, err)
-    return {"written": written, "skipped": skipped}
+    return {"written": written, "skipped": skipped, **(difficulty_report(summary) if by_difficulty else {})}

@@ -9,7 +9,8 @@ chain, verl#151)::
     # Grade(score=1.0, extracted='\\frac{9}{7}', reason='boxed: structurally equal')
 
 Built-in verifiers: ``math`` (:mod:`mbs.verify.math`, math-verify with careful answer
-extraction) and ``mcq`` (:mod:`mbs.verify.mcq`, option letters). ``"auto"`` picks one from
+extraction), ``mcq`` (:mod:`mbs.verify.mcq`, option letters) and ``reasoning_gym``
+(:mod:`mbs.verify.reasoning_gym`, a Reasoning Gym generator's own ``score_answer``). ``"auto"`` picks one from
 the ground truth (:func:`detect_verifier`). Any importable function can be used through
 an import path ``"pkg.module:function"``.
 
@@ -196,3 +197,4 @@ def grade(response: str, ground_truth: str, verifier: str = "math") -> Grade:
 # Built-in verifiers register themselves on import; they need Grade and register above.
 from mbs.verify import math as _math  # noqa: F401  (registers "math")
 from mbs.verify import mcq as _mcq  # noqa: F401  (registers "mcq")
+from mbs.verify import reasoning_gym as _reasoning_gym  # noqa: F401,E402  (registers "reasoning_gym")

@@ -34,6 +34,10 @@ def self_check_response(ground_truth: str, verifier: str) -> str:
     >>> self_check_response("C", "mcq")
     'The answer is (C).'
     """
+    if verifier == "reasoning_gym":  # its gold is an entry (JSON); the answer is inside it
+        from mbs.verify.reasoning_gym import answer_response
+
+        return answer_response(ground_truth)
     return _RESPONSE.get(verifier, "\\boxed{{{gold}}}").format(gold=ground_truth)
 
 

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 __all__ = ["PRELOAD", "GradingPool", "GradingPoolError"]
 
 #: Modules the forkserver imports once, so each (re)started worker inherits them.
-PRELOAD = ["mbs.verify", "mbs.verify.math", "mbs.verify.mcq", "math_verify", "mbs.verify.warmup"]
+PRELOAD = ["mbs.verify", "mbs.verify.math", "mbs.verify.mcq", "mbs.verify.reasoning_gym", "math_verify", "mbs.verify.warmup"]
 
 #: Largest number of gradings sent to a worker as one task by :meth:`GradingPool.map`.
 MAX_CHUNK = 32

@@ -19,6 +19,9 @@ def test_pipeline_small(make_cfg, toy_jsonl, capsys):
             "pipeline.live.limit=4",
             "pipeline.live.n=6",
             "pipeline.live.budgets=[64]",
+            "pipeline.difficulty.data.size=2",
+            "pipeline.difficulty.n=2",
+            "pipeline.difficulty.budgets=[16,32]",
             "data=jsonl",
             f"data.path={toy_jsonl}",
             "data.origin=toy",
@@ -31,8 +34,13 @@ def test_pipeline_small(make_cfg, toy_jsonl, capsys):
     out = run(cfg)
     close_all()
     s = read_summary(out)
-    assert set(s["steps"]) == {"calibrate_recorded", "calibrate_live", "synthesize_mbs", "synthesize_direct", "synthesize_goose",
-                               "synthesize_direct_cost_matched", "export"}
+    assert set(s["steps"]) == {"calibrate_recorded", "calibrate_live", "calibrate_difficulty", "synthesize_mbs", "synthesize_direct",
+                               "synthesize_goose", "synthesize_direct_cost_matched", "export"}
+    # the difficulty study: Reasoning Gym problems at two of chain_sum's levels, grouped by level
+    diff = read_summary(out / "calibrate_difficulty")
+    assert diff["by_difficulty"]["levels"] == ["chain_sum/1digit", "chain_sum/2digit"]
+    assert diff["by_difficulty"]["bands"]["chain_sum/2digit"]["fake"]["32"]["failed_all"] == 1.0
+    assert s["calibrate_difficulty"]["difficulty_moves"] == diff["difficulty_moves"]
     goose = read_summary(out / "synthesize_goose")
     assert goose["items_built"] == 2 and goose["method"] == "goose"
     # the live step's one hard seed (HARD) went through both synthesis methods
@@ -57,18 +65,20 @@ def test_pipeline_small(make_cfg, toy_jsonl, capsys):
     table = (out / "tables" / "mbs_vs_direct.md").read_text().splitlines()
     assert [r.split("|")[1].strip() for r in table[2:]] == ["MBS", "MBS root-only", "direct", "direct, cost-matched"]
     assert "MBS versus direct prompting" in report and "teacher tokens per qualified" in report
-    assert read_manifest(out)["counts"]["steps"] == 7
+    assert read_manifest(out)["counts"]["steps"] == 8
+    assert "What moved where" in report and (out / "tables" / "calibrate_difficulty_bands_by_difficulty.md").exists()
     captured = capsys.readouterr()
     printed = captured.out
     assert f"outputs in {out}" in printed and "train.parquet" in printed
+    assert "what moved where (difficulty x budget):" in printed and "fake, L=32: failed_all" in printed
     # the time of each step: printed at the end, in the summary (steps before the figures) and the manifest
     steps = [
-        "calibrate_recorded", "calibrate_live", "synthesize_mbs", "synthesize_direct", "synthesize_goose",
-        "synthesize_direct_cost_matched", "export",
+        "calibrate_recorded", "calibrate_live", "calibrate_difficulty", "synthesize_mbs", "synthesize_direct",
+        "synthesize_goose", "synthesize_direct_cost_matched", "export",
     ]
     assert list(s["step_seconds"]) == sorted(steps) and all(v >= 0 for v in s["step_seconds"].values())
     assert set(read_manifest(out)["timings_s"]) == {*steps, "figures"}
     table = printed[printed.index("time per step:"):].splitlines()
-    assert [line.split()[0] for line in table[1:]] == [*steps, "figures", "total"]
-    # the step bar (on stderr, like every tqdm bar) counted all 8 steps
-    assert "mbs-pipeline: 8/8 steps" in captured.err
+    assert [line.split()[0] for line in table[1:len(steps) + 3]] == [*steps, "figures", "total"]
+    # the step bar (on stderr, like every tqdm bar) counted all 9 steps
+    assert "mbs-pipeline: 9/9 steps" in captured.err

@@ -21,7 +21,7 @@ def shouting_verifier(response: str, ground_truth: str) -> Grade:
 
 # --- registry ---------------------------------------------------------------------------
 def test_builtin_verifiers_registered():
-    assert available() == ["math", "mcq"]
+    assert available() == ["math", "mcq", "reasoning_gym"]
     assert get_verifier("math") is grade_math
     assert get_verifier("mcq") is grade_mcq
 
@@ -31,7 +31,7 @@ def test_unknown_name_lists_valid_names():
         get_verifier("maths")
     assert isinstance(info.value, KeyError)
     assert str(info.value) == (
-        "unknown verifier 'maths'; valid names: math, mcq, 'auto', or an import path 'pkg.module:function'"
+        "unknown verifier 'maths'; valid names: math, mcq, reasoning_gym, 'auto', or an import path 'pkg.module:function'"
     )
     with pytest.raises(UnknownVerifierError, match="valid names: math, mcq"):
         grade("x", "1", verifier="maths")
