@@ -183,15 +183,20 @@ class Verdict:
         credit: Per solver, its expected accuracy on this item (``1/t`` when the answer is among
             its ``t`` tied top picks, else 0).
         picks: Per solver, the option indices of its top score.
+        ranks: Per solver, the answer's rank: options scoring strictly higher (0: a top pick).
         answered: Solvers whose unique top pick is the answer.
     """
 
     credit: dict[str, float] = field(default_factory=dict)
     picks: dict[str, list[int]] = field(default_factory=dict)
+    ranks: dict[str, int] = field(default_factory=dict)
     answered: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"credit": dict(self.credit), "picks": {k: list(v) for k, v in self.picks.items()}, "answered": list(self.answered)}
+        return {
+            "credit": dict(self.credit), "picks": {k: list(v) for k, v in self.picks.items()}, "ranks": dict(self.ranks),
+            "answered": list(self.answered),
+        }
 
 
 def audit(options: Sequence[str], answer: int, stem: str = "", solvers: dict[str, Solver] | None = None) -> Verdict:
@@ -219,6 +224,7 @@ def audit(options: Sequence[str], answer: int, stem: str = "", solvers: dict[str
         picks = [i for i, s in enumerate(scores) if s >= top - _EPS]
         v.picks[name] = picks
         v.credit[name] = 1.0 / len(picks) if answer in picks else 0.0
+        v.ranks[name] = sum(1 for s in scores if s > scores[answer] + _EPS)
         if picks == [answer]:
             v.answered.append(name)
     return v
@@ -236,8 +242,10 @@ def accuracy_table(verdicts: Sequence[dict[str, Any]], k: int) -> dict[str, Any]
     """Per-solver accuracy over audited items (``Verdict.as_dict`` rows with ``answer`` and ``k``).
 
     Returns:
-        ``{"n": items, "chance": 1/k, "solvers": {name: {"accuracy", "over_chance", "answered"}},
-        "flagged_avoider": accuracy, "max_over_chance": largest accuracy / chance}``.
+        ``{"n": items, "chance": 1/k, "solvers": {name: {"accuracy", "over_chance", "answered",
+        "rank_counts"}}, "flagged_avoider": accuracy, "any_answered": items, "max_over_chance":
+        largest accuracy / chance}``; ``rank_counts[r]`` counts items whose answer has ``r``
+        options scored strictly above it (uniform over ``0..k-1`` when the answer is not marked).
     """
     n = len(verdicts)
     chance = 1.0 / k if k else 0.0
@@ -249,6 +257,7 @@ def accuracy_table(verdicts: Sequence[dict[str, Any]], k: int) -> dict[str, Any]
             "accuracy": acc,
             "over_chance": (acc / chance) if acc is not None and chance else None,
             "answered": sum(1 for v in verdicts if s in v["answered"]),
+            "rank_counts": [sum(1 for v in verdicts if v.get("ranks", {}).get(s) == r) for r in range(k)],
         }
     avoid = sum(v.get("avoider", 0.0) for v in verdicts) / n if n else None
     ratios = [x["over_chance"] for x in solvers.values() if x["over_chance"] is not None]
