@@ -65,7 +65,7 @@ from mbs.synth.goose.build import (
     validate,
 )
 from mbs.synth.goose.distractors import teacher_free_candidate
-from mbs.synth.goose.shortcuts import Auditor, audit_corpus, audit_report
+from mbs.synth.goose.shortcuts import Auditor, audit_corpus, audit_report, enforce_audit
 from mbs.synth.goose.sources import MASK, Passage, has_reasoning, load_passages, segment
 from mbs.verify.pool import GradingPool
 
@@ -132,6 +132,8 @@ class _Book:
             c = candidate_from_row(row, f"{self.cand_shard.path} record {i}")
             self.candidates[c.passage.id] = c
         self.rejected: dict[str, dict[str, Any]] = {r["passage_id"]: r for r in self.rej_shard.read()}
+        for pid in self.rejected:  # an item the audit rejected after it was built
+            self.candidates.pop(pid, None)
         self.resumed = len(self.candidates) + len(self.rejected)
         self.attempt_rejections: Counter = Counter()
         self.audit_shard = out.shard("audit")
@@ -153,6 +155,7 @@ class _Book:
         self.candidates[c.passage.id] = c
 
     def reject(self, pid: str, stage: str, err: Rejected, attempt: int = 0) -> None:
+        self.candidates.pop(pid, None)
         row = {"passage_id": pid, "stage": stage, "reason": err.reason, "detail": err.detail, "attempt": attempt}
         self.rej_shard.append([row])
         self.rejected[pid] = row
@@ -163,26 +166,14 @@ class _Book:
         self.audit_shard.close()
 
 
-def build_teacher_free(
-    todo: Sequence[Passage], gcfg: DictConfig, bounds: Bounds, seed: int, book: _Book, auditor: Auditor
-) -> None:
-    """Teacher-free construction of every passage in ``todo`` (no LLM), audited and written as it goes.
-
-    An item a passage-free solver answers is rebuilt with other distractor sets
-    (``goose.audit.policy=rebuild``, up to ``goose.audit.rebuilds`` times) or rejected as ``shortcut``.
-    """
+def build_teacher_free(todo: Sequence[Passage], gcfg: DictConfig, bounds: Bounds, seed: int, book: _Book, auditor: Auditor) -> None:
+    """Teacher-free construction of every passage in ``todo`` (no LLM), audited and written as it goes."""
     for p in todo:
         try:
             check_passage(p, gcfg)
-            for attempt in range(auditor.rebuilds + 1):
-                cand = teacher_free_candidate(p, gcfg, bounds, seed, attempt)
-                row = auditor.candidate(cand)
-                book.audited(p.id, attempt, row)
-                if not auditor.acts(row):
-                    book.accept(cand)
-                    break
-            else:
-                raise Rejected("shortcut", f"answered by {', '.join(row['answered'])} after {attempt + 1} build(s)")
+            cand = teacher_free_candidate(p, gcfg, bounds, seed)
+            book.audited(p.id, 0, auditor.candidate(cand))
+            book.accept(cand)
         except Rejected as err:
             book.reject(p.id, "build", err)
 
@@ -210,8 +201,8 @@ def build_with_teacher(
     All passages' requests go to the (cached) teacher as one batch per round, so served
     backends work on many at once. A reply that fails parsing or validation is retried with
     the next sample index up to ``goose.teacher.attempts`` times; the passage is then rejected
-    with the last reason. An item a passage-free solver answers counts as a failed attempt
-    (reason ``shortcut``) unless ``goose.audit.policy=report``. Decisions are appended as they are made.
+    with the last reason. Each built item is audited (:func:`enforce_audit` applies the policy
+    afterwards: teacher items are rejected, not rebuilt). Decisions are appended as they are made.
 
     Raises:
         ValueError: The selected teacher is not a live model.
@@ -270,10 +261,7 @@ def build_with_teacher(
                 start, end = locate_span(p, span)
                 cand = Candidate(p, start, end, [d.strip() for d in distractors], [f"teacher:{t.name}"] * len(distractors))
                 validate(cand, bounds)
-                row = auditor.candidate(cand)
-                book.audited(p.id, attempt, row)
-                if auditor.acts(row):
-                    raise Rejected("shortcut", f"answered by {', '.join(row['answered'])}")
+                book.audited(p.id, 0, auditor.candidate(cand))
                 book.accept(cand)
             except Rejected as err:
                 book.attempt_rejections[err.reason] += 1
@@ -481,6 +469,7 @@ def run(cfg: DictConfig, out: RunDir) -> dict[str, Any]:
             build_teacher_free(todo, gcfg, bounds, seed, book, auditor)
         else:
             build_with_teacher(todo, cfg, bounds, book, backends, auditor)
+        flagged = enforce_audit(passages, gcfg, bounds, seed, book, auditor)
     finally:
         book.close()
     out.timings["build"] = time.perf_counter() - t1
@@ -532,6 +521,7 @@ def run(cfg: DictConfig, out: RunDir) -> dict[str, Any]:
         k, auditor.policy, first_builds, list(audits.values()), [audits[i] for i in kept_ids],
         rebuilt=sum(1 for it in items if len(book.audits.get(it.source_id, ())) > 1), rejected=rejected.get("shortcut", 0),
     )
+    audit.update(flagged=flagged, alpha=auditor.alpha)
     summary: dict[str, Any] = {
         "source": str(gcfg.source),
         "teacher_free": bool(gcfg.teacher_free),

@@ -8,13 +8,16 @@ optional choices-only LM solver, ``goose.audit.lm``) on candidates and items and
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 from mbs.data import DataError, records_hf_disk, records_jsonl, records_parquet
 from mbs.io import RunDir
 from mbs.synth.goose.audit import Solver, accuracy_table, audit_row, select_solvers
-from mbs.synth.goose.build import LETTERS, Candidate, mask
+from mbs.synth.goose.build import LETTERS, Bounds, Candidate, Rejected, mask
+from mbs.synth.goose.distractors import teacher_free_candidate
+from mbs.synth.goose.sources import Passage
 
 POLICIES = ("reject", "rebuild", "report")
 
@@ -36,6 +39,7 @@ class Auditor:
         if self.policy not in POLICIES:
             raise ValueError(f"goose.audit.policy={self.policy!r}: valid values are {', '.join(POLICIES)}")
         self.rebuilds = int(acfg.rebuilds) if self.policy == "rebuild" else 0
+        self.alpha = float(acfg.alpha)
         more = dict(extra or {})
         if acfg.lm.enabled and "lm_choices_only" not in more:
             from mbs.synth.goose.lm_audit import CachedLMSolver, llama_scorer
@@ -52,9 +56,83 @@ class Auditor:
         """Audit a candidate (options: the span then its distractors; stem: the masked passage)."""
         return self.row([cand.span, *cand.distractors], 0, mask(cand.passage.text, cand.start, cand.end))
 
-    def acts(self, row: dict[str, Any]) -> bool:
-        """Whether the policy acts on an audited item (a solver answers it and the policy is not ``report``)."""
-        return bool(row["answered"]) and self.policy != "report"
+    def flagged(self, rows: Sequence[dict[str, Any]], k: int) -> list[str]:
+        """Solvers whose accuracy over ``rows`` (tie-split credit) is above chance ``1/k`` by a
+        one-sided test at level ``goose.audit.alpha`` (normal approximation of the mean credit,
+        variance ``(1/k)(1 - 1/k)/n``; 1.0: every solver that answers any item)."""
+        n = len(rows)
+        if not n:
+            return []
+        c = 1.0 / k
+        out = []
+        for name in self.solvers:
+            acc = sum(r["credit"].get(name, 0.0) for r in rows) / n
+            if self.alpha >= 1.0:
+                hit = any(name in r["answered"] for r in rows)
+            else:
+                hit = upper_tail((acc - c) / math.sqrt(c * (1 - c) / n)) < self.alpha
+            if hit:
+                out.append(name)
+        return out
+
+
+def upper_tail(z: float) -> float:
+    """``P(Z >= z)`` for a standard normal ``Z``.
+
+    Examples:
+        >>> round(upper_tail(1.6449), 3)
+        0.05
+    """
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def enforce_audit(passages: Sequence[Passage], gcfg: Any, bounds: Bounds, seed: int, book: Any, auditor: Auditor) -> list[str]:
+    """Apply ``goose.audit.policy`` to the built items.
+
+    The policy acts on the solvers that are significantly more accurate than chance on this
+    run's first builds (:meth:`Auditor.flagged`); a solver at chance answers some items by luck, and
+    dropping those would itself mark the answer (it would never be that solver's pick). An item a
+    flagged solver answers is rebuilt with other distractor sets (teacher-free, ``rebuild``, up
+    to ``goose.audit.rebuilds`` times) or rejected as ``shortcut``.
+
+    Args:
+        passages: The run's passages.
+        gcfg: The ``goose`` config node.
+        bounds: Validation bounds.
+        seed: The run's base seed.
+        book: The run's decisions (:class:`mbs.synth.goose.run._Book`: ``candidates``, ``audits``,
+            ``audited``, ``accept``, ``reject``).
+        auditor: The audit.
+
+    Returns:
+        The flagged solvers.
+    """
+    ids = [p.id for p in passages]
+    first = [min(book.audits[i], key=lambda r: r["attempt"]) for i in ids if book.audits.get(i)]
+    flagged = auditor.flagged(first, bounds.options)
+    if auditor.policy == "report" or not flagged:
+        return flagged
+    by_id = {p.id: p for p in passages}
+    for pid in ids:
+        if pid not in book.candidates:
+            continue
+        row = max(book.audits[pid], key=lambda r: r["attempt"])
+        hits = [s for s in row["answered"] if s in flagged]
+        attempt = row["attempt"]
+        while hits and gcfg.teacher_free and auditor.policy == "rebuild" and attempt < auditor.rebuilds:
+            attempt += 1
+            try:
+                cand = teacher_free_candidate(by_id[pid], gcfg, bounds, seed, attempt)
+            except Rejected:
+                continue
+            row = auditor.candidate(cand)
+            book.audited(pid, attempt, row)
+            hits = [s for s in row["answered"] if s in flagged]
+            if not hits:
+                book.accept(cand)
+        if hits:
+            book.reject(pid, "audit", Rejected("shortcut", f"answered by {', '.join(hits)} after {attempt + 1} build(s)"), attempt)
+    return flagged
 
 
 def audit_report(
