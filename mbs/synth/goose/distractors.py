@@ -227,7 +227,8 @@ def make_distractors(
 ) -> tuple[list[str], list[str]]:
     """Pick ``need`` distinct wrong spans for ``span`` without an LLM.
 
-    Real wrong steps (at most ``wrong_steps_max``, within the length bounds) come first. With
+    Real wrong steps (at most ``wrong_steps_max``, within the length bounds; with the grid also
+    at most one per four distractors) come first. With
     ``design="grid"`` the rest are cells of an edit grid (:func:`mbs.synth.goose.grid.grid_distractors`:
     distractors edited from each other as much as from the answer, so the answer is not the
     centre), then as fallbacks: step reorderings, single perturbations, pairs. With
@@ -276,8 +277,11 @@ def make_distractors(
     real = [(t, w) for t, w in wrong_steps if ok_len(t) and normalise(t) != answer]
     rng.shuffle(real)
     n_real = 0
+    # grid items: a real wrong step shares vocabulary with the answer and pulls it to the centre,
+    # the more so the fewer the options: at most one per four distractors
+    cap = wrong_steps_max if design == "single_edits" else min(wrong_steps_max, need // 4)
     for text, where in real:
-        if n_real >= wrong_steps_max:
+        if n_real >= cap:
             break
         n_real += take(text, f"wrong_step:{where}")
     singles = perturbations(span)
