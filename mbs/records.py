@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 #: Bumped whenever a field is added, removed or changes meaning.
-SCHEMA_VERSION = 1
+#: 2: rollouts keep the policy's reasoning (``reasoning``, ``reasoning_tokens``) beside the answer;
+#: tree nodes keep a thinking teacher's Stage-1 reasoning (``trace_reasoning``).
+SCHEMA_VERSION = 2
 
 #: Bands of the zero-advantage trap (seed paper, "Background"): all N rollouts correct,
 #: mixed (non-zero GRPO advantage), or all wrong.
@@ -77,9 +79,10 @@ class Rollout:
         policy: Student/policy name from the ``students`` config group.
         budget: Response budget L in tokens (``max_tokens``); ``None`` for recorded answers.
         sample_index: 0-based index among the N rollouts of this (problem, policy, budget).
-        text: The response text.
+        text: The response's final answer (what the verifier graded; for a reasoning model the
+            part after its thinking, ``""`` when the budget ran out inside the thinking).
         prompt_tokens: Prompt length in tokens (0 when unknown).
-        completion_tokens: Generated tokens (<= budget).
+        completion_tokens: Generated tokens, reasoning and answer together (<= budget L).
         finish_reason: ``stop`` (ended on its own) or ``length`` (hit the budget L).
         reward: 1.0, 0.0, or ``None`` when the verifier could not grade.
         extracted: The answer the verifier extracted, if any.
@@ -87,6 +90,8 @@ class Rollout:
         latency_s: Wall-clock seconds the backend spent on this sample (0 for cache hits).
         cached: True when the completion came from the LLM cache.
         setting: For recorded policies, the prompt setting the answer was recorded under.
+        reasoning: The policy's thinking (see :mod:`mbs.reasoning`); ``""`` when it does not think.
+        reasoning_tokens: Tokens of the thinking (part of ``completion_tokens``).
     """
 
     problem_id: str
@@ -103,6 +108,8 @@ class Rollout:
     latency_s: float = 0.0
     cached: bool = False
     setting: str | None = None
+    reasoning: str = ""
+    reasoning_tokens: int = 0
 
     @property
     def key(self) -> tuple:
@@ -169,7 +176,11 @@ class TreeNode:
         seed_id: Root problem id.
         depth: 0 for the root, up to D.
         problem: The node's problem.
-        trace: Verified solution trace (teacher or reference).
+        trace: Verified solution trace (teacher or reference): the teacher's written solution
+            (the final answer of its response).
+        trace_reasoning: The thinking that preceded ``trace`` when the teacher is a reasoning
+            model (:mod:`mbs.synth.traces`: later prompts receive it with
+            ``mbs.trace_context=reasoning``), else ``None``.
         answer: Verified final answer.
         children: Child node ids (K <= 3).
         effectivity: Per student: {"acc": ..., "acc_cond": ..., "passed": ...}.
@@ -191,6 +202,7 @@ class TreeNode:
     variants: list[dict[str, Any]] = field(default_factory=list)
     status: str = "new"
     reject_reason: str | None = None
+    trace_reasoning: str | None = None
 
 
 @dataclass

@@ -14,6 +14,12 @@ to :func:`mbs.verify.detect_verifier`. Dispatch goes through the same registry t
 calibrated the data, so the reward that measured a problem's pass rate is the reward that
 trains on it.
 
+Reasoning policies: verl decodes the whole response, thinking included. ``mbs-train`` passes the
+policy's reasoning format (``train.reasoning_format``) through verl's
+``reward.custom_reward_function.reward_kwargs.reasoning_format``, and :func:`compute_score`
+grades only the final answer (:func:`mbs.reasoning.final_answer`), exactly as calibration did; a
+response cut off inside its thinking scores 0 whatever its thinking guessed.
+
 Every call has a hard timeout: gradings run in a lazily created module-level
 :class:`~mbs.verify.pool.GradingPool` (one per process; recreated after a fork). Its size
 and limits come from the environment: ``MBS_REWARD_WORKERS`` (default 1; ``0`` grades
@@ -28,6 +34,7 @@ import os
 import threading
 from typing import Any
 
+from mbs.reasoning import final_answer, no_answer_reason
 from mbs.verify import Grade, detect_verifier
 from mbs.verify.pool import GradingPool
 
@@ -84,15 +91,19 @@ def compute_score(
     solution_str: str,
     ground_truth: str,
     extra_info: dict | None = None,
+    reasoning_format: str = "none",
     **_: Any,
 ) -> dict:
     """Score one response for verl (GRPO/PPO custom reward).
 
     Args:
         data_source: ``mbs/<verifier>/<origin>`` or a foreign name (``openai/gsm8k``).
-        solution_str: The decoded response.
+        solution_str: The decoded response (verl decodes the whole response, thinking included).
         ground_truth: The gold answer (numbers are converted to strings).
         extra_info: Optional per-sample dict; ``"verifier"`` overrides the data source.
+        reasoning_format: The policy's reasoning format (:data:`mbs.reasoning.FORMATS`; verl
+            passes it from ``reward.custom_reward_function.reward_kwargs``): only the final
+            answer is graded, and a response without one (cut off while thinking) scores 0.
         **_: Extra keyword arguments some verl versions pass; ignored.
 
     Returns:
@@ -103,11 +114,15 @@ def compute_score(
     Raises:
         UnknownVerifierError: If the data source or ``extra_info`` names no verifier
             (a data error that must not silently train on zero rewards).
+        ValueError: ``reasoning_format`` is not a known format.
     """
     if isinstance(ground_truth, (int, float)):
         ground_truth = str(ground_truth)
     verifier = verifier_for(data_source, ground_truth, extra_info)
-    result: Grade = _shared_pool().submit(solution_str, ground_truth, verifier).result()
+    answer = final_answer(solution_str, reasoning_format)
+    if answer is None:
+        return {"score": 0.0, "acc": False, "pred": "", "reason": no_answer_reason("length")}
+    result: Grade = _shared_pool().submit(answer, ground_truth, verifier).result()
     score = 1.0 if result.score == 1.0 else 0.0
     return {
         "score": score,

@@ -17,9 +17,10 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
@@ -29,7 +30,9 @@ from mbs.io import Shard
 from mbs.llm import build_backend
 from mbs.llm.base import ChatRequest, index_runs
 from mbs.prompts import user_messages
+from mbs.reasoning import final_answer, no_answer_reason
 from mbs.records import Calibration, Problem, Rollout
+from mbs.verify import Grade
 from mbs.verify.pool import GradingPool, GradingPoolError
 
 
@@ -104,7 +107,7 @@ class Group:
     verifier: str
 
     @classmethod
-    def of(cls, problem: Problem, budget: int, templates: DictConfig, verifier_cfg: DictConfig) -> "Group":
+    def of(cls, problem: Problem, budget: int, templates: DictConfig, verifier_cfg: DictConfig) -> Group:
         """The plain group of a problem: its template prompt, its ground truth and verifier."""
         return cls(
             id=problem.id,
@@ -135,8 +138,19 @@ class RolloutWriter:
         self.pending: list[tuple[Rollout, Future]] = []
 
     def add(self, rollout: Rollout, ground_truth: str, verifier: str) -> None:
-        """Submit ``rollout`` for grading; write whatever gradings have finished."""
-        self.pending.append((rollout, self.pool.submit(rollout.text, ground_truth, verifier)))
+        """Submit ``rollout`` for grading; write whatever gradings have finished.
+
+        The verifier sees the final answer only (:func:`mbs.reasoning.final_answer`); a rollout
+        without one (the budget L ran out inside the thinking) is not graded: reward 0 with
+        :data:`mbs.reasoning.CUT_OFF_REASON`, whatever ``\\boxed{}`` guesses its thinking holds.
+        """
+        answer = final_answer(rollout.text, "server", reasoning=rollout.reasoning)
+        if answer is None:
+            fut: Future = Future()
+            fut.set_result(Grade(0.0, None, no_answer_reason(rollout.finish_reason)))
+        else:
+            fut = self.pool.submit(answer, ground_truth, verifier)
+        self.pending.append((rollout, fut))
         self.flush(wait=False)
 
     def flush(self, wait: bool) -> None:
@@ -243,6 +257,7 @@ def draw(
                         problem_id=g.id, policy=policy.name, budget=g.budget, sample_index=c.sample_index,
                         text=c.text, prompt_tokens=c.prompt_tokens, completion_tokens=c.completion_tokens,
                         finish_reason=c.finish_reason, latency_s=c.latency_s, cached=c.cached,
+                        reasoning=c.reasoning, reasoning_tokens=c.reasoning_tokens,
                     ),
                     g.ground_truth,
                     g.verifier,

@@ -61,9 +61,15 @@ def test_every_group_option_composes(make_cfg, group, option):
     cfg = make_cfg(_primary_using(group), overrides)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     text = (CONF / group / f"{option}.yaml").read_text()
-    if "@package _global_" not in text:  # the option's keys land under the group's name
+    if "@package _global_" not in text:  # the option's keys land under the group's name (or its @package)
+        package = re.search(r"^# @package (\S+)", text, re.M)
+        node = resolved
+        for part in (package.group(1) if package else group).split("."):
+            node = node[part]
         own = OmegaConf.to_container(OmegaConf.load(CONF / group / f"{option}.yaml"))
-        assert set(own or {}) <= set(resolved[group]), f"{group}={option} keys missing from the composed config"
+        assert set(own or {}) <= set(node), f"{group}={option} keys missing from the composed config"
+        if package:  # a preset's values are what the composed node holds
+            assert {k: node[k] for k in own} == own
 
 
 def _key_lines(path: Path):

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 Message = dict[str, str]
 
@@ -82,15 +83,24 @@ def index_runs(indices: Sequence[int]) -> list[tuple[int, int]]:
 class Completion:
     """One sampled completion.
 
+    A reasoning model's response is split (:func:`mbs.reasoning.split_response`, applied by the
+    backend with its ``reasoning`` config): ``text`` is the final answer every grader and parser
+    reads, ``reasoning`` the thinking. The budget L (``max_tokens``) counts both.
+
     Attributes:
-        text: Generated text.
+        text: The final answer (the whole response for a model that does not think; ``""`` when
+            the response ended inside the thinking).
         prompt_tokens: Prompt length in tokens.
-        completion_tokens: Generated tokens.
+        completion_tokens: Generated tokens, reasoning and answer together (<= budget L).
         finish_reason: ``stop`` or ``length`` (normalised by :func:`normalise_finish_reason`).
         latency_s: Seconds the backend spent on it (for batched calls: the batch time divided
             evenly); 0.0 for cache hits.
         sample_index: Index of this sample among the request's samples.
         cached: True when served by the cache.
+        reasoning: The thinking text (``""`` for a model that does not think).
+        reasoning_tokens: Tokens of the thinking (part of ``completion_tokens``; exact where the
+            backend has the tokenizer or the server reports them, else estimated by characters).
+        answered: False when the response has no final answer (it ended inside the thinking).
     """
 
     text: str
@@ -100,6 +110,24 @@ class Completion:
     latency_s: float = 0.0
     sample_index: int = 0
     cached: bool = False
+    reasoning: str = ""
+    reasoning_tokens: int = 0
+    answered: bool = True
+
+    @property
+    def no_answer_reason(self) -> str | None:
+        """Why the response has no final answer to parse (it ended inside the thinking), or
+        ``None`` when it has one; parsers record it instead of a parse error."""
+        if self.answered:
+            return None
+        from mbs.reasoning import no_answer_reason  # local: mbs.reasoning stays free of mbs.llm
+
+        return no_answer_reason(self.finish_reason)
+
+    @property
+    def answer_tokens(self) -> int:
+        """Tokens of the final answer (``completion_tokens - reasoning_tokens``)."""
+        return max(0, self.completion_tokens - self.reasoning_tokens)
 
 
 @dataclass
@@ -170,6 +198,48 @@ def sample_seed(seed: int, index: int) -> int:
     """A distinct, reproducible 31-bit seed for sample ``index`` of a request seeded ``seed``."""
     h = hashlib.blake2b(f"{int(seed)}:{int(index)}".encode(), digest_size=8).digest()
     return int.from_bytes(h, "little") & 0x7FFFFFFF
+
+
+def split_completion(
+    comp: Completion,
+    fmt: str,
+    server_reasoning: str | None = None,
+    count_tokens: Callable[[str], int] | None = None,
+    reasoning_tokens: int | None = None,
+) -> Completion:
+    """Split a raw completion into reasoning and final answer in place (and return it).
+
+    Args:
+        comp: A completion whose ``text`` is the raw response (the message content).
+        fmt: The model's reasoning format (:data:`mbs.reasoning.FORMATS`).
+        server_reasoning: Reasoning the server returned in a separate field (``reasoning_content``
+            / ``reasoning``), or ``None``; when given, ``text`` is taken as the answer as is.
+        count_tokens: Token counter of the model (exact reasoning token counts), or ``None``.
+        reasoning_tokens: Reasoning tokens the server reported (wins over ``count_tokens``).
+
+    Returns:
+        ``comp`` with ``text`` = final answer (``""`` if none), ``reasoning``,
+        ``reasoning_tokens`` and ``answered`` set.
+    """
+    from mbs.reasoning import split_response  # local: mbs.reasoning stays free of mbs.llm
+
+    raw = comp.text
+    split = split_response(raw, fmt, reasoning=server_reasoning)
+    comp.text = split.answer or ""
+    comp.reasoning = split.reasoning
+    comp.answered = split.answer is not None
+    if reasoning_tokens is not None:
+        comp.reasoning_tokens = int(reasoning_tokens)
+    elif not split.reasoning:
+        comp.reasoning_tokens = 0
+    elif not comp.answered:
+        comp.reasoning_tokens = comp.completion_tokens  # every generated token was thinking
+    elif count_tokens is not None:
+        comp.reasoning_tokens = min(comp.completion_tokens, int(count_tokens(split.reasoning)))
+    else:  # estimate: the reasoning's share of the characters
+        total = len(split.reasoning) + len(comp.text)
+        comp.reasoning_tokens = round(comp.completion_tokens * len(split.reasoning) / total) if total else 0
+    return comp
 
 
 def normalise_finish_reason(reason: str | None) -> str:

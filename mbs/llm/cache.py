@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 CACHE_FORMAT = 1
 
 
-def cache_key(backend: str, model_id: str, request: ChatRequest, index: int) -> str:
+def cache_key(backend: str, model_id: str, request: ChatRequest, index: int, extra: dict[str, Any] | None = None) -> str:
     """SHA-256 hex digest identifying sample ``index`` of ``request`` on a model.
 
     Args:
@@ -36,8 +36,11 @@ def cache_key(backend: str, model_id: str, request: ChatRequest, index: int) -> 
         model_id: Model identity (file hash, or name plus revision).
         request: The request; its messages, sampling params and seed enter the key.
         index: Sample index.
+        extra: Backend settings that change the output (``backend.cache_params``: the reasoning
+            format, chat-template switches, reasoning effort, extra request fields); left out of
+            the key when empty, so keys of models that do not think are unchanged.
     """
-    payload = {
+    payload: dict[str, Any] = {
         "format": CACHE_FORMAT,
         "backend": backend,
         "model": model_id,
@@ -46,6 +49,8 @@ def cache_key(backend: str, model_id: str, request: ChatRequest, index: int) -> 
         "seed": int(request.seed),
         "index": int(index),
     }
+    if extra:
+        payload["extra"] = extra
     blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
@@ -136,11 +141,12 @@ class CachedBackend:
         t0 = time.perf_counter()
         pending: list[tuple[int, ChatRequest, dict[int, Completion], list[ChatRequest]]] = []
         model_id = self.model_id
+        extra = getattr(self.backend, "cache_params", None) or None
         for i, req in enumerate(requests):
             have: dict[int, Completion] = {}
             if self.cache is not None:
                 for idx in req.indices:
-                    hit = self.cache.get(cache_key(self.name, model_id, req, idx))
+                    hit = self.cache.get(cache_key(self.name, model_id, req, idx, extra))
                     if hit is not None:
                         have[idx] = Completion(**{**hit, "cached": True, "latency_s": 0.0, "sample_index": idx})
             self.stats.cache_hits += len(have)
@@ -170,12 +176,15 @@ class CachedBackend:
                     self.stats.completion_tokens += comp.completion_tokens
                     if self.cache is not None:
                         self.cache.put(
-                            cache_key(self.name, model_id, req, idx),
+                            cache_key(self.name, model_id, req, idx, extra),
                             {
                                 "text": comp.text,
                                 "prompt_tokens": comp.prompt_tokens,
                                 "completion_tokens": comp.completion_tokens,
                                 "finish_reason": comp.finish_reason,
+                                "reasoning": comp.reasoning,
+                                "reasoning_tokens": comp.reasoning_tokens,
+                                "answered": comp.answered,
                             },
                         )
                     have[idx] = comp

@@ -25,7 +25,9 @@ from mbs.llm.base import (
     Completion,
     normalise_finish_reason,
     sample_seed,
+    split_completion,
 )
+from mbs.reasoning import ReasoningConfig
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +79,14 @@ class LlamaCppBackend:
         n_batch: Prompt-processing batch size in tokens.
         chat_format: llama-cpp-python chat format name; ``None`` uses the template in the GGUF.
         name: Backend kind for the cache key.
+        reasoning: The model's ``reasoning`` config node (:class:`mbs.reasoning.ReasoningConfig`);
+            its ``format`` splits each response (reasoning tokens counted with the model's
+            tokenizer). The GGUF's chat template is rendered with its own defaults:
+            ``chat_template_kwargs`` and ``effort`` must be empty here.
 
     Raises:
         FileNotFoundError: The model file does not exist.
+        ValueError: An invalid ``reasoning`` node, or one with template switches.
     """
 
     preferred_batch = 1
@@ -92,6 +99,7 @@ class LlamaCppBackend:
         n_batch: int = 512,
         chat_format: str | None = None,
         name: str = "llamacpp",
+        reasoning: dict | None = None,
     ):
         path = Path(model_path).expanduser() if model_path else embedded_model_path()
         if not path.is_file():
@@ -102,6 +110,13 @@ class LlamaCppBackend:
         self.n_batch = int(n_batch)
         self.chat_format = chat_format
         self.name = name
+        self.reasoning = ReasoningConfig.of(reasoning)
+        if self.reasoning.chat_template_kwargs or self.reasoning.effort:
+            raise ValueError(
+                "backend.reasoning: the llamacpp backend renders the GGUF's chat template with its defaults; "
+                "chat_template_kwargs and effort are not applied (set them to {} and null)"
+            )
+        self.cache_params = {"reasoning": self.reasoning.cache_params()} if self.reasoning.cache_params() else {}
         self.stats = BackendStats()
         self._llm = None
         self._lock = threading.Lock()
@@ -164,6 +179,9 @@ class LlamaCppBackend:
                         latency_s=dt,
                         sample_index=idx,
                     )
+                    if self.reasoning.format != "none":
+                        count = lambda t: len(llm.tokenize(t.encode("utf-8"), add_bos=False, special=True))
+                        split_completion(comp, self.reasoning.format, count_tokens=count)
                     self.stats.samples += 1
                     self.stats.prompt_tokens += comp.prompt_tokens
                     self.stats.completion_tokens += comp.completion_tokens

@@ -14,6 +14,17 @@ that the server ignores ``n`` so later requests go straight to single-sample cal
 sample's seed is the same in both paths, so a server that ignores ``n`` gives the same sample
 ``first_index`` either way.
 
+Reasoning models: a server that splits the thinking off (vLLM ``--reasoning-parser``, hosted
+reasoning APIs) returns it as ``message.reasoning_content`` (vLLM before 0.11, DeepSeek) or
+``message.reasoning`` (vLLM >= 0.11, OpenRouter); it is kept as :attr:`Completion.reasoning` and
+the content is the final answer. A server that does not split gets the backend's
+``reasoning.format`` applied to the content (:func:`mbs.llm.base.split_completion`).
+``reasoning.chat_template_kwargs`` go out as vLLM's ``chat_template_kwargs`` and
+``reasoning.effort`` as ``reasoning_effort``. Hosted reasoning APIs (OpenAI o-series, GPT-5) take
+the budget as ``max_completion_tokens`` (``max_tokens_param``) and reject sampling parameters
+(``omit_params: [temperature, top_p]``); a 400 answer is raised at once (never retried) and names
+the rejected parameter.
+
 The API key is read from the environment variable named by ``api_key_env`` when a call starts;
 it is never stored on the backend, logged, or written anywhere.
 """
@@ -24,6 +35,7 @@ import asyncio
 import concurrent.futures
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -36,9 +48,16 @@ from mbs.llm.base import (
     Completion,
     normalise_finish_reason,
     sample_seed,
+    split_completion,
 )
+from mbs.reasoning import ReasoningConfig
 
 log = logging.getLogger(__name__)
+
+#: Request fields that can carry the budget L.
+TOKEN_PARAMS = ("max_tokens", "max_completion_tokens")
+#: Sampling fields a model may reject (hosted reasoning models accept only their defaults).
+OMITTABLE = ("temperature", "top_p", "seed")
 
 #: Key sent when ``api_key_env`` is unset or names an unset variable (local servers ignore it).
 DUMMY_API_KEY = "EMPTY"
@@ -64,9 +83,17 @@ class OpenAIBackend:
         name: Backend kind for the cache key.
         extra_body: Extra JSON fields merged into every request body (server-specific options,
             e.g. ``{"top_k": 20}`` for vLLM).
+        reasoning: The model's ``reasoning`` config node (:class:`mbs.reasoning.ReasoningConfig`:
+            format, chat_template_kwargs, effort); ``None`` for a model that does not think.
+        max_tokens_param: Request field carrying the budget L: ``max_tokens`` (vLLM, SGLang,
+            llama.cpp) or ``max_completion_tokens`` (hosted reasoning APIs; counts reasoning
+            and answer tokens).
+        omit_params: Sampling fields never sent (``temperature``, ``top_p``, ``seed``), for
+            models that reject them (hosted reasoning models accept only their defaults).
 
     Raises:
-        ValueError: ``max_concurrency`` < 1, ``max_retries`` < 0 or ``timeout_s`` <= 0.
+        ValueError: ``max_concurrency`` < 1, ``max_retries`` < 0 or ``timeout_s`` <= 0, an
+            invalid ``reasoning`` node, ``max_tokens_param`` or ``omit_params`` entry.
     """
 
     def __init__(
@@ -81,6 +108,9 @@ class OpenAIBackend:
         use_n: bool = True,
         name: str = "openai",
         extra_body: dict[str, Any] | None = None,
+        reasoning: dict[str, Any] | None = None,
+        max_tokens_param: str = "max_tokens",
+        omit_params: Sequence[str] = (),
     ):
         if int(max_concurrency) < 1:
             raise ValueError(f"backend.max_concurrency must be >= 1, got {max_concurrency}")
@@ -98,6 +128,14 @@ class OpenAIBackend:
         self.use_n = bool(use_n)
         self.name = name
         self.extra_body = dict(extra_body) if extra_body else None
+        self.reasoning = ReasoningConfig.of(reasoning)
+        if max_tokens_param not in TOKEN_PARAMS:
+            raise ValueError(f"backend.max_tokens_param={max_tokens_param!r}: valid values are {', '.join(TOKEN_PARAMS)}")
+        self.max_tokens_param = max_tokens_param
+        bad = sorted(set(omit_params or ()) - set(OMITTABLE))
+        if bad:
+            raise ValueError(f"backend.omit_params: {bad} cannot be omitted; valid entries are {', '.join(OMITTABLE)}")
+        self.omit_params = tuple(omit_params or ())
         self.preferred_batch = self.max_concurrency
         self.stats = BackendStats(extra={"n_ignored": 0, "peak_in_flight": 0, "http_requests": 0})
         self._server_ignores_n = False
@@ -114,6 +152,18 @@ class OpenAIBackend:
     @property
     def model_id(self) -> str:
         return f"{self.model}@{self.revision or self.base_url}"
+
+    @property
+    def cache_params(self) -> dict[str, Any]:
+        """Settings besides the request that change the output (part of the LLM cache key)."""
+        out: dict[str, Any] = {}
+        if self.reasoning.cache_params():
+            out["reasoning"] = self.reasoning.cache_params()
+        if self.extra_body:
+            out["extra_body"] = self.extra_body
+        if self.max_tokens_param != "max_tokens" or self.omit_params:
+            out["request"] = {"max_tokens_param": self.max_tokens_param, "omit_params": sorted(self.omit_params)}
+        return out
 
     @property
     def server_ignores_n(self) -> bool:
@@ -211,20 +261,7 @@ class OpenAIBackend:
         Raises:
             BackendError: The call failed after the client's retries, or came back with no choices.
         """
-        kwargs: dict[str, Any] = {
-            "model": self.model,
-            "messages": req.messages,
-            "max_tokens": int(req.max_tokens),
-            "temperature": float(req.temperature),
-            "top_p": float(req.top_p),
-            "seed": int(seed),
-        }
-        if n > 1:
-            kwargs["n"] = int(n)
-        if req.stop:
-            kwargs["stop"] = list(req.stop)
-        if self.extra_body:
-            kwargs["extra_body"] = self.extra_body
+        kwargs = self.request_kwargs(req, n, seed)
         async with sem:
             with self._lock:
                 self._in_flight += 1
@@ -251,16 +288,16 @@ class OpenAIBackend:
         total_completion = int(getattr(usage, "completion_tokens", 0) or 0)
         reasons = [normalise_finish_reason(c.finish_reason) for c in choices]
         per_choice = _split_completion_tokens(total_completion, reasons, int(req.max_tokens))
-        comps = [
-            Completion(
-                text=(c.message.content if c.message is not None else None) or "",
-                prompt_tokens=prompt_tokens,
-                completion_tokens=k,
-                finish_reason=reason,
+        details = getattr(usage, "completion_tokens_details", None)
+        reported = getattr(details, "reasoning_tokens", None) if len(choices) == 1 else None
+        comps = []
+        for c, reason, k in zip(choices, reasons, per_choice):
+            content, server_reasoning = message_parts(c.message)
+            comp = Completion(
+                text=content, prompt_tokens=prompt_tokens, completion_tokens=k, finish_reason=reason,
                 latency_s=dt / len(choices),
             )
-            for c, reason, k in zip(choices, reasons, per_choice)
-        ]
+            comps.append(split_completion(comp, self.reasoning.format, server_reasoning, reasoning_tokens=reported))
         with self._lock:
             self.stats.calls += 1
             self.stats.retries += int(getattr(raw, "retries_taken", 0) or 0)
@@ -268,6 +305,35 @@ class OpenAIBackend:
             self.stats.prompt_tokens += prompt_tokens * len(comps)
             self.stats.completion_tokens += total_completion
         return comps
+
+    def request_kwargs(self, req: ChatRequest, n: int, seed: int) -> dict[str, Any]:
+        """Keyword arguments of one ``chat.completions.create`` call for ``n`` samples of ``req``.
+
+        The budget L goes out as ``max_tokens_param``; ``omit_params`` are left out; the
+        reasoning config adds ``reasoning_effort`` and (in the body) ``chat_template_kwargs``.
+        """
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "messages": req.messages,
+            self.max_tokens_param: int(req.max_tokens),
+            "temperature": float(req.temperature),
+            "top_p": float(req.top_p),
+            "seed": int(seed),
+        }
+        for key in self.omit_params:
+            kwargs.pop(key, None)
+        if n > 1:
+            kwargs["n"] = int(n)
+        if req.stop:
+            kwargs["stop"] = list(req.stop)
+        if self.reasoning.effort:
+            kwargs["reasoning_effort"] = self.reasoning.effort
+        body = dict(self.extra_body or {})
+        if self.reasoning.chat_template_kwargs:
+            body["chat_template_kwargs"] = {**self.reasoning.chat_template_kwargs, **body.get("chat_template_kwargs", {})}
+        if body:
+            kwargs["extra_body"] = body
+        return kwargs
 
     def _where(self) -> str:
         return f"{self.name} backend {self.base_url} (model {self.model})"
@@ -281,10 +347,56 @@ class OpenAIBackend:
             cause = "connection refused" if _refused(err) else f"connection error ({_root_cause(err)})"
         elif isinstance(err, openai.APIStatusError):
             cause = f"HTTP {err.status_code}: {err.message}"
+            param = rejected_param(err) if err.status_code == 400 else None
+            if param:
+                cause = f"HTTP 400: the server rejected the request parameter {param!r} ({err.message}); {_fix_for(param)} (not retried)"
         else:
             cause = f"{type(err).__name__}: {err}"
         suffix = f" after {retries} {'retry' if retries == 1 else 'retries'}" if retries else ""
         return f"{self._where()}: {cause}{suffix}"
+
+
+def message_parts(message: Any) -> tuple[str, str | None]:
+    """``(content, reasoning)`` of a chat message; ``reasoning`` is ``None`` when the server did
+    not split the thinking off (no ``reasoning_content`` / ``reasoning`` field, or ``null``)."""
+    if message is None:
+        return "", None
+    content = getattr(message, "content", None) or ""
+    extra = getattr(message, "model_extra", None) or {}
+    for key in ("reasoning_content", "reasoning"):
+        value = getattr(message, key, None) if key not in extra else extra[key]
+        if isinstance(value, str):
+            return content, value
+    return content, None
+
+
+def _fix_for(param: str) -> str:
+    """The config change that stops sending a rejected request parameter."""
+    if param in TOKEN_PARAMS:
+        other = next(p for p in TOKEN_PARAMS if p != param)
+        return f"set backend.max_tokens_param={other} (hosted reasoning models take max_completion_tokens)"
+    if param in OMITTABLE:
+        return f"add {param} to backend.omit_params (hosted reasoning models take only their default sampling)"
+    if param == "n":
+        return "set backend.use_n=false (one sample per request)"
+    if param in ("reasoning_effort", "chat_template_kwargs"):
+        return "clear backend.reasoning.effort / backend.reasoning.chat_template_kwargs for this server"
+    return "remove it from backend.extra_body or the backend config"
+
+
+_PARAM_IN_MESSAGE = re.compile(r"[Uu]nsupported (?:parameter|value):\s*'([\w.]+)'")
+
+
+def rejected_param(err: Any) -> str | None:
+    """The request parameter a 400 answer rejects: the body's ``param`` field (OpenAI's error
+    shape) or the name in an "Unsupported parameter: 'x'" message; ``None`` when not named."""
+    body = getattr(err, "body", None)
+    if isinstance(body, dict):
+        inner = body.get("error") if isinstance(body.get("error"), dict) else body
+        if isinstance(inner.get("param"), str) and inner["param"]:
+            return inner["param"]
+    m = _PARAM_IN_MESSAGE.search(str(getattr(err, "message", "") or err))
+    return m.group(1) if m else None
 
 
 def _is_retryable(err: Exception) -> bool:

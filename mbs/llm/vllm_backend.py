@@ -9,6 +9,13 @@ Sampling: each request's ``n`` samples come from one vLLM request with ``n`` and
 :func:`mbs.llm.base.sample_seed` ``(seed, first_index)``, so they are reproducible for a given
 batch split; samples drawn in other splits (other ``first_index``) get other seeds and never
 repeat.
+
+Reasoning models: the engine returns the whole decoded response (``<think>`` blocks, or gpt-oss
+harmony channels with special tokens skipped: ``analysis...assistantfinal...``);
+:func:`completions_from_output` splits it with the backend's ``reasoning.format`` and counts the
+reasoning tokens with the model's tokenizer. ``reasoning.chat_template_kwargs`` (Qwen3's
+``enable_thinking``) and ``reasoning.effort`` (gpt-oss' template variable ``reasoning_effort``)
+go to :meth:`vllm.LLM.chat` as ``chat_template_kwargs``.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from mbs.llm.base import (
@@ -26,7 +33,9 @@ from mbs.llm.base import (
     Completion,
     normalise_finish_reason,
     sample_seed,
+    split_completion,
 )
+from mbs.reasoning import ReasoningConfig
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +62,50 @@ def _sampling_params(req: ChatRequest, sampling_params_cls: Any) -> Any:
     )
 
 
+def completions_from_output(
+    req: ChatRequest,
+    output: Any,
+    fmt: str = "none",
+    count_tokens: Callable[[str], int] | None = None,
+    latency_s: float = 0.0,
+) -> list[Completion]:
+    """The completions of one vLLM ``RequestOutput``, split into reasoning and final answer.
+
+    Args:
+        req: The request the output answers.
+        output: A ``vllm.RequestOutput`` (``prompt_token_ids``, ``outputs`` with ``index``,
+            ``text``, ``token_ids`` and ``finish_reason``), or a stand-in of that shape.
+        fmt: The model's reasoning format (:data:`mbs.reasoning.FORMATS`).
+        count_tokens: Token counter of the model (exact reasoning token counts), or ``None``.
+        latency_s: Seconds to record per completion.
+
+    Returns:
+        ``req.n`` completions ordered by sample index (``req.first_index`` ..).
+
+    Raises:
+        BackendError: Fewer samples than ``req.n``.
+    """
+    samples = sorted(output.outputs, key=lambda o: o.index)
+    if len(samples) < req.n:
+        raise BackendError(f"vllm backend: {len(samples)} samples, asked for {req.n}")
+    prompt_tokens = len(output.prompt_token_ids or ())
+    return [
+        split_completion(
+            Completion(
+                text=o.text,
+                prompt_tokens=prompt_tokens,
+                completion_tokens=len(o.token_ids),
+                finish_reason=normalise_finish_reason(o.finish_reason),
+                latency_s=latency_s,
+                sample_index=idx,
+            ),
+            fmt,
+            count_tokens=count_tokens,
+        )
+        for idx, o in zip(req.indices, samples)
+    ]
+
+
 class VLLMBackend:
     """Runs a Hugging Face chat model with vLLM's offline engine, the whole batch at once.
 
@@ -71,6 +124,11 @@ class VLLMBackend:
         seed: Engine seed (per-request seeds decide the samples).
         name: Backend kind for the cache key.
         trust_remote_code: Allow the model repository's own Python code.
+        reasoning: The model's ``reasoning`` config node (:class:`mbs.reasoning.ReasoningConfig`);
+            ``None`` for a model that does not think.
+
+    Raises:
+        ValueError: An invalid ``reasoning`` node.
     """
 
     preferred_batch = 4096
@@ -87,6 +145,7 @@ class VLLMBackend:
         seed: int = 0,
         name: str = "vllm",
         trust_remote_code: bool = False,
+        reasoning: dict[str, Any] | None = None,
     ):
         self.model = str(model)
         self.revision = revision
@@ -98,6 +157,8 @@ class VLLMBackend:
         self.seed = int(seed)
         self.name = name
         self.trust_remote_code = bool(trust_remote_code)
+        self.reasoning = ReasoningConfig.of(reasoning)
+        self.cache_params = {"reasoning": self.reasoning.cache_params()} if self.reasoning.cache_params() else {}
         self.stats = BackendStats()
         self._llm = None
 
@@ -160,7 +221,7 @@ class VLLMBackend:
         params = [_sampling_params(req, SamplingParams) for req in requests]
         t0 = time.perf_counter()
         try:
-            outputs = llm.chat([req.messages for req in requests], params, use_tqdm=True)
+            outputs = llm.chat([req.messages for req in requests], params, use_tqdm=True, **self.chat_kwargs())
         except Exception as err:
             raise BackendError(f"vllm backend ({self.model}): {err}") from err
         dt = time.perf_counter() - t0
@@ -169,30 +230,37 @@ class VLLMBackend:
                 f"vllm backend ({self.model}): {len(outputs)} outputs for {len(requests)} requests"
             )
         latency = dt / max(1, sum(req.n for req in requests))
+        count = self._token_counter(llm) if self.reasoning.format != "none" else None
         out: list[list[Completion]] = []
         for req, ro in zip(requests, outputs):
-            samples = sorted(ro.outputs, key=lambda o: o.index)
-            if len(samples) < req.n:
-                raise BackendError(f"vllm backend ({self.model}): {len(samples)} samples, asked for {req.n}")
-            prompt_tokens = len(ro.prompt_token_ids or ())
-            comps = [
-                Completion(
-                    text=o.text,
-                    prompt_tokens=prompt_tokens,
-                    completion_tokens=len(o.token_ids),
-                    finish_reason=normalise_finish_reason(o.finish_reason),
-                    latency_s=latency,
-                    sample_index=idx,
-                )
-                for idx, o in zip(req.indices, samples)
-            ]
+            try:
+                comps = completions_from_output(req, ro, self.reasoning.format, count, latency)
+            except BackendError as err:
+                raise BackendError(f"vllm backend ({self.model}): {err}") from err
             self.stats.samples += len(comps)
-            self.stats.prompt_tokens += prompt_tokens * len(comps)
+            self.stats.prompt_tokens += sum(c.prompt_tokens for c in comps)
             self.stats.completion_tokens += sum(c.completion_tokens for c in comps)
             out.append(comps)
         self.stats.calls += 1
         self.stats.seconds += dt
         return out
+
+    def chat_kwargs(self) -> dict[str, Any]:
+        """Extra keyword arguments of :meth:`vllm.LLM.chat`: the reasoning config's
+        ``chat_template_kwargs``, with ``reasoning_effort`` (gpt-oss' template variable) added
+        from ``reasoning.effort``."""
+        kwargs = dict(self.reasoning.chat_template_kwargs)
+        if self.reasoning.effort:
+            kwargs.setdefault("reasoning_effort", self.reasoning.effort)
+        return {"chat_template_kwargs": kwargs} if kwargs else {}
+
+    @staticmethod
+    def _token_counter(llm) -> Callable[[str], int] | None:
+        try:
+            tokenizer = llm.get_tokenizer()
+        except Exception:  # noqa: BLE001 - counts fall back to a character-share estimate
+            return None
+        return lambda text: len(tokenizer.encode(text, add_special_tokens=False))
 
     def close(self) -> None:
         """Drop the engine and free its GPU memory (best effort: vLLM keeps some global state)."""

@@ -116,14 +116,43 @@ def verl_overrides(cfg: DictConfig) -> list[tuple[str, Any]]:
     return [(k, reward_path() if k == "reward.custom_reward_function.path" and v is None else v) for k, v in pairs]
 
 
+#: verl 0.9.1 merges ``reward.custom_reward_function.reward_kwargs`` into every reward call
+#: (``verl.trainer.ppo.reward.get_custom_reward_fn``); the key is not in verl's config, hence ``+``.
+REWARD_KWARGS = "+reward.custom_reward_function.reward_kwargs"
+
+
+def reward_kwargs_overrides(cfg: DictConfig) -> list[tuple[str, Any]]:
+    """Overrides that hand :func:`mbs.rewards.compute_score` the policy's reasoning format.
+
+    verl decodes the whole response, thinking included; with ``train.reasoning_format`` the
+    reward grades only the final answer, as calibration did (none for a model that does not think).
+
+    Raises:
+        TrainError: ``train.reasoning_format`` is unknown, or ``server`` (verl's text is not split
+            by a server: name the model's own format).
+    """
+    from mbs.reasoning import FORMATS
+
+    fmt = str(cfg.train.reasoning_format)
+    if fmt == "server":
+        raise TrainError(
+            "train.reasoning_format=server: verl decodes the whole response itself; set the policy's own format "
+            "(think, think_open or harmony)"
+        )
+    if fmt not in FORMATS:
+        raise TrainError(f"train.reasoning_format={fmt!r}: valid formats are {', '.join(f for f in FORMATS if f != 'server')}")
+    return [] if fmt == "none" else [(f"{REWARD_KWARGS}.reasoning_format", fmt)]
+
+
 def build_command(cfg: DictConfig) -> list[str]:
     """``[python, -m, verl.trainer.main_ppo, key=value, ...]`` from ``cfg.train``.
 
     Raises:
-        TrainError: ``train.data_dir`` is not set.
+        TrainError: ``train.data_dir`` is not set, or ``train.reasoning_format`` is invalid.
     """
     python = str(cfg.train.python) if cfg.train.python else sys.executable
-    return [python, "-m", str(cfg.train.module)] + [f"{k}={override_value(v)}" for k, v in verl_overrides(cfg)]
+    pairs = verl_overrides(cfg) + reward_kwargs_overrides(cfg)
+    return [python, "-m", str(cfg.train.module)] + [f"{k}={override_value(v)}" for k, v in pairs]
 
 
 def job_env(cfg: DictConfig) -> dict[str, str]:

@@ -77,6 +77,7 @@ from mbs.synth.store import root_id
 from mbs.synth.structured import StructureError, parse_items, self_reference
 from mbs.synth.summary import base_summary
 from mbs.synth.teacher import find_trace
+from mbs.synth.traces import blueprint, trace_for_prompt
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,13 @@ class Beanstalk(SynthBase):
         self.docs: dict[str, list[Any]] = {}
         if cfg.mbs.grounding.enabled:
             self.docs = assign_documents(cfg.mbs.grounding, seeds)
+        self.trace_context = str(cfg.mbs.trace_context)
+        blueprint("", None, self.trace_context)  # a bad mbs.trace_context fails here, not mid-run
+
+    def trace_text(self, node: TreeNode) -> str:
+        """The node's verified trace as Stage-2/3 prompts receive it (``mbs.trace_context``;
+        clipped to ``mbs.max_chars`` keeping the conclusion)."""
+        return trace_for_prompt(node.trace, node.trace_reasoning, self.trace_context, self.max_chars)
 
     # -- one seed ----------------------------------------------------------------------
 
@@ -146,6 +154,7 @@ class Beanstalk(SynthBase):
             root.status, root.reject_reason = "no_trace", res.reason
         else:
             root.trace, root.answer, root.status = res.trace, seed.ground_truth, "verified"
+            root.trace_reasoning = res.reasoning
             yield from self.decompose(tree, root)
             kept = yield from self.synthesize(tree, root)
             everything = [v for v in tree.variants() if v["status"] == Status.KEPT]
@@ -203,7 +212,7 @@ class Beanstalk(SynthBase):
         accs = yield from self.base_acc(node)
         messages = user_messages(
             m.templates.decompose, problem=clip(node.problem.prompt, self.max_chars),
-            solution=clip(node.trace, self.max_chars), answer=node.answer or "", k=str(k_max),
+            solution=self.trace_text(node), answer=node.answer or "", k=str(k_max),
         )
         attempts: list[dict[str, Any]] = []
         accepted: list[dict[str, Any]] | None = None
@@ -214,7 +223,7 @@ class Beanstalk(SynthBase):
             try:
                 parsed = parse_items(comp.text, k_max, max_answer_chars=self.max_answer_chars)
             except StructureError as err:
-                att.update(passed=False, reason=f"parse error: {err}", raw=clip(comp.text, 600))
+                att.update(passed=False, reason=comp.no_answer_reason or f"parse error: {err}", raw=clip(comp.text, 600))
                 continue
             subs: list[dict[str, Any]] = []
             for i, item in enumerate(parsed):
@@ -296,7 +305,7 @@ class Beanstalk(SynthBase):
         th, m = self.th, self.cfg.mbs
         messages = user_messages(
             m.templates.leaf, problem=clip(node.problem.prompt, self.max_chars),
-            solution=clip(node.trace, self.max_chars), answer=node.answer or "",
+            solution=self.trace_text(node), answer=node.answer or "",
         )
         comps = (yield from generate(self.gen, [self.gen.request(messages, 0, int(th.N_l))], tree.tally))[0]
         variants = [

@@ -123,7 +123,7 @@ class SynthBase:
         try:
             item = parse_item(comp.text, self.max_answer_chars)
         except StructureError as err:
-            v.update(status=Status.REJECTED, reason=f"parse error: {err}", raw=clip(comp.text, 600))
+            v.update(status=Status.REJECTED, reason=comp.no_answer_reason or f"parse error: {err}", raw=clip(comp.text, 600))
             return v
         v.update(problem=item.problem, solution=item.solution, answer=item.answer)
         ref = self_reference(item.problem, self.patterns)

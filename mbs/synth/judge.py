@@ -45,7 +45,7 @@ def judge_variants(variants: Sequence[Candidate], judges: Sequence[Teacher], tem
                 d = parse_verdict(comps[vi][0].text)
                 verdicts[j.name] = {**d, "accept": d["well_posed"] and d["answer_correct"]}
             except StructureError as err:
-                verdicts[j.name] = {"error": str(err)}
+                verdicts[j.name] = {"error": comps[vi][0].no_answer_reason or str(err)}
         v["judges"] = verdicts
         with_verdict = [d for d in verdicts.values() if "accept" in d]
         if any(d["accept"] for d in with_verdict):

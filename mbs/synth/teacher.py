@@ -9,6 +9,10 @@ verified trace.
 Stage 1 (seed paper): for a hard seed (p, a*), try T_1..T_M in order; draw up to N_t traces
 (tau, a) from each and accept the first whose final answer verifies against a*. A seed with
 no verified trace after |T| x N_t attempts is discarded, with the reason recorded.
+
+A thinking teacher's trace is verified on its final answer only (its drafts never count), a trace
+cut off while thinking is rejected unread, and the accepted trace keeps its reasoning beside the
+written solution (:mod:`mbs.synth.traces`).
 """
 
 from __future__ import annotations
@@ -20,9 +24,11 @@ from typing import Any
 from mbs.llm import CachedBackend, build_backend
 from mbs.llm.base import ChatRequest
 from mbs.prompts import user_messages
+from mbs.reasoning import no_answer_reason
 from mbs.records import Problem
 from mbs.synth.engine import Tally, Task, Verify, generate
 from mbs.synth.problems import clip
+from mbs.verify import Grade
 
 SOURCES = ("live", "reference")
 
@@ -115,6 +121,7 @@ class TraceResult:
         index: Sample index of the accepted trace (``None`` for a reference).
         attempts: Every attempt: ``{"teacher", "index", "score", "extracted", "reason"}``.
         reason: Why the seed was discarded (``None`` when accepted).
+        reasoning: The accepted trace's thinking when the teacher is a reasoning model, else ``None``.
     """
 
     trace: str | None
@@ -122,6 +129,7 @@ class TraceResult:
     index: int | None
     attempts: list[dict[str, Any]]
     reason: str | None = None
+    reasoning: str | None = None
 
 
 def find_trace(
@@ -159,13 +167,16 @@ def find_trace(
         for start in range(0, n_t, max(1, batch)):
             count = min(max(1, batch), n_t - start)
             comps = (yield from generate(t, [t.request(messages, start, count)], tally))[0]
-            grades = yield Verify([(c.text, seed.ground_truth or "", verifier) for c in comps])
-            for c, g in zip(comps, grades):
+            answered = [c for c in comps if c.answered]  # cut off while thinking: rejected unread
+            graded = iter((yield Verify([(c.text, seed.ground_truth or "", verifier) for c in answered])) if answered else [])
+            for c in comps:
+                g = next(graded) if c.answered else Grade(0.0, None, no_answer_reason(c.finish_reason))
                 attempts.append({"teacher": t.name, "index": c.sample_index, "score": g.score,
                                  "extracted": g.extracted, "reason": g.reason,
-                                 "finish_reason": c.finish_reason, "tokens": c.completion_tokens})
+                                 "finish_reason": c.finish_reason, "tokens": c.completion_tokens,
+                                 "reasoning_tokens": c.reasoning_tokens})
                 if g.score == 1.0:
-                    return TraceResult(c.text, t.name, c.sample_index, attempts)
+                    return TraceResult(c.text, t.name, c.sample_index, attempts, reasoning=c.reasoning or None)
     n_live = sum(1 for t in pool if t.live)
     wrong = sum(1 for a in attempts if a["index"] is not None)
     reason = f"no verified trace: {wrong} traces from {n_live} live teacher(s) x N_t={n_t} did not verify"

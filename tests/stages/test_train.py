@@ -184,3 +184,27 @@ def test_slurm_launch(make_cfg, data_dir, stub_verl, tmp_path):
         "train.submitit.cpus_per_task=1", "train.submitit.timeout_min=5"]))
     assert read_summary(out)["returncode"] == 0
     assert json.loads(record.read_text())["argv"] == read_summary(out)["command"][3:]
+
+
+def test_reasoning_format_reaches_the_reward_through_verls_reward_kwargs(make_cfg, data_dir, monkeypatch):
+    """A thinking policy: verl decodes the whole response, the reward grades only the final answer."""
+    from mbs.stages.train import REWARD_KWARGS, reward_kwargs_overrides
+
+    src = source(verl_package_dir(), "trainer/ppo/reward.py")
+    assert 'reward_kwargs = dict(reward_fn_config.get("reward_kwargs", {}))' in src  # merged into every call
+    assert REWARD_KWARGS == "+reward.custom_reward_function.reward_kwargs"
+    cfg = make_cfg("train", [f"train.data_dir={data_dir}", "reasoning=qwen3_thinking"])
+    assert cfg.train.reasoning_format == "think"  # follows the backend's reasoning preset
+    argv = build_command(cfg)
+    assert argv[-1] == "+reward.custom_reward_function.reward_kwargs.reasoning_format=think"
+    assert OverridesParser.create().parse_overrides([argv[-1]])[0].value() == "think"
+    # a plain policy adds nothing; a server-split format names the fix
+    assert reward_kwargs_overrides(make_cfg("train", [f"train.data_dir={data_dir}"])) == []
+    with pytest.raises(TrainError, match="train.reasoning_format=server: verl decodes the whole response"):
+        build_command(make_cfg("train", [f"train.data_dir={data_dir}", "train.reasoning_format=server"]))
+    with pytest.raises(TrainError, match="train.reasoning_format='thinking'"):
+        build_command(make_cfg("train", [f"train.data_dir={data_dir}", "train.reasoning_format=thinking"]))
+    # what verl then calls: compute_score with the kwarg (verl's _call_with_kwargs merges it)
+    monkeypatch.setenv("MBS_REWARD_WORKERS", "0")
+    cut = compute_score(data_source="mbs/math/toy", solution_str="<think>\nso \\boxed{5}", ground_truth="5", reasoning_format="think")
+    assert cut["score"] == 0.0 and "cut off while thinking" in cut["reason"]

@@ -17,7 +17,7 @@ import hashlib
 import re
 from collections.abc import Sequence
 
-from mbs.llm.base import BackendError, BackendStats, ChatRequest, Completion
+from mbs.llm.base import BackendError, BackendStats, ChatRequest, Completion, split_completion
 
 
 def _unit(*parts: object) -> float:
@@ -25,14 +25,33 @@ def _unit(*parts: object) -> float:
     return int.from_bytes(h[:8], "little") / 2**64
 
 
+#: A scripted reply that makes a thinking backend run out of budget while still thinking.
+CUT = "<<cut off while thinking>>"
+
+
 class _Scripted:
+    """``think``: a family of :data:`support.thinking.FAMILIES` (``qwen3``, ``r1``, ``harmony_raw``,
+    ...): each reply is written after a long thinking that mentions every tag, and split back with
+    the family's reasoning format, as the vLLM and llama.cpp backends do."""
+
     preferred_batch = 4
 
-    def __init__(self, fail_after: int | None, name: str):
+    def __init__(self, fail_after: int | None, name: str, think: str | None = None):
         self.fail_after = fail_after
         self.name = name
+        self.think = think
         self.stats = BackendStats()
         self.requests: list[ChatRequest] = []
+
+    def _thought(self, text: str, cut: bool = False) -> tuple[str, str]:
+        """The raw response of a thinking model whose final answer is ``text`` (``cut``: cut off
+        while thinking, ``text`` said only inside the thinking), and its reasoning format."""
+        from support.thinking import CUT_FAMILY, FAMILIES, cut_off
+
+        fmt, build = FAMILIES[self.think]
+        if cut:
+            return cut_off(CUT_FAMILY[self.think], guess="4").replace("\\boxed{4}", text), fmt
+        return build(text), fmt
 
     def _reply(self, prompt: str, req: ChatRequest, idx: int) -> str:
         raise NotImplementedError
@@ -47,7 +66,12 @@ class _Scripted:
                 if self.fail_after is not None and self.stats.samples >= self.fail_after:
                     raise BackendError(f"{self.name}: killed")
                 text = self._reply(prompt, req, idx)
-                comps.append(Completion(text=text, prompt_tokens=len(prompt.split()), completion_tokens=len(text.split()), sample_index=idx))
+                comp = Completion(text=text, prompt_tokens=len(prompt.split()), completion_tokens=len(text.split()), sample_index=idx)
+                if self.think:
+                    comp.text, fmt = self._thought("", cut=True) if text == CUT else self._thought(text)
+                    comp.finish_reason = "length" if text == CUT else "stop"
+                    split_completion(comp, fmt)
+                comps.append(comp)
                 self.stats.samples += 1
             self.stats.calls += 1
             out.append(comps)
@@ -68,14 +92,15 @@ class ScriptedTeacher(_Scripted):
         name: Backend kind.
     """
 
-    def __init__(self, replies: dict | None = None, default: str = "no idea", fail_after: int | None = None, name: str = "scripted-teacher"):
-        super().__init__(fail_after, name)
+    def __init__(self, replies: dict | None = None, default: str = "no idea", fail_after: int | None = None,
+                 name: str = "scripted-teacher", think: str | None = None):
+        super().__init__(fail_after, name, think)
         self.replies = dict(replies or {})
         self.default = default
 
     @property
     def model_id(self) -> str:
-        return f"scripted-teacher@{hashlib.sha256(repr(sorted(self.replies.items())).encode()).hexdigest()[:12]}"
+        return f"scripted-teacher@{hashlib.sha256(repr((sorted(self.replies.items()), self.think)).encode()).hexdigest()[:12]}"
 
     def _reply(self, prompt: str, req: ChatRequest, idx: int) -> str:
         for key, reply in self.replies.items():
@@ -114,14 +139,15 @@ class ChoiceStudent(_Scripted):
         name: Backend kind.
     """
 
-    def __init__(self, picks: dict | None = None, truncate: float = 0.0, fail_after: int | None = None, name: str = "choice-student"):
-        super().__init__(fail_after, name)
+    def __init__(self, picks: dict | None = None, truncate: float = 0.0, fail_after: int | None = None,
+                 name: str = "choice-student", think: str | None = None):
+        super().__init__(fail_after, name, think)
         self.picks = dict(picks or {})
         self.truncate = truncate
 
     @property
     def model_id(self) -> str:
-        return f"choice-student@{hashlib.sha256(repr(sorted(self.picks.items())).encode()).hexdigest()[:12]}"
+        return f"choice-student@{hashlib.sha256(repr((sorted(self.picks.items()), self.think)).encode()).hexdigest()[:12]}"
 
     def _reply(self, prompt: str, req: ChatRequest, idx: int) -> str:
         options = parse_options(prompt)
@@ -144,6 +170,10 @@ class ChoiceStudent(_Scripted):
             for c in comps:
                 if _unit(req.messages[-1]["content"], req.seed, c.sample_index, "cut") < self.truncate:
                     c.text, c.finish_reason, c.completion_tokens = "Let me compare the", "length", req.max_tokens
+                    if self.think:  # cut off while thinking, after naming the right option in the thinking
+                        right = next((L for key in self.picks for L, o in parse_options(req.messages[-1]["content"]).items() if key in o), "A")
+                        c.text, fmt = self._thought(f"Answer: {right}", cut=True)
+                        split_completion(c, fmt)
         return out
 
 

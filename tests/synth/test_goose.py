@@ -15,6 +15,7 @@ from mbs.llm.base import BackendError
 from mbs.records import MCQ, Calibration, Problem, Rollout
 from mbs.stages.synthesize import run
 from mbs.synth.goose.build import LETTERS, normalise
+from mbs.synth.goose.replies import format_extract_reply, format_mask_reply
 from mbs.synth.goose.run import chance_goldilocks_share
 
 
@@ -121,7 +122,7 @@ def handshake(i: int, people: int) -> tuple[str, str, list[str]]:
 
 
 def reply(span: str, distractors: list[str]) -> str:
-    return json.dumps({"span": span, "distractors": distractors})
+    return format_mask_reply(span, distractors)
 
 
 def bad_teacher_corpus(tmp_path):
@@ -135,8 +136,8 @@ def bad_teacher_corpus(tmp_path):
     replies["Passage P3."] = reply(spans[3][0], spans[3][1][:7] + [spans[3][1][0]])  # duplicate distractors
     replies["Passage P4."] = reply(spans[4][0], spans[4][1][:7] + ["  " + spans[4][0].upper() + " "])  # equals the answer
     replies["Passage P5."] = reply(spans[5][0], spans[5][1][:3])  # 4 options when 9 were asked
-    replies["Passage P6."] = reply(*spans[6])[:70]  # malformed JSON (cut off)
-    replies["Passage P7."] = "Sure, here it is:\n```json\n" + reply(*spans[7]) + "\n```"
+    replies["Passage P6."] = reply(*spans[6]).split("</span>")[0]  # malformed (cut off inside the span)
+    replies["Passage P7."] = "Sure, here it is:\n" + reply(*spans[7]) + "\nHope this helps."
     path = tmp_path / "corpus.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path, replies, spans
@@ -171,12 +172,12 @@ def test_bad_teacher_output_is_rejected_with_its_reason(make_cfg, tmp_path):
         "duplicate_distractors": 1,
         "distractor_equals_answer": 1,
         "wrong_option_count": 1,
-        "malformed_json": 1,
+        "malformed_reply": 1,
     }
     rejected = {r["passage_id"]: r["reason"] for r in read_records(out, "rejected")}
     assert rejected == {
         "toy/p2": "span_not_in_passage", "toy/p3": "duplicate_distractors", "toy/p4": "distractor_equals_answer",
-        "toy/p5": "wrong_option_count", "toy/p6": "malformed_json",
+        "toy/p5": "wrong_option_count", "toy/p6": "malformed_reply",
     }
     # nothing else is lost: both good items are complete and exactly as the teacher wrote them
     items = {it["source_id"]: it for it in read_records(out, "items")}
@@ -198,8 +199,8 @@ def test_teacher_retries_a_rejected_reply(make_cfg, tmp_path):
     replies["Passage P6."] = [replies["Passage P6."], reply(*spans[6])]  # malformed first, then good
     out = run(teacher_cfg(make_cfg, corpus, replies, "goose.teacher.attempts=2", "goose.filter.enabled=false"))
     s = read_summary(out)
-    assert s["items_built"] == 3 and "malformed_json" not in s["rejected"]
-    assert s["attempt_rejections"]["malformed_json"] == 1
+    assert s["items_built"] == 3 and "malformed_reply" not in s["rejected"]
+    assert s["attempt_rejections"]["malformed_reply"] == 1
     assert s["rejected_total"] == 4  # the other bad replies fail their second attempt too
     assert s["backends"]["teacher:scripted"]["samples"] == 7 + 5  # a second sample for each first failure
 
@@ -217,17 +218,17 @@ def test_extraction_drops_passages_with_a_reason(make_cfg, tmp_path):
     corpus = tmp_path / "web.jsonl"
     corpus.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in raw))
     replies = {
-        "RAW1": json.dumps({"passage": clean}),
-        "RAW2": json.dumps({"passage": None}),
-        "RAW3": json.dumps({"passage": "Short bit: 2+2=4."}),
-        "RAW4": json.dumps({"passage": raw[3][1][5:]}),
+        "RAW1": format_extract_reply(clean),
+        "RAW2": format_extract_reply(None),
+        "RAW3": format_extract_reply("Short bit: 2+2=4."),
+        "RAW4": format_extract_reply(raw[3][1][5:]),
         "RAW5": "I could not read that page",
         "CLEAN1.": reply(span, ds),
     }
     out = run(teacher_cfg(make_cfg, corpus, replies, "goose.extract=true", "goose.filter.enabled=false"))
     s = read_summary(out)
     assert s["items_built"] == 1
-    assert s["rejected"] == {"no_passage": 1, "passage_too_short": 1, "no_reasoning": 1, "malformed_json": 1}
+    assert s["rejected"] == {"no_passage": 1, "passage_too_short": 1, "no_reasoning": 1, "malformed_reply": 1}
     stages = {r["passage_id"]: r["stage"] for r in read_records(out, "rejected")}
     assert set(stages.values()) == {"extract"}
     (it,) = read_records(out, "mcq", MCQ)

@@ -176,22 +176,22 @@ def test_question_is_graded_by_the_mcq_verifier():
 # ---- deliberately bad teacher output -------------------------------------------------
 
 
-def test_malformed_json_is_rejected():
-    cut = '{"span": "So the number", "distractors": [{"text": "x"}, '
-    for reply in ("Sure! The span is 'So the number...'", '{"span": "So the number", "distractors": [', "", cut):
+def test_malformed_reply_is_rejected():
+    cut = "<span>So the number</span>\n<distractor>x"
+    for reply in ("Sure! The span is 'So the number...'", '{"span": "So the number", "distractors": ["x"]}', "", cut):
         with pytest.raises(Rejected) as err:
             parse_mask_reply(reply)
-        assert err.value.reason == "malformed_json"
+        assert err.value.reason == "malformed_reply"
 
 
-def test_json_inside_prose_and_fences_is_read():
-    span, ds = parse_mask_reply('Here you go:\n```json\n{"span": "a b", "distractors": ["c", "d"]}\n```')
+def test_tags_inside_prose_are_read_and_latex_is_kept():
+    span, ds = parse_mask_reply("Here you go:\n<span>\na b\n</span>\n<distractor>c</distractor>\n<distractor>d</distractor>\nDone.")
     assert (span, ds) == ("a b", ["c", "d"])
-    span, _ = parse_mask_reply('With $\\frac{1}{2}$ in mind: {"span": "half", "distractors": []}')
-    assert span == "half"
+    span, ds = parse_mask_reply("<span>$\\frac{1}{2} \\times \\sqrt{4}$</span><distractor>$\\cdot$</distractor>")
+    assert (span, ds) == ("$\\frac{1}{2} \\times \\sqrt{4}$", ["$\\cdot$"])
 
 
-@pytest.mark.parametrize("reply", ['{"span": 3, "distractors": []}', '{"span": "x"}', '{"span": "x", "distractors": ["a", 2]}'])
+@pytest.mark.parametrize("reply", ["<span> </span>", "<span>x</span><distractor>\n</distractor>"])
 def test_bad_fields_are_rejected(reply):
     with pytest.raises(Rejected) as err:
         parse_mask_reply(reply)
@@ -261,11 +261,11 @@ def test_passage_already_masked_is_rejected():
 
 
 def test_extraction_reply():
-    assert parse_extract_reply('{"passage": "  Since 2+2=4, we are done.  "}') == "Since 2+2=4, we are done."
-    assert parse_extract_reply('{"passage": null}') is None
+    assert parse_extract_reply("<passage>\n  Since 2+2=4, we are done.  \n</passage>") == "Since 2+2=4, we are done."
+    assert parse_extract_reply("<passage></passage>") is None
     with pytest.raises(Rejected) as err:
-        parse_extract_reply("no json")
-    assert err.value.reason == "malformed_json"
+        parse_extract_reply('{"passage": null}')
+    assert err.value.reason == "malformed_reply"
 
 
 def test_option_count_bounds():

@@ -9,7 +9,8 @@ distractors. A letter match then grades any response (the ``mcq`` verifier).
 Two ways to build an item:
 
 * **LLM teacher** (:func:`parse_mask_reply`, then :func:`locate_span`): the teacher returns
-  JSON ``{"span": ..., "distractors": [...]}``; the span must be copied from the passage.
+  ``<span>`` and ``<distractor>`` sections (:mod:`mbs.synth.goose.replies`: tags, not JSON, so
+  every LaTeX command survives); the span must be copied from the passage.
 * **Teacher-free** (:func:`mbs.synth.goose.distractors.teacher_free_candidate`), for step-segmented passages (CHAMP): a
   contiguous run of solution steps is masked (steps with concept/hint links first) and the
   distractors are perturbations of the removed span (:func:`~mbs.synth.goose.distractors.perturbations`: numbers, operators,
@@ -28,7 +29,6 @@ Failures raise :class:`Rejected` with a stable reason name (see :data:`REASONS`)
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 import re
 import unicodedata
@@ -38,6 +38,7 @@ from difflib import SequenceMatcher
 from typing import Any
 
 from mbs.records import MCQ
+from mbs.synth.goose import replies
 from mbs.synth.goose.sources import MASK, Passage
 
 #: Option letters the ``mcq`` verifier grades.
@@ -52,8 +53,9 @@ REASONS = {
     "no_passage": "the teacher found no self-contained educational passage in the text",
     "no_steps": "teacher-free construction needs a step-segmented passage (goose.segment)",
     "too_few_steps": "too few steps to mask a span and keep context",
-    "malformed_json": "teacher reply is not a JSON object",
-    "bad_fields": "teacher JSON lacks a string 'span' or a list of strings 'distractors'",
+    "teacher_cut_off": "the teacher's budget ran out while it was still thinking (raise its max_tokens)",
+    "malformed_reply": "teacher reply lacks a closed <span> (masking) or <passage> (extraction) section",
+    "bad_fields": "a <span> or <distractor> section of the teacher reply is empty",
     "span_not_in_passage": "the span the teacher chose does not occur in the passage",
     "span_ambiguous": "the span occurs more than once in the passage",
     "span_too_short": "span shorter than goose.span.min_chars",
@@ -202,64 +204,43 @@ def answer_position(index: int, k: int, seed: int) -> int:
 # --------------------------------------------------------------------------------------
 
 
-def parse_json_object(text: str, keys: Sequence[str] = ()) -> dict[str, Any]:
-    """The JSON object of a teacher reply (code fences and prose around it are ignored).
+def teacher_answered(comp: Any) -> None:
+    """Check that a teacher reply has a final answer to parse.
 
-    The first object holding one of ``keys`` is returned, else the first object decoded. An
-    object found only inside a cut-off one (``{"span": "x", "distractors": [{"a": 1}``) does
-    not count: the reply is malformed.
+    Args:
+        comp: The teacher's :class:`mbs.llm.base.Completion`.
 
     Raises:
-        Rejected: ``malformed_json`` when no complete JSON object can be decoded.
+        Rejected: ``teacher_cut_off`` when the reply ended inside the teacher's thinking.
     """
-    decoder = json.JSONDecoder()
-    first: dict[str, Any] | None = None
-    broken_before = False
-    for m in re.finditer(r"\{", text):
-        try:
-            obj, _ = decoder.raw_decode(text, m.start())
-        except json.JSONDecodeError:
-            broken_before = True
-            continue
-        if not isinstance(obj, dict):
-            continue
-        if any(k in obj for k in keys):
-            return obj
-        if first is None and not broken_before:
-            first = obj
-    if first is not None:
-        return first
-    raise Rejected("malformed_json", f"no complete JSON object in reply {text[:80]!r}")
+    if comp.no_answer_reason:
+        raise Rejected("teacher_cut_off", f"{comp.no_answer_reason} after {comp.completion_tokens} tokens")
 
 
 def parse_mask_reply(text: str) -> tuple[str, list[str]]:
-    """``(span, distractors)`` from a masking reply ``{"span": str, "distractors": [str, ...]}``.
+    """``(span, distractors)`` of a masking reply in the tagged format of
+    :mod:`mbs.synth.goose.replies` (LaTeX kept byte for byte).
 
     Raises:
-        Rejected: ``malformed_json`` or ``bad_fields``.
+        Rejected: ``malformed_reply`` or ``bad_fields``.
     """
-    obj = parse_json_object(text, ("span", "distractors"))
-    span, distractors = obj.get("span"), obj.get("distractors")
-    if not isinstance(span, str) or not span.strip():
-        raise Rejected("bad_fields", f"'span' must be a non-empty string, got {type(span).__name__}")
-    if not isinstance(distractors, list) or not all(isinstance(d, str) for d in distractors):
-        raise Rejected("bad_fields", "'distractors' must be a list of strings")
-    return span, distractors
+    try:
+        return replies.parse_mask_reply(text)
+    except replies.ReplyError as err:
+        raise Rejected(err.reason, err.detail) from err
 
 
 def parse_extract_reply(text: str) -> str | None:
-    """The clean passage of an extraction reply ``{"passage": str or null}`` (``None``: none found).
+    """The clean passage of an extraction reply (tagged, see :mod:`mbs.synth.goose.replies`);
+    ``None`` when the teacher found none.
 
     Raises:
-        Rejected: ``malformed_json`` or ``bad_fields``.
+        Rejected: ``malformed_reply``.
     """
-    obj = parse_json_object(text, ("passage",))
-    if "passage" not in obj:
-        raise Rejected("bad_fields", "the reply has no 'passage' field")
-    passage = obj.get("passage")
-    if passage is not None and not isinstance(passage, str):
-        raise Rejected("bad_fields", f"'passage' must be a string or null, got {type(passage).__name__}")
-    return passage.strip() if passage and passage.strip() else None
+    try:
+        return replies.parse_extract_reply(text)
+    except replies.ReplyError as err:
+        raise Rejected(err.reason, err.detail) from err
 
 
 def locate_span(passage: Passage, span: str) -> tuple[int, int]:

@@ -62,6 +62,7 @@ from mbs.synth.goose.build import (
     parse_extract_reply,
     parse_mask_reply,
     render_question,
+    teacher_answered,
     validate,
 )
 from mbs.synth.goose.distractors import teacher_free_candidate
@@ -229,6 +230,7 @@ def build_with_teacher(
         for ri, comps in backend.generate_iter(reqs):
             p = todo[ri]
             try:
+                teacher_answered(comps[0])
                 clean = parse_extract_reply(comps[0].text)
                 if clean is None:
                     raise Rejected("no_passage", f"teacher found no passage in {p.id}")
@@ -257,6 +259,7 @@ def build_with_teacher(
         for ri, comps in backend.generate_iter(reqs):
             p = pending[ri]
             try:
+                teacher_answered(comps[0])
                 span, distractors = parse_mask_reply(comps[0].text)
                 start, end = locate_span(p, span)
                 cand = Candidate(p, start, end, [d.strip() for d in distractors], [f"teacher:{t.name}"] * len(distractors))
