@@ -59,7 +59,7 @@ class CachedLMSolver:
         return [self.score(o) for o in options]
 
 
-def llama_scorer(model_path: str | None = None, n_ctx: int = 2048) -> tuple[TextScorer, str]:
+def llama_scorer(model_path: str | None = None, n_ctx: int = 512) -> tuple[TextScorer, str]:
     """A :data:`TextScorer` over a GGUF model run in process with llama-cpp-python.
 
     Args:
