@@ -19,11 +19,13 @@ from omegaconf import DictConfig
 
 from mbs.calibration import calibrate_group, settled, trap_summary
 from mbs.data.champ import gold_report
+from mbs.errors import ConfigError
 from mbs.figures.calibration import calibration_figures
 from mbs.io import RunDir
 from mbs.recorded import recorded_report
 from mbs.records import Calibration, Problem, Rollout, reason_kind
 from mbs.sampling import Policy, policies_from_cfg
+from mbs.verify.gold import ungradable_golds
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +46,8 @@ class CalibrationSettings:
         alpha: Threshold of ``above_alpha``.
         batch: Rollouts per early-stopping round.
         figures: Draw the stage's figures (``calibrate.figures``).
+        verifier: The ``verifier`` config node (grading pool settings, ``path``): which gold
+            answers it cannot grade (:mod:`mbs.verify.gold`).
     """
 
     policies: tuple[Policy, ...]
@@ -56,6 +60,7 @@ class CalibrationSettings:
     alpha: float
     batch: int
     figures: bool
+    verifier: Any = None
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> CalibrationSettings:
@@ -73,7 +78,7 @@ class CalibrationSettings:
             policies=policies, budgets=budgets, n=int(ccfg.n), target=target,
             hard_seed_budget=_hard_seed_budget(ccfg.hard_seed_budget, budgets, policies, target),
             early_stop=bool(es.enabled), decision=str(es.decision), alpha=float(es.alpha), batch=int(es.batch),
-            figures=bool(ccfg.figures),
+            figures=bool(ccfg.figures), verifier=cfg.verifier,
         )
 
 
@@ -82,7 +87,7 @@ def _hard_seed_budget(explicit: Any, budgets: Sequence[int], policies: Sequence[
         return int(explicit)
     target = next((p for p in policies if p.name == target_name), None)
     if target is None:
-        raise ValueError(f"students.target={target_name!r} is not a policy name: {[p.name for p in policies]}")
+        raise ConfigError(f"students.target={target_name!r} is not a policy name: {[p.name for p in policies]}")
     if target.source == "recorded":
         return None
     if target.budget is not None and int(target.budget) in budgets:
@@ -175,7 +180,8 @@ def finalize(
         n_group = len(rs) if key[2] is None else n_target  # recorded: every no-hint setting is a rollout
         calibrations.append(calibrate_group(rs[:n_group], n_group, settings.decision, settings.alpha))
     out.shard("calibrations", Calibration).rewrite(calibrations)
-    hard = hard_seeds(calibrations, problems, settings.target, settings.hard_seed_budget)
+    ungradable = ungradable_golds(problems, settings.verifier)  # never hard seeds: no trace can verify them
+    hard = [p for p in hard_seeds(calibrations, problems, settings.target, settings.hard_seed_budget) if p.id not in ungradable]
     out.shard("hard_seeds", Problem).rewrite(hard)
 
     summary = trap_summary(calibrations)
@@ -189,6 +195,8 @@ def finalize(
             "budgets": budgets if has_live else [],
             "n": n_target if has_live else None,
             "hard_seeds": len(hard),
+            # problems whose gold the verifier cannot parse: every rollout fails them, so they are never hard seeds
+            "ungradable": {"count": len(ungradable), "ids": list(ungradable), "reasons": ungradable},
             "hard_seed_budget": settings.hard_seed_budget,
             "rollouts": {
                 "drawn": len(rollouts),

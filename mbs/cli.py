@@ -29,19 +29,29 @@ def config_dir() -> str:
 CONF = config_dir()
 
 
-def _run(module: str, cfg: DictConfig) -> None:
-    """Call ``module.run(cfg)``; bad input (:class:`mbs.data.DataError`, whose message names
-    the file, record and field) ends the command with that message and exit status 2,
-    without a Python traceback."""
+def _run(module: str, cfg: DictConfig, *args: object) -> None:
+    """Call ``module.run(cfg, *args)``; an error the user can fix (any
+    :class:`mbs.errors.UserError`: bad records, config values, a missing optional extra, a
+    backend that does not answer, a failed training job, ...) ends the command with its
+    message and exit status 2, without a Python traceback. ``HYDRA_FULL_ERROR=1`` re-raises
+    it, traceback included; any other exception is a bug and keeps its traceback."""
     import importlib
     import logging
+    import os
+    import sys
 
-    from mbs.data import DataError
+    from mbs.errors import UserError
+    from mbs.redact import install_log_redaction
 
+    install_log_redaction()
     try:
-        importlib.import_module(module).run(cfg)
-    except DataError as err:
-        logging.getLogger(module).error("bad input: %s", err)
+        importlib.import_module(module).run(cfg, *args)
+    except UserError as err:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        command = Path(sys.argv[0]).name or "mbs"
+        logging.getLogger(module).error("%s: %s", type(err).__name__, err)
+        print(f"{command}: error: {err}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
 
 
@@ -99,6 +109,4 @@ def serve(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
-    from mbs.service import run
-
-    run(cfg, OmegaConf.to_container(HydraConfig.get().launcher, resolve=True))
+    _run("mbs.service", cfg, OmegaConf.to_container(HydraConfig.get().launcher, resolve=True))

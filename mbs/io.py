@@ -2,7 +2,10 @@
 
 Layout of a stage's run directory (``hydra.run.dir``)::
 
+    .lock                  locked (``lockf``) by the one process running a stage here: host, pid, start
     config.yaml            resolved config (secrets are never resolved: env lookups stay as written)
+    sampling.json          the config values the records were drawn with (checked on resume;
+                           stages that draw: calibrate, synthesize, evaluate)
     git.json               git revision and dirty flag of the code that ran
     <name>.<shard>.jsonl   append-only record shards (one JSON record per line)
     summary.json           the stage's headline numbers
@@ -12,27 +15,73 @@ A stage killed at any point and run again with the same config and ``hydra.run.d
 :meth:`Shard.read` drops a torn last line (a write cut off by the kill) and returns the
 finished records, so nothing finished is recomputed or lost and nothing is duplicated.
 
+Guards (:class:`RunDirError` ends the command with exit status 2): a second process opening
+a run directory another one holds fails at once, naming the holder (host and pid); a run
+whose sampling config (seed, temperature, top_p, templates, policies: :data:`SAMPLING_KEYS`)
+differs from the one the directory's records were drawn with is refused unless
+``resume.allow_config_change=true``. ``manifest.json`` is removed when a stage starts, so it
+marks a finished stage only; derived files are replaced atomically (:meth:`Shard.rewrite`).
+Every string written to ``config.yaml``, ``summary.json`` and ``manifest.json`` has its URLs
+redacted (:mod:`mbs.redact`).
+
 The readers at the bottom (:func:`read_summary`, :func:`read_records`, ...) are the public
 interface that ``analysis/`` and ``mbs-figures`` use; they never import stage internals.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
+import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
+from weakref import WeakValueDictionary
 
+from mbs.errors import UserError
 from mbs.records import SCHEMA_VERSION, RecordError, from_dict, to_dict
+from mbs.redact import redact_obj
+from mbs.validate import plain_config, select
 
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 SUMMARY = "summary.json"
+LOCK = ".lock"
+SAMPLING = "sampling.json"
+
+#: Per stage, the config keys (patterns, ``*``: any key or index) that decide what a record
+#: drawn into its run directory is; a resumed run must use the same values. Stages that draw
+#: nothing (export, figures, merge, train, pipeline: its steps have their own directories)
+#: have none. Operational keys (:data:`OPERATIONAL_KEYS`) may change between runs.
+SAMPLING_KEYS: dict[str, tuple[str, ...]] = {
+    "calibrate": (
+        "seed", "calibrate.temperature", "calibrate.top_p", "calibrate.templates",
+        "students.policies.*.name", "students.policies.*.source", "students.policies.*.model",
+        "students.policies.*.backend",
+    ),
+    "synthesize": (
+        "seed", "method", "synth", "students.policies", "teacher.pool", "thresholds",
+        "mbs.templates", "direct.templates", "goose.teacher.templates",
+    ),
+    "evaluate": ("seed", "eval.temperature", "eval.top_p", "eval.templates", "eval.models"),
+}
+
+#: Keys that change how, not what, a backend draws (never part of the sampling config).
+OPERATIONAL_KEYS = frozenset(
+    {"max_concurrency", "timeout_s", "max_retries", "n_threads", "n_batch", "api_key_env", "use_n", "gpu_memory_utilization",
+     "figures", "seeds_limit", "early_stop", "early_stop_batch"}
+)
+
+
+class RunDirError(UserError, RuntimeError):
+    """A run directory is in use by another process, or its records were drawn under another
+    sampling config (the message names the holder or the keys that differ)."""
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
@@ -44,6 +93,8 @@ def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(data, f, indent=2, sort_keys=True, ensure_ascii=False, default=_json_default)
             f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -102,31 +153,40 @@ class Shard:
             RecordError: A complete line that is not valid JSON or not a valid record
                 (names the file and line).
         """
+        return list(self.iter())
+
+    def iter(self) -> Iterator[Any]:
+        """Stream the complete records, one line in memory at a time (see :meth:`read`).
+
+        A torn last line is cut off the file once the iteration reaches it.
+
+        Raises:
+            RecordError: As :meth:`read`.
+        """
         if not self.path.exists():
-            return []
-        out = []
-        with open(self.path, "rb") as f:
-            data = f.read()
+            return
         good_end = 0
-        lines = data.split(b"\n")
-        for lineno, raw in enumerate(lines, 1):
-            is_last = lineno == len(lines)
-            if not raw.strip():
-                good_end += len(raw) + (0 if is_last else 1)
-                continue
-            if is_last:  # no trailing newline: the write of this line never finished
-                log.warning("%s: dropping torn last line %d (interrupted write)", self.path, lineno)
-                break
-            try:
-                obj = json.loads(raw)
-            except json.JSONDecodeError as err:
-                raise RecordError(f"{self.path} line {lineno}: invalid JSON ({err.msg})") from err
-            out.append(from_dict(self.record_type, obj, where=f"{self.path} line {lineno}") if self.record_type else obj)
-            good_end += len(raw) + 1
-        if good_end < len(data):
+        torn = False
+        with open(self.path, "rb") as f:
+            for lineno, raw in enumerate(f, 1):
+                if not raw.endswith(b"\n"):  # no trailing newline: the write of this line never finished
+                    if raw.strip():
+                        log.warning("%s: dropping torn last line %d (interrupted write)", self.path, lineno)
+                        torn = True
+                    else:
+                        good_end += len(raw)
+                    break
+                good_end += len(raw)
+                if not raw.strip():
+                    continue
+                try:
+                    obj = json.loads(raw)
+                except json.JSONDecodeError as err:
+                    raise RecordError(f"{self.path} line {lineno}: invalid JSON ({err.msg})") from err
+                yield from_dict(self.record_type, obj, where=f"{self.path} line {lineno}") if self.record_type else obj
+        if torn:
             with open(self.path, "r+b") as f:
                 f.truncate(good_end)
-        return out
 
     def append(self, records: Iterable[Any]) -> int:
         """Append records (dataclasses or dicts), one line each, flushed to disk. Returns the count."""
@@ -161,7 +221,7 @@ class Shard:
             self._fh.close()
             self._fh = None
 
-    def __enter__(self) -> "Shard":
+    def __enter__(self) -> Shard:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -171,16 +231,25 @@ class Shard:
 class RunDir:
     """A stage's output folder.
 
+    Opening one takes the directory's lock (held while this object lives) and removes
+    ``manifest.json``.
+
     Args:
         path: The folder (created if missing).
         stage: Stage name written into the manifest.
         shard_index: This process's shard (files are named ``<name>.<index>-of-<count>.jsonl``).
         shard_count: Number of shards.
+
+    Raises:
+        RunDirError: Another process holds the directory (names its host and pid).
     """
 
     def __init__(self, path: str | os.PathLike, stage: str, shard_index: int = 0, shard_count: int = 1):
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
+        self._lock = RunLock.acquire(self.path)
+        # the manifest marks a finished stage: a stage (re)starting here is not finished
+        (self.path / MANIFEST).unlink(missing_ok=True)
         self.stage = stage
         self.shard_index = int(shard_index)
         self.shard_count = int(shard_count)
@@ -192,15 +261,52 @@ class RunDir:
         return Shard(self.path / f"{name}.{self.shard_index:05d}-of-{self.shard_count:05d}.jsonl", record_type)
 
     def write_config(self, cfg: Any) -> None:
-        """Save the config (interpolations of environment variables are left unresolved) and git revision."""
+        """Save the config (interpolations of environment variables are left unresolved, URLs
+        redacted) and git revision; record or check the sampling config (:data:`SAMPLING_KEYS`).
+
+        Raises:
+            RunDirError: The directory's records were drawn under another sampling config and
+                ``resume.allow_config_change`` is not true (names each key, old and new value).
+        """
         from omegaconf import OmegaConf
 
-        write_text_atomic(self.path / "config.yaml", OmegaConf.to_yaml(safe_resolved(cfg)))
+        self.check_sampling(cfg)
+        text = OmegaConf.to_yaml(OmegaConf.create(redact_obj(OmegaConf.to_container(safe_resolved(cfg), resolve=False))))
+        write_text_atomic(self.path / "config.yaml", text)
         write_json_atomic(self.path / "git.json", git_revision())
+
+    def check_sampling(self, cfg: Any) -> None:
+        """Write ``sampling.json`` while the directory holds no records; once it does, compare
+        (see :meth:`write_config`)."""
+        from omegaconf import OmegaConf
+
+        now = sampling_config(cfg, self.stage)
+        if not now:
+            return
+        path = self.path / SAMPLING
+        holds_records = any(p.stat().st_size > 0 for p in self.path.glob("*.jsonl"))
+        if path.is_file() and holds_records:
+            before = read_json(path).get("config", {})
+            diff = _diff(before, now)
+            if diff:
+                allow = OmegaConf.select(cfg, "resume.allow_config_change", default=False)
+                listed = "; ".join(f"{k}: {_short(a)} -> {_short(b)}" for k, a, b in diff[:8])
+                if allow is not True:
+                    raise RunDirError(
+                        f"{self.path} holds records drawn under another sampling config ({listed}); "
+                        "rerun with the recorded values, use another hydra.run.dir, or set "
+                        "resume.allow_config_change=true to keep the old records and draw the rest under the new values"
+                    )
+                log.warning("%s: sampling config changed (%s); resume.allow_config_change=true keeps the old records", self.path, listed)
+                write_json_atomic(path, {"config": now, "previous": before})
+            return
+        write_json_atomic(path, {"config": now})
 
     def write_summary(self, summary: dict[str, Any]) -> Path:
         """Write ``summary.json`` (the stage's headline numbers)."""
-        return write_json_atomic(self.path / SUMMARY, {"schema_version": SCHEMA_VERSION, "stage": self.stage, **summary})
+        return write_json_atomic(
+            self.path / SUMMARY, redact_obj({"schema_version": SCHEMA_VERSION, "stage": self.stage, **summary})
+        )
 
     def write_manifest(self, counts: dict[str, Any], **extra: Any) -> Path:
         """Write ``manifest.json`` last: counts, timings, files and their sizes."""
@@ -211,7 +317,7 @@ class RunDir:
         }
         return write_json_atomic(
             self.path / MANIFEST,
-            {
+            redact_obj({
                 "schema_version": SCHEMA_VERSION,
                 "stage": self.stage,
                 "shard": {"index": self.shard_index, "count": self.shard_count},
@@ -223,19 +329,126 @@ class RunDir:
                 "git": git_revision(),
                 "files": files,
                 **extra,
-            },
+            }),
         )
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write text via a temporary file and rename."""
+    """Write text via a temporary file and rename (never torn)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return path
+
+
+def sampling_config(cfg: Any, stage: str) -> dict[str, Any]:
+    """The values of ``stage``'s :data:`SAMPLING_KEYS` in ``cfg`` (resolved, URLs redacted,
+    operational keys dropped), flattened to ``{dotted key: value}``."""
+    plain = plain_config(cfg)
+    out: dict[str, Any] = {}
+    for pattern in SAMPLING_KEYS.get(stage, ()):
+        for key, value in select(plain, pattern):
+            _flatten(redact_obj(value), key, out)
+    return out
+
+
+def _flatten(node: Any, prefix: str, out: dict[str, Any]) -> None:
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k not in OPERATIONAL_KEYS:
+                _flatten(v, f"{prefix}.{k}", out)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            _flatten(v, f"{prefix}.{i}", out)
+    elif node is None or isinstance(node, (str, int, float, bool)):  # not an unresolvable value
+        out[prefix] = node
+
+
+def _diff(before: dict[str, Any], now: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    missing = object()
+    keys = sorted(set(before) | set(now))
+    out = []
+    for k in keys:
+        a, b = before.get(k, missing), now.get(k, missing)
+        if a is missing or b is missing:  # a key this stage or code version does not have
+            continue
+        if a != b and not (isinstance(a, (int, float)) and isinstance(b, (int, float)) and float(a) == float(b)):
+            out.append((k, a, b))
+    return out
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class RunLock:
+    """An exclusive POSIX record lock (``lockf``) on ``<run dir>/.lock``, held while the object lives.
+
+    The kernel releases it when the process dies (``kill -9`` included), so a stale lock never
+    blocks a resume; POSIX locks belong to the process, so forked grading workers that outlive
+    a killed stage do not hold it. They work on NFS (lockd). Within one process the lock is
+    shared (a stage's finaliser may open its own run directory again).
+    """
+
+    _held: "WeakValueDictionary[str, RunLock]" = WeakValueDictionary()
+
+    def __init__(self, fd: int, path: Path):
+        self.fd = fd
+        self.path = path
+
+    @classmethod
+    def acquire(cls, run_dir: Path) -> "RunLock":
+        """Take the lock of ``run_dir`` or fail at once.
+
+        Raises:
+            RunDirError: Another process holds it (names host, pid and start time).
+        """
+        key = str(run_dir.resolve())
+        held = cls._held.get(key)
+        if held is not None:
+            return held
+        path = run_dir / LOCK
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = _read_holder(fd)
+            os.close(fd)
+            raise RunDirError(
+                f"{run_dir} is in use by another run ({holder}); wait for it to finish, or give this run "
+                "another hydra.run.dir"
+            ) from None
+        info = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}).encode()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, info, 0)
+        lock = cls(fd, path)
+        cls._held[key] = lock
+        return lock
+
+    def __del__(self) -> None:
+        try:
+            os.close(self.fd)  # releases the lock
+        except OSError:
+            pass
+
+
+def _read_holder(fd: int) -> str:
+    try:
+        info = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(info["started"])))
+        return f"host {info['host']}, pid {info['pid']}, started {started}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "holder unknown"
 
 
 def safe_resolved(cfg: Any) -> Any:
@@ -307,13 +520,18 @@ def read_records(run_dir: str | os.PathLike, name: str, record_type: type | None
 
 
 def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
-    """Yield ``(line number, parsed object)`` of a JSONL file, skipping blank lines.
+    """Yield ``(line number, parsed object)`` of a JSONL file, skipping blank lines (a UTF-8
+    byte-order mark is accepted).
 
     Raises:
-        RecordError: Invalid JSON (names file and line).
+        RecordError: Invalid JSON or a line that is not UTF-8 text (names file and line).
     """
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as err:
+                raise RecordError(f"{path} line {lineno}: not UTF-8 text (byte 0x{raw[err.start]:02x} at column {err.start + 1})") from None
             if not line.strip():
                 continue
             try:

@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 from mbs.data.champ import RECORDED_MODELS, recorded_answers
+from mbs.errors import ConfigError
 from mbs.records import Problem, Rollout, reason_kind
 from mbs.sampling import Policy, RolloutWriter, verifier_for
 
@@ -35,7 +36,7 @@ def calibrate_recorded(
     todo: list[tuple[Rollout, Problem, bool]] = []
     for p in problems:
         if not p.id.startswith("champ/"):
-            raise ValueError(f"students: recorded policy {policy.name} needs data=champ, got problem {p.id}")
+            raise ConfigError(f"students: recorded policy {policy.name} needs data=champ, got problem {p.id}")
         answers = sorted(recorded_answers(p.id.split("/", 1)[1], policy.model), key=lambda a: a.setting)
         samples = [a for a in answers if a.kind == "sample"]
         others = [a for a in answers if a.kind != "sample"]

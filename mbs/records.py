@@ -19,6 +19,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from mbs.errors import UserError
+
 #: Bumped whenever a field is added, removed or changes meaning.
 #: 2: rollouts keep the policy's reasoning (``reasoning``, ``reasoning_tokens``) beside the answer;
 #: tree nodes keep a thinking teacher's Stage-1 reasoning (``trace_reasoning``).
@@ -34,7 +36,7 @@ def reason_kind(reason: str | None) -> str:
     return (reason or "none").split(":")[0].strip() or "none"
 
 
-class RecordError(ValueError):
+class RecordError(UserError, ValueError):
     """A record dict is missing a field or has a field of the wrong kind."""
 
 

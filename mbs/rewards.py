@@ -24,7 +24,7 @@ Every call has a hard timeout: gradings run in a lazily created module-level
 :class:`~mbs.verify.pool.GradingPool` (one per process; recreated after a fork). Its size
 and limits come from the environment: ``MBS_REWARD_WORKERS`` (default 1; ``0`` grades
 in-process without a timeout), ``MBS_REWARD_TIMEOUT_S`` (CPU seconds per grading, default
-5.0) and ``MBS_REWARD_WALL_TIMEOUT_S`` (wall-clock seconds, default 4 x the CPU limit).
+5.0) and ``MBS_REWARD_WALL_TIMEOUT_S`` (wall-clock seconds, default 8 x the CPU limit).
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ class Policy:
 
 
 def policies_from_cfg(students: DictConfig) -> list[Policy]:
-    """The student set, in config order (the first listed is the weakest student).
+    """The student set, in config order (MBS measures which is weakest: :mod:`mbs.synth.students`).
 
     Raises:
         ValueError: A policy with an unknown source, or a live policy without a backend.

@@ -30,9 +30,11 @@ node or port still hits the cache.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -46,6 +48,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from mbs.errors import UserError
 from mbs.io import read_json, write_json_atomic, write_text_atomic
 
 log = logging.getLogger(__name__)
@@ -61,7 +64,7 @@ JOB_FILE = "job.json"
 PLACEHOLDERS = ("model", "served_name", "host", "port")
 
 
-class ServiceError(RuntimeError):
+class ServiceError(UserError, RuntimeError):
     """The service could not be started or stopped; the message names the run directory and cause."""
 
 
@@ -400,6 +403,10 @@ def executor_for(launcher: Mapping[str, Any] | None, folder: str | Path, name: s
         name: Job name.
         local_gpus: GPUs a local job sees (submitit hides all others with CUDA_VISIBLE_DEVICES)
             when the launcher does not say ``gpus_per_node``.
+
+    Building the executor needs no SLURM on this machine (submitit's own constructor refuses
+    without ``srun``): a profile can be checked anywhere. Submitting needs ``sbatch``;
+    :func:`start` says so before it submits.
     """
     import submitit
     from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
@@ -411,7 +418,8 @@ def executor_for(launcher: Mapping[str, Any] | None, folder: str | Path, name: s
     base = set(BaseQueueConf.__dataclass_fields__)
     if target.endswith("SlurmLauncher"):
         init = {"slurm_max_num_timeout": params.pop("max_num_timeout")} if "max_num_timeout" in params else {}
-        executor = submitit.AutoExecutor(folder=folder, cluster="slurm", **init)
+        with _srun_check_deferred():
+            executor = submitit.AutoExecutor(folder=folder, cluster="slurm", **init)
         params.pop("array_parallelism", None)
         executor.update_parameters(**{k if k in base else f"slurm_{k}": v for k, v in params.items()})
     else:
@@ -421,6 +429,27 @@ def executor_for(launcher: Mapping[str, Any] | None, folder: str | Path, name: s
         local.setdefault("gpus_per_node", int(local_gpus))
         executor.update_parameters(**local)
     return executor
+
+
+@contextlib.contextmanager
+def _srun_check_deferred():
+    """Let submitit's ``SlurmExecutor`` be constructed where ``srun`` is not on PATH.
+
+    submitit checks for ``srun`` in the constructor; only submitting needs SLURM. Where
+    ``srun`` exists nothing is changed; otherwise ``SlurmExecutor.affinity`` reports SLURM
+    while the executor is built and is restored at once.
+    """
+    from submitit.slurm.slurm import SlurmExecutor
+
+    if shutil.which("srun") is not None:
+        yield
+        return
+    own = SlurmExecutor.__dict__["affinity"]
+    SlurmExecutor.affinity = classmethod(lambda cls: 2)
+    try:
+        yield
+    finally:
+        SlurmExecutor.affinity = own
 
 
 def read_state(run_dir: str | Path) -> dict[str, Any]:
@@ -473,6 +502,9 @@ def start(
     for name in (STOP_FILE, URL_FILE, OVERRIDES_FILE, STATE):
         (run_dir / name).unlink(missing_ok=True)
     executor = executor_for(launcher, run_dir / ".submitit", local_gpus=local_gpus)
+    if executor.cluster == "slurm" and shutil.which("sbatch") is None:
+        raise ServiceError(f"{run_dir}: the launcher profile submits to SLURM but sbatch is not on PATH "
+                           "(run on a SLURM login node, or choose no hydra/launcher to run the server locally)")
     job = executor.submit(ServiceJob(spec, run_dir))
     write_json_atomic(run_dir / JOB_FILE, {"job_id": str(job.job_id), "cluster": executor.cluster, "submitted": time.time()})
     log.info("service: submitted job %s (%s)", job.job_id, executor.cluster)

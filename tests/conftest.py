@@ -15,6 +15,22 @@ from mbs.llm import close_all
 REPO = Path(__file__).resolve().parents[1]
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``slurm`` skip, naming why, where no SLURM node accepts jobs (no
+    ``srun``/``sinfo`` on PATH, or the cluster is down); ``.ci/run`` starts a local cluster
+    so they run there. The cluster is probed once, and only when such a test was collected."""
+    marked = [item for item in items if item.get_closest_marker("slurm")]
+    if not marked:
+        return
+    from support.slurm_cluster import slurm_ready
+
+    reason = slurm_ready()
+    if reason:
+        skip = pytest.mark.skip(reason=f"needs SLURM: {reason}")
+        for item in marked:
+            item.add_marker(skip)
+
+
 @pytest.fixture(autouse=True)
 def _fresh_backends():
     """Every test starts and ends without backends built by :func:`mbs.llm.build_backend`

@@ -112,7 +112,7 @@ def test_misspelt_override_names_the_key(make_cfg):
 def test_cli_prints_composed_config():
     out = subprocess.run(
         [sys.executable, "-c", "from mbs.cli import calibrate; calibrate()", "--cfg", "job"],
-        capture_output=True, text=True, timeout=120, check=True,
+        capture_output=True, text=True, timeout=600, check=True,
     ).stdout
     cfg = OmegaConf.create(out)
     assert cfg.thresholds.alpha_leaf == 0.8 and cfg.thresholds.alpha_parent == 0.625
@@ -124,7 +124,7 @@ def test_cli_prints_composed_config():
 def test_cli_rejects_typo_with_message():
     res = subprocess.run(
         [sys.executable, "-c", "from mbs.cli import calibrate; calibrate()", "calibrate.budgts=[64]", "--cfg", "job"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=600,
     )
     assert res.returncode != 0
     assert "budgts" in res.stderr

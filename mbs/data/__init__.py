@@ -14,17 +14,19 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from mbs.errors import UnknownNameError, UserError
 from mbs.records import Problem
 from mbs.verify import available as registered_verifiers
 
 log = logging.getLogger(__name__)
 
 
-class DataError(ValueError):
+class DataError(UserError, ValueError):
     """A bad input record; the message names file, line/row and field."""
 
 
@@ -88,7 +90,7 @@ def load_problems(data_cfg: Any, shard_index: int = 0, shard_count: int = 1) -> 
     """
     name = data_cfg.loader
     if name not in LOADERS:
-        raise KeyError(f"data.loader={name!r} is not a registered loader; valid: {sorted(LOADERS)}")
+        raise UnknownNameError(f"data.loader={name!r} is not a registered loader; valid: {sorted(LOADERS)}")
     report = LoadReport()
     problems = LOADERS[name](data_cfg, report)
     if not bool(data_cfg.get("include_unverifiable", False)):
@@ -135,13 +137,33 @@ def champ_is_heldout(problem_id: str, fraction: float) -> bool:
 
 
 def records_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
-    """``(where, record)`` per non-blank line of a JSONL file; a line that is not JSON yields a
-    :class:`DataError` in place of the record (the caller raises or skips it)."""
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+    """``(where, record)`` per non-blank line of a JSONL file; a line that is not UTF-8 text or
+    not JSON yields a :class:`DataError` in place of the record (the caller raises or skips it),
+    so one bad line never costs the good ones. A UTF-8 byte-order mark is accepted.
+
+    Raises:
+        DataError: ``path`` is a directory or cannot be read.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise DataError(f"{path}: is a directory; a JSONL loader reads one .jsonl file (data.path)")
+    try:
+        f = open(path, "rb")
+    except OSError as err:
+        raise DataError(f"{path}: cannot be read ({err.strerror})") from err
+    with f:
+        for lineno, raw in enumerate(f, 1):
+            where = f"{path} line {lineno}"
+            try:
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as err:
+                yield where, DataError(
+                    f"{where}: not UTF-8 text (byte 0x{raw[err.start]:02x} at column {err.start + 1}); "
+                    "re-encode the file as UTF-8"
+                )
+                continue
             if not line.strip():
                 continue
-            where = f"{path} line {lineno}"
             try:
                 yield where, json.loads(line)
             except json.JSONDecodeError as err:
@@ -149,11 +171,29 @@ def records_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
 
 
 def records_parquet(path: Path) -> Iterator[tuple[str, Any]]:
-    """``(where, record)`` per row of a parquet file, read in batches (large files stream)."""
+    """``(where, record)`` per row of a parquet file, read in batches (large files stream).
+
+    Raises:
+        DataError: ``path`` is a directory, or not a readable parquet file.
+    """
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
+    path = Path(path)
+    if path.is_dir():
+        raise DataError(f"{path}: is a directory; the parquet loader reads one .parquet file (data.path)")
+    try:
+        batches = pq.ParquetFile(path).iter_batches(batch_size=1024)
+    except (pa.ArrowException, OSError) as err:
+        raise DataError(f"{path}: not a readable parquet file ({err})") from err
     i = 0
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except (pa.ArrowException, OSError) as err:
+            raise DataError(f"{path} row {i}: unreadable parquet data ({err})") from err
         for row in batch.to_pylist():
             yield f"{path} row {i}", row
             i += 1
@@ -167,7 +207,12 @@ def records_hf_disk(path: Path, split: str | None, split_key: str = "data.split"
     """
     from datasets import DatasetDict, load_from_disk
 
-    ds = load_from_disk(str(path))
+    if not Path(path).is_dir():
+        raise DataError(f"{path}: not a folder; the hf_disk loader reads a datasets.save_to_disk folder (data.path)")
+    try:
+        ds = load_from_disk(str(path))
+    except (FileNotFoundError, ValueError, OSError) as err:
+        raise DataError(f"{path}: not a datasets.save_to_disk folder ({err})") from err
     if isinstance(ds, DatasetDict):
         if split not in ds:
             raise DataError(f"{path}: split {split!r} ({split_key}) not in the dataset; splits: {list(ds)}")
@@ -195,7 +240,9 @@ def problems_from_records(records: Iterable[tuple[str, Any]], data_cfg: Any, rep
         try:
             if isinstance(rec, Exception):
                 raise rec
-            problem = _problem_from_record(rec, i, where, fields, origin, data_cfg.get("answer_type", "math"))
+            problem = _problem_from_record(
+                rec, i, where, fields, origin, data_cfg.get("answer_type", "math"), data_cfg.get("max_prompt_chars")
+            )
             if problem.id in first_seen:
                 raise DataError(
                     f"{where}: duplicate id {problem.id!r} in field {fields.get('id')!r} (data.fields.id); "
@@ -216,7 +263,9 @@ def problems_from_records(records: Iterable[tuple[str, Any]], data_cfg: Any, rep
     return out
 
 
-def _problem_from_record(rec: Any, i: int, where: str, fields: Any, origin: str, default_type: str) -> Problem:
+def _problem_from_record(
+    rec: Any, i: int, where: str, fields: Any, origin: str, default_type: str, max_prompt_chars: int | None = None
+) -> Problem:
     if not isinstance(rec, dict):
         raise DataError(f"{where}: expected an object, got {type(rec).__name__}")
 
@@ -233,8 +282,18 @@ def _problem_from_record(rec: Any, i: int, where: str, fields: Any, origin: str,
     prompt = get("prompt", True)
     if not isinstance(prompt, str) or not prompt.strip():
         raise DataError(f"{where}: field {fields.prompt!r} (data.fields.prompt) must be a non-empty string")
-    gt = get("ground_truth", True)
+    if max_prompt_chars is not None and len(prompt) > int(max_prompt_chars):
+        raise DataError(
+            f"{where}: field {fields.prompt!r} (data.fields.prompt) is {len(prompt)} characters, "
+            f"above data.max_prompt_chars={int(max_prompt_chars)}"
+        )
+    gt = _scalar_text(get("ground_truth", True), where, fields.ground_truth, "ground_truth", "a string or a number")
     answer_type = get("answer_type", False) or default_type
+    if not isinstance(answer_type, str):
+        raise DataError(
+            f"{where}: field {fields.get('answer_type')!r} (data.fields.answer_type) must be a string, "
+            f"got {type(answer_type).__name__}"
+        )
     verifiable = not str(answer_type).startswith("unverifiable")
     if verifiable and not str(gt).strip():
         raise DataError(
@@ -247,18 +306,47 @@ def _problem_from_record(rec: Any, i: int, where: str, fields: Any, origin: str,
             f"valid: {registered_verifiers()} (the registered verifiers) or unverifiable:<why>"
         )
     rid = get("id", False)
+    if rid is not None and (isinstance(rid, bool) or not isinstance(rid, (str, int))):
+        raise DataError(f"{where}: field {fields.id!r} (data.fields.id) must be a string or an integer, got {_kind(rid)}")
+    if isinstance(rid, str) and not rid.strip():
+        raise DataError(f"{where}: field {fields.id!r} (data.fields.id) is empty")
     pid = f"{origin}/{rid if rid is not None else i}"
     solution = get("solution", False)
+    if solution is not None:
+        solution = _scalar_text(solution, where, fields.solution, "solution", "a string")
     meta = {k: v for k, v in rec.items() if k not in {fields.get(a) for a in ("prompt", "ground_truth", "id", "solution")}}
     return Problem(
         id=pid,
         data_source=f"mbs/{answer_type if not str(answer_type).startswith('unverifiable') else 'none'}/{origin}",
         prompt=prompt,
-        ground_truth=str(gt),
+        ground_truth=gt,
         answer_type=str(answer_type),
-        reference_solution=str(solution) if solution is not None else None,
+        reference_solution=solution,
         metadata=_jsonable(meta),
     )
+
+
+def _scalar_text(value: Any, where: str, name: str, attr: str, expected: str) -> str:
+    """A string field as text; a finite number (not a bool) as its decimal text.
+
+    Raises:
+        DataError: Any other value (list, dict, bool, NaN, infinity): stored as its Python repr
+            it would become a wrong ground truth and a wrong reward.
+    """
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return str(int(value)) if value.is_integer() and abs(value) < 2**53 else repr(value)
+    raise DataError(f"{where}: field {name!r} (data.fields.{attr}) must be {expected}, got {_kind(value)}")
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, float):
+        return f"the number {value!r}"  # nan, inf
+    text = json.dumps(value, default=str, ensure_ascii=False)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
 
 
 def _jsonable(obj: Any) -> Any:

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mbs.data import stable_hash
+from mbs.errors import ConfigError
 
 
 def quotas(available: Mapping[str, int], weights: Mapping[str, float], total: int | None, repeat: bool) -> dict[str, int]:
@@ -37,12 +38,12 @@ def quotas(available: Mapping[str, int], weights: Mapping[str, float], total: in
     missing = sorted(set(available) - set(weights))
     unknown = sorted(set(weights) - set(available))
     if missing or unknown:
-        raise ValueError(
+        raise ConfigError(
             f"export.weights must name every source exactly: missing {missing}, unknown {unknown}; "
             f"sources are {sorted(available)}"
         )
     if any(float(w) < 0 for w in weights.values()) or not sum(float(w) for w in weights.values()) > 0:
-        raise ValueError(f"export.weights must be >= 0 with a positive sum, got {dict(weights)}")
+        raise ConfigError(f"export.weights must be >= 0 with a positive sum, got {dict(weights)}")
     s = sum(float(w) for w in weights.values())
     share = {k: float(weights[k]) / s for k in available}
     if total is None:
@@ -53,7 +54,7 @@ def quotas(available: Mapping[str, int], weights: Mapping[str, float], total: in
         out[k] += 1
     short = {k: (out[k], available[k]) for k in available if out[k] > available[k]}
     if short and not repeat:
-        raise ValueError(
+        raise ConfigError(
             f"export.mix.total={total}: source(s) short of rows (quota, available): {short}; "
             f"lower the total, change the weights, or set export.mix.repeat=true"
         )

@@ -29,6 +29,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from mbs.data import load_problems
+from mbs.errors import UserError
 from mbs.io import read_records, read_summary
 from mbs.records import BANDS, Calibration, Problem
 
@@ -37,7 +38,7 @@ log = logging.getLogger(__name__)
 SELECTIONS = ("usable", *BANDS, "all")
 
 
-class SourceError(ValueError):
+class SourceError(UserError, ValueError):
     """A source run directory cannot be exported (the message names it and the cause)."""
 
 

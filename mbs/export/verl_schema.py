@@ -26,6 +26,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from mbs.errors import UserError
+
 #: Arrow schema of an exported file (a fixed schema: every row has every field).
 SCHEMA = pa.schema(
     [
@@ -53,7 +55,7 @@ SCHEMA = pa.schema(
 )
 
 
-class SchemaError(ValueError):
+class SchemaError(UserError, ValueError):
     """An exported row lacks what verl reads (the message names the file, row and field)."""
 
 

@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 from mbs.calibration import budget_sort_key
 from mbs.figures import BY_STAGE, stage_key
+from mbs.figures.mbs_vs_direct import compare_methods
 from mbs.io import read_summary, write_text_atomic
 from mbs.records import BANDS
 
@@ -87,31 +88,55 @@ def render(run_dir: str | Path, out_dir: str | Path, formats: Sequence[str] = ("
         result["figures"] += drawn.get("written", [])
         pngs = [f for f in drawn.get("written", []) if f.endswith(".png")]
         sections.append((step, summary, pngs, [t["md"] for _, t in sorted(tables.items()) if "md" in t], drawn.get("html", "")))
+    _add_mbs_vs_direct(run_dir, out_dir, formats, width, result, sections)
     report = out_dir / "report.html"
     write_text_atomic(report, _report_html(run_dir, sections))
     result["report"] = str(report)
     return result
 
 
+def _add_mbs_vs_direct(run_dir: Path, out_dir: Path, formats: Sequence[str], width: str, result: dict[str, Any], sections: list) -> None:
+    """The MBS-versus-direct comparison of a pipeline's synthesis steps (:mod:`mbs.figures.mbs_vs_direct`):
+    ``tables/mbs_vs_direct.{md,tex}``, ``figures/mbs_vs_direct/`` and a report section."""
+    cmp = compare_methods([folder for _, folder in _steps(run_dir)], out_dir / "figures" / "mbs_vs_direct", formats, width)
+    if cmp is None:
+        return
+    for ext, text in sorted(cmp["tables"]["mbs_vs_direct"].items()):
+        result["tables"].append(str(write_text_atomic(out_dir / "tables" / f"mbs_vs_direct.{ext}", text)))
+    result["figures"] += cmp["written"]
+    pngs = [f for f in cmp["written"] if f.endswith(".png")]
+    sections.append(("MBS versus direct prompting", {"methods": len(cmp["rows"])}, pngs, [cmp["tables"]["mbs_vs_direct"]["md"]], cmp["html"]))
+
+
 def _report_html(run_dir: Path, sections: list[tuple[str, dict[str, Any], list[str], list[str], str]]) -> str:
+    from mbs.figures.story import figure_id, findings, step_id, story_html
+
+    try:
+        run_summary = read_summary(run_dir)
+    except FileNotFoundError:
+        run_summary = {}
+    shown = {step: {Path(p).stem for p in pngs} for step, _, pngs, _, _ in sections}
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>mbs report</title>",
         "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto;}img{max-width:100%;}"
         "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}"
-        "pre{background:#f6f6f6;padding:.5em;overflow:auto}</style></head><body>",
+        "pre{background:#f6f6f6;padding:.5em;overflow:auto}ul.story li{margin:.4em 0}</style></head><body>",
         f"<h1>mbs run report</h1><p>Run directory: <code>{html.escape(str(run_dir))}</code></p>",
+        story_html(findings([(step, summary) for step, summary, *_ in sections], run_summary), shown),
+        "<h2>Details</h2>" if sections else "",
     ]
     for step, summary, pngs, tables, extra in sections:
-        parts.append(f"<h2>{html.escape(step)}</h2>")
-        headline = {k: v for k, v in summary.items() if not isinstance(v, (dict, list)) or k in ("policies", "budgets", "rollouts", "funnel")}
-        parts.append(f"<pre>{html.escape(json.dumps(headline, indent=1, sort_keys=True))}</pre>")
+        parts.append(f"<h2 id='{step_id(step)}'>{html.escape(step)}</h2>")
         parts.extend(_md_table_html(md) for md in tables)
         for png in pngs:
             data = base64.b64encode(Path(png).read_bytes()).decode()
-            parts.append(f"<figure><img alt='{html.escape(Path(png).stem)}' src='data:image/png;base64,{data}'>"
-                         f"<figcaption>{html.escape(Path(png).stem)}</figcaption></figure>")
+            parts.append(f"<figure id='{figure_id(step, Path(png).stem)}'><img alt='{html.escape(Path(png).stem)}' "
+                         f"src='data:image/png;base64,{data}'><figcaption>{html.escape(Path(png).stem)}</figcaption></figure>")
         if extra:
             parts.append(extra)
+        headline = {k: v for k, v in summary.items() if not isinstance(v, (dict, list)) or k in ("policies", "budgets", "rollouts", "funnel")}
+        parts.append(f"<details><summary>{html.escape(step)}: summary.json (headline keys)</summary>"
+                     f"<pre>{html.escape(json.dumps(headline, indent=1, sort_keys=True))}</pre></details>")
     parts.append("</body></html>\n")
     return "\n".join(parts)
 

@@ -19,6 +19,7 @@ from matplotlib.ticker import MaxNLocator
 
 from mbs.figures import figure, save
 from mbs.figures.labels import run_labels
+from mbs.figures.mbs_vs_direct import compare_methods
 from mbs.io import read_records, read_summary
 from mbs.records import TreeNode
 
@@ -64,6 +65,13 @@ def yield_figure(summary: dict[str, Any], out_dir: Path, formats: Sequence[str],
     bars = [(label, v) for label, v in bars if v is not None]
     fig, (ax,) = figure(width, aspect=0.35 + 0.1 * len(bars))
     ax.barh([b[0] for b in bars], [100 * b[1] / n for b in bars], color=METHOD_COLORS.get(method, "#4C72B0"), height=0.6)
+    by_path = summary.get("yield_by_path")
+    if by_path:  # MBS: the yield bar stacked, decomposed then root-only (variants of the undecomposed seed)
+        dec, root = 100 * by_path["decomposed"], 100 * by_path["root_only"]
+        y = [b[0] for b in bars][-1]
+        ax.barh([y], [dec], color=METHOD_COLORS["mbs"], height=0.6, label=f"decomposed {dec:.1f}%")
+        ax.barh([y], [root], left=[dec], color="#8EB1D8", height=0.6, label=f"root-only {root:.1f}%")
+        ax.legend(loc="lower right", frameon=False, fontsize=6)
     for i, (_, v) in enumerate(bars):
         ax.text(100 * v / n + 1, i, f"{v}/{n}", va="center", fontsize=6)
     ax.set_xlim(0, 110)
@@ -256,6 +264,8 @@ def synthesis_figures(run_dir: str | Path, out_dir: str | Path, formats: Sequenc
     rows = funnel_rows(summary)
     tables = {"funnel": _table(["stage", "count"], [[k, str(v)] for k, v in rows])} if rows else {}
     headline = {k: summary.get(k) for k in ("hard_seeds", "seeds_with_trace", "seeds_qualified", "yield", "qualified_problems")}
+    if "yield_by_path" in summary:
+        headline.update({f"yield {k}": v for k, v in summary["yield_by_path"].items()})
     tables["headline"] = _table(["quantity", "value"], [[k, json.dumps(v)] for k, v in headline.items()])
     return {"written": written, "skipped": skipped, "tables": tables, "html": tree_browser(trees) if trees else ""}
 
@@ -267,7 +277,9 @@ def compare_yield(run_dirs: Sequence[str | Path], out_dir: str | Path, formats: 
     Runs are labelled by their method and the config values that differ between them.
 
     Returns:
-        ``{"written": [paths], "skipped": {}, "tables": {"yield": {"md", "tex"}}}``.
+        ``{"written": [paths], "skipped": {}, "tables": {"yield": {"md", "tex"}}}``, plus the
+        ``mbs_vs_direct`` table and figure when MBS and a direct run are among the runs
+        (:mod:`mbs.figures.mbs_vs_direct`).
 
     Raises:
         ValueError: No run, or a run that is not a synthesis run.
@@ -299,4 +311,9 @@ def compare_yield(run_dirs: Sequence[str | Path], out_dir: str | Path, formats: 
     rows = [[lab, str(s["hard_seeds"]), str(s["seeds_qualified"]), f"{100 * s['yield']:.1f}", str(s["qualified_problems"]), f"{p:.2f}"]
             for lab, s, p in zip(labels, summaries, per)]
     table = _table(["run", "hard seeds", "seeds qualified", "yield %", "qualified", "per seed"], rows)
-    return {"written": written, "skipped": {}, "tables": {"yield": table}}
+    tables = {"yield": table}
+    methods = compare_methods(run_dirs, out_dir, formats, width)  # MBS, root-only, direct, cost-matched
+    if methods is not None:
+        written += methods["written"]
+        tables.update(methods["tables"])
+    return {"written": written, "skipped": {}, "tables": tables}

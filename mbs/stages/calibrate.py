@@ -29,6 +29,7 @@ from mbs.llm.meter import BackendMeter
 from mbs.recorded import calibrate_recorded
 from mbs.records import Problem, Rollout
 from mbs.sampling import Group, Policy, RolloutWriter, draw
+from mbs.validate import validate_config
 from mbs.verify.pool import GradingPool
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ def run(cfg: DictConfig) -> Path:
         mbs.data.DataError: Bad input data (``data.on_error=raise``).
         mbs.llm.BackendError: A backend failed after its retries (finished work is kept).
     """
+    validate_config(cfg)
     logging.getLogger("mbs").setLevel(cfg.log_level)
     out = RunDir(cfg.out_dir, STAGE, cfg.shard.index, cfg.shard.count)
     out.write_config(cfg)

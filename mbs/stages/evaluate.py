@@ -27,12 +27,14 @@ from typing import Any
 from omegaconf import DictConfig
 
 from mbs.benchmarks import load_benchmarks
+from mbs.errors import ConfigError
 from mbs.evaluation import score
 from mbs.figures.evaluation import evaluation_figures
 from mbs.io import RunDir, write_text_atomic
 from mbs.llm import build_backend
 from mbs.records import Rollout
 from mbs.sampling import Group, Policy, RolloutWriter, draw
+from mbs.validate import validate_config
 from mbs.verify.pool import GradingPool
 
 log = logging.getLogger(__name__)
@@ -48,13 +50,13 @@ def models_from_cfg(models_cfg: DictConfig) -> list[Policy]:
     """
     out = [Policy(name=str(m.name), source="live", backend=m.backend) for m in models_cfg.values()]
     if not out:
-        raise ValueError("eval.models is empty: name at least one model (slot -> {name, backend})")
+        raise ConfigError("eval.models is empty: name at least one model (slot -> {name, backend})")
     for slot, m in models_cfg.items():
         if m.backend is None:
-            raise ValueError(f"eval.models.{slot}: a model needs a backend")
+            raise ConfigError(f"eval.models.{slot}: a model needs a backend")
     dup = [n for n, c in Counter(p.name for p in out).items() if c > 1]
     if dup:
-        raise ValueError(f"eval.models: names must be unique (rollouts are keyed by them), repeated: {dup}")
+        raise ConfigError(f"eval.models: names must be unique (rollouts are keyed by them), repeated: {dup}")
     return out
 
 
@@ -67,14 +69,14 @@ def check_settings(cfg: DictConfig) -> tuple[list[int], int, list[int]]:
     ecfg = cfg.eval
     budgets = sorted({int(b) for b in ecfg.budgets})
     if not budgets or budgets[0] < 1:
-        raise ValueError(f"eval.budgets must list budgets L >= 1 token, got {list(ecfg.budgets)}")
+        raise ConfigError(f"eval.budgets must list budgets L >= 1 token, got {list(ecfg.budgets)}")
     k = int(ecfg.k)
     if k < 1:
-        raise ValueError(f"eval.k must be >= 1, got {k}")
+        raise ConfigError(f"eval.k must be >= 1, got {k}")
     ks = sorted({int(x) for x in ecfg.pass_k})
     bad = [x for x in ks if not 1 <= x <= k]
     if bad:
-        raise ValueError(f"eval.pass_k={list(ecfg.pass_k)}: each k must be in [1, eval.k={k}]; bad: {bad}")
+        raise ConfigError(f"eval.pass_k={list(ecfg.pass_k)}: each k must be in [1, eval.k={k}]; bad: {bad}")
     return budgets, k, ks
 
 
@@ -89,6 +91,7 @@ def run(cfg: DictConfig) -> Path:
         mbs.data.DataError: A benchmark cannot be loaded.
         mbs.llm.BackendError: A backend failed after its retries (finished rollouts are kept).
     """
+    validate_config(cfg)
     logging.getLogger("mbs").setLevel(cfg.log_level)
     ecfg = cfg.eval
     budgets, k, ks = check_settings(cfg)

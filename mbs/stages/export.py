@@ -36,14 +36,17 @@ from omegaconf import DictConfig, OmegaConf
 
 from mbs.benchmarks import load_benchmarks
 from mbs.data import stable_hash
+from mbs.errors import ConfigError
 from mbs.export.decontam import NgramIndex, contaminated
 from mbs.export.dedup import exact_duplicates, near_duplicates
 from mbs.export.mix import is_val, quotas, take
+from mbs.export.prompt_length import PromptCounter, length_report
 from mbs.export.sources import Source, data_source, sources_from_run
 from mbs.export.verl_schema import check_verl_rows, verl_row, write_parquet
 from mbs.io import RunDir, write_text_atomic
 from mbs.records import Problem
 from mbs.sampling import messages_for, verifier_for
+from mbs.validate import validate_config
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +68,7 @@ def collect_sources(cfg: DictConfig) -> list[Source]:
     if ecfg.include_data:
         sources.append(data_source(cfg.data))
     if not sources:
-        raise ValueError("mbs-export has no source: give export.runs=[RUN_DIR,...] and/or export.include_data=true")
+        raise ConfigError("mbs-export has no source: give export.runs=[RUN_DIR,...] and/or export.include_data=true")
     names = Counter(s.name for s in sources)
     for name, count in names.items():  # e.g. two calibrate runs: calibrate, calibrate#2
         if count > 1:
@@ -86,7 +89,7 @@ def check_templates(sources: Sequence[Source], templates: DictConfig) -> None:
         for answer_type in sorted({p.answer_type for p in s.problems}):
             used, ours = s.templates.get(answer_type), templates.get(answer_type)
             if used is not None and used != ours:
-                raise ValueError(
+                raise ConfigError(
                     f"{s.run_dir}/config.yaml renders {answer_type} problems with template {used!r}, "
                     f"export.templates.{answer_type}={ours!r}: training would see other prompts than "
                     f"calibration measured (set answer_templates.{answer_type}={used})"
@@ -196,6 +199,7 @@ def run(cfg: DictConfig) -> Path:
         mbs.export.sources.SourceError: A run directory cannot be exported.
         mbs.data.DataError: A benchmark or data source cannot be loaded.
     """
+    validate_config(cfg)
     logging.getLogger("mbs").setLevel(cfg.log_level)
     ecfg = cfg.export
     out = RunDir(cfg.out_dir, STAGE)
@@ -224,7 +228,7 @@ def run(cfg: DictConfig) -> Path:
         mixed = by_source
     final = [r for s in sources for r in mixed[s.name]]
     if not final:
-        raise ValueError(f"mbs-export: nothing left to export after cleaning ({len(removed)} rows removed; see removed.jsonl)")
+        raise ConfigError(f"mbs-export: nothing left to export after cleaning ({len(removed)} rows removed; see removed.jsonl)")
 
     flags = split_rows([family_of(p) for _, p in final], float(ecfg.split.val_fraction), str(ecfg.split.salt))
     files = {"train": [], "val": []}
@@ -244,6 +248,7 @@ def run(cfg: DictConfig) -> Path:
         if n == 0:
             log.warning("%s.parquet is empty (%d row(s) in all): verl needs rows in both files", split, len(final))
     write_text_atomic(out.path / "removed.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in removed))
+    lengths = _prompt_lengths(ecfg, files)
 
     reasons = Counter(r["reason"] for r in removed)
     per_source = {}
@@ -273,8 +278,23 @@ def run(cfg: DictConfig) -> Path:
         "val_fraction": float(ecfg.split.val_fraction),
         "templates": OmegaConf.to_container(ecfg.templates),
         "files": {"train": "train.parquet", "val": "val.parquet", "removed": "removed.jsonl"},
+        "prompt_length": lengths,
     }
     out.write_summary(summary)
     out.write_manifest({"sources": len(sources), "train": checked["train"], "val": checked["val"], "removed": len(removed)})
     log.info("exported %d train / %d val rows to %s (%d removed)", checked["train"], checked["val"], out.path, len(removed))
     return out.path
+
+
+def _prompt_lengths(ecfg: DictConfig, files: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Prompt tokens of the written rows against ``export.prompt_length.limit`` (warns when over)."""
+    pl = ecfg.prompt_length
+    rows = ((r["extra_info"]["id"], split, r["prompt"]) for split, rs in files.items() for r in rs)
+    report = length_report(rows, PromptCounter(pl.tokenizer), None if pl.limit is None else int(pl.limit))
+    if report["over_limit"]["all"]:
+        log.warning(
+            "%d exported row(s) have prompts over export.prompt_length.limit=%s tokens (%s; longest %d): verl's "
+            "filter_overlong_prompts drops them unless mbs-train's max_prompt_length covers them (summary.json prompt_length)",
+            report["over_limit"]["all"], pl.limit, report["method"], report["max_tokens"]["all"],
+        )
+    return report

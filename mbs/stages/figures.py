@@ -15,9 +15,11 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from mbs.data import DataError
+from mbs.errors import ConfigError
 from mbs.figures.compare import compare_runs
 from mbs.figures.report import render
 from mbs.io import RunDir, write_text_atomic
+from mbs.validate import validate_config
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +42,13 @@ def run(cfg: DictConfig) -> Path:
     in ``summary.json``'s ``missing``, and the others are drawn.
 
     Raises:
-        ValueError: No run directory given.
+        ConfigError: No run directory given.
         DataError: None of the run directories given can be read (each is named).
     """
+    validate_config(cfg)
     requested = ([cfg.run_dir] if cfg.run_dir else []) + list(cfg.figures.run_dirs)
     if not requested:
-        raise ValueError("mbs-figures needs run_dir=RUN (or figures.run_dirs=[RUN1,RUN2])")
+        raise ConfigError("mbs-figures needs run_dir=RUN (or figures.run_dirs=[RUN1,RUN2])")
     why = {str(rd): _unreadable(Path(rd)) for rd in requested}
     missing = {rd: reason for rd, reason in why.items() if reason}
     for rd, why in missing.items():

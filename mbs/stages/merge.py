@@ -39,8 +39,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from mbs.calibration_run import CalibrationSettings, finalize
 from mbs.data import load_problems
+from mbs.errors import UserError
 from mbs.io import MANIFEST, RunDir, Shard, read_json, read_records, write_json_atomic
 from mbs.records import Rollout
+from mbs.validate import validate_config
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +53,7 @@ SHARD_FILE = re.compile(r"^(?P<name>[^.].*)\.(?P<index>\d+)-of-(?P<count>\d+)\.j
 PER_SHARD_KEYS = (("shard", "index"), ("out_dir",))
 
 
-class MergeError(ValueError):
+class MergeError(UserError, ValueError):
     """The shards cannot be merged; the message names the folders and what is wrong."""
 
 
@@ -249,23 +251,29 @@ def union_records(shards: Sequence[ShardDir], out: RunDir) -> dict[str, int]:
     names = sorted({n for s in shards for n in s.files})
     counts: dict[str, int] = {}
     for name in names:
-        seen: dict[Any, Path] = {}
-        records: list[dict[str, Any]] = []
-        for s in sorted(shards, key=lambda s: s.index):
-            if name not in s.files:
-                continue
-            for rec in Shard(s.files[name]).read():
-                ident = _identity(rec)
-                if ident in seen:
-                    raise MergeError(
-                        f"duplicate {name} record {ident!r} in {seen[ident]} and {s.files[name]}: "
-                        "the shards overlap (were they written with different shard.count?)"
-                    )
-                seen[ident] = s.files[name]
-                records.append(rec)
+        seen: dict[Any, int] = {}  # identity -> shard index (records stream through, never all held)
         with out.shard(name) as target:
-            target.append(records)
-        counts[name] = len(records)
+            for s in sorted(shards, key=lambda s: s.index):
+                if name not in s.files:
+                    continue
+                batch: list[dict[str, Any]] = []
+                for rec in Shard(s.files[name]).iter():
+                    ident = _identity(rec)
+                    if ident in seen:
+                        first = next(x.files[name] for x in shards if x.index == seen[ident])
+                        target.close()
+                        target.path.unlink(missing_ok=True)
+                        raise MergeError(
+                            f"duplicate {name} record {ident!r} in {first} and {s.files[name]}: "
+                            "the shards overlap (were they written with different shard.count?)"
+                        )
+                    seen[ident] = s.index
+                    batch.append(rec)
+                    if len(batch) >= 10_000:
+                        target.append(batch)
+                        batch = []
+                target.append(batch)
+        counts[name] = len(seen)
     return counts
 
 
@@ -413,6 +421,7 @@ def run(cfg: DictConfig) -> Path:
     Raises:
         MergeError: See :func:`merge`; also when ``merge.inputs`` is empty.
     """
+    validate_config(cfg)
     logging.getLogger("mbs").setLevel(cfg.log_level)
     inputs = list(cfg.merge.inputs or [])
     if not inputs:

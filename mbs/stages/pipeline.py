@@ -7,14 +7,15 @@ Each step is the plain ``run(cfg)`` of its stage, pointed at a sub-folder of the
 run directory: ``calibrate_recorded/`` (CHAMP's four recorded models on every auto-verifiable
 problem), ``calibrate_live/`` (the configured student set on ``pipeline.live.limit``
 problems), ``synthesize_<method>/`` (each of ``pipeline.synthesize.methods`` on the live
-step's hard seeds), ``export/`` (verl parquet), ``figures/``, ``tables/`` and ``report.html``.
+step's hard seeds), ``synthesize_direct_cost_matched/`` (the direct baseline given MBS's
+teacher tokens per seed), ``export/`` (verl parquet), ``figures/``, ``tables/`` and
+``report.html`` (with the MBS-versus-direct table).
 Rerunning with the same ``hydra.run.dir`` resumes every step.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,13 +24,18 @@ import yaml
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigKeyError
 
+from mbs.errors import ConfigError
 from mbs.figures.report import render
 from mbs.io import RunDir, read_summary
+from mbs.progress import StepProgress, format_seconds
 from mbs.stages import calibrate, export, synthesize
+from mbs.validate import validate_config
 
 log = logging.getLogger(__name__)
 
 STAGE = "pipeline"
+#: Step of the cost-matched direct baseline (compared in the report, not exported).
+COST_MATCHED = "synthesize_direct_cost_matched"
 
 
 def sub_config(cfg: DictConfig, out_dir: Path, **overrides: Any) -> DictConfig:
@@ -76,7 +82,7 @@ def apply_overrides(cfg: DictConfig, overrides: Sequence[str]) -> None:
     for item in overrides:
         key, sep, value = str(item).partition("=")
         if not sep:
-            raise ValueError(f"pipeline override {item!r} is not key=value")
+            raise ConfigError(f"pipeline override {item!r} is not key=value")
         if OmegaConf.select(cfg, key.strip(), default=_MISSING) is _MISSING:
             raise ConfigKeyError(f"pipeline override {item!r}: no key {key.strip()!r} in the config")
         OmegaConf.update(cfg, key.strip(), yaml.safe_load(value), merge=False)
@@ -85,70 +91,98 @@ def apply_overrides(cfg: DictConfig, overrides: Sequence[str]) -> None:
 _MISSING = object()
 
 
+def plan(cfg: DictConfig) -> list[str]:
+    """The names of the steps ``cfg`` runs, in order (``figures`` last)."""
+    pcfg = cfg.pipeline
+    names = ["calibrate_recorded"] * bool(pcfg.recorded.enabled) + ["calibrate_live"] * bool(pcfg.live.enabled)
+    for method in pcfg.synthesize.methods:
+        if method not in ("mbs", "direct") or pcfg.live.enabled:
+            names.append(f"synthesize_{method}")
+    if pcfg.synthesize.cost_matched.enabled and "synthesize_mbs" in names:
+        names.append(COST_MATCHED)
+    if pcfg.export.enabled and names:
+        names.append("export")
+    return names + ["figures"]
+
+
 def run(cfg: DictConfig) -> Path:
     """Run the main job into ``cfg.out_dir`` and print where the outputs are.
+
+    A bar counts the steps (each step draws its own bar of answers graded or rollouts drawn,
+    with an ETA, below it), and the end prints the time each step took; the times are in
+    ``summary.json``'s ``step_seconds`` (the steps before the figures) and ``manifest.json``'s
+    ``timings_s``.
 
     Returns:
         The pipeline's run directory.
     """
+    validate_config(cfg)
     logging.getLogger("mbs").setLevel(cfg.log_level)
     out = RunDir(cfg.out_dir, STAGE)
     out.write_config(cfg)
     steps: dict[str, str] = {}
     pcfg = cfg.pipeline
+    progress = StepProgress(plan(cfg), desc="mbs-pipeline")
     if pcfg.recorded.enabled:
-        t = time.perf_counter()
-        sub = sub_config(
-            cfg,
-            out.path / "calibrate_recorded",
-            students=OmegaConf.to_container(pcfg.recorded.students, resolve=True),
-            data={**OmegaConf.to_container(pcfg.recorded.data, resolve=True), "limit": pcfg.recorded.limit},
-        )
-        steps["calibrate_recorded"] = str(calibrate.run(sub))
-        out.timings["calibrate_recorded"] = time.perf_counter() - t
+        with progress.step("calibrate_recorded"):
+            sub = sub_config(
+                cfg,
+                out.path / "calibrate_recorded",
+                students=OmegaConf.to_container(pcfg.recorded.students, resolve=True),
+                data={**OmegaConf.to_container(pcfg.recorded.data, resolve=True), "limit": pcfg.recorded.limit},
+            )
+            steps["calibrate_recorded"] = str(calibrate.run(sub))
     if pcfg.live.enabled:
-        t = time.perf_counter()
-        sub = sub_config(
-            cfg,
-            out.path / "calibrate_live",
-            **{
-                "data.limit": pcfg.live.limit,
-                "calibrate.n": pcfg.live.n,
-                "calibrate.budgets": list(pcfg.live.budgets),
-            },
-        )
-        steps["calibrate_live"] = str(calibrate.run(sub))
-        out.timings["calibrate_live"] = time.perf_counter() - t
+        with progress.step("calibrate_live"):
+            sub = sub_config(
+                cfg,
+                out.path / "calibrate_live",
+                **{
+                    "data.limit": pcfg.live.limit,
+                    "calibrate.n": pcfg.live.n,
+                    "calibrate.budgets": list(pcfg.live.budgets),
+                },
+            )
+            steps["calibrate_live"] = str(calibrate.run(sub))
 
     for method in pcfg.synthesize.methods:
         seeds = steps.get("calibrate_live")
         if method in ("mbs", "direct") and seeds is None:
             log.warning("pipeline: %s needs the live calibration's hard seeds; skipped", method)
             continue
-        t = time.perf_counter()
-        sub = sub_config(cfg, out.path / f"synthesize_{method}", method=method, calibration_dir=seeds)
-        apply_overrides(sub, pcfg.synthesize.overrides.get(method) or [])
-        steps[f"synthesize_{method}"] = str(synthesize.run(sub))
-        out.timings[f"synthesize_{method}"] = time.perf_counter() - t
+        with progress.step(f"synthesize_{method}"):
+            sub = sub_config(cfg, out.path / f"synthesize_{method}", method=method, calibration_dir=seeds)
+            apply_overrides(sub, pcfg.synthesize.overrides.get(method) or [])
+            steps[f"synthesize_{method}"] = str(synthesize.run(sub))
+    if pcfg.synthesize.cost_matched.enabled and "synthesize_mbs" in steps:
+        # the direct baseline given the teacher tokens MBS spent per seed (a comparison, not exported)
+        with progress.step(COST_MATCHED):
+            sub = sub_config(cfg, out.path / COST_MATCHED, method="direct", calibration_dir=steps["calibrate_live"])
+            apply_overrides(sub, [*(pcfg.synthesize.overrides.get("direct") or []), *pcfg.synthesize.cost_matched.overrides])
+            OmegaConf.update(sub, "direct.cost_match_run", steps["synthesize_mbs"], merge=False)
+            steps[COST_MATCHED] = str(synthesize.run(sub))
     if pcfg.export.enabled and steps:
-        t = time.perf_counter()
-        steps["export"] = str(export_runs(cfg, dict(steps), out.path / "export"))
-        out.timings["export"] = time.perf_counter() - t
+        with progress.step("export"):
+            exported = {k: v for k, v in steps.items() if k != COST_MATCHED}
+            steps["export"] = str(export_runs(cfg, exported, out.path / "export"))
     summary: dict[str, Any] = {"steps": {name: str(Path(p).relative_to(out.path)) for name, p in steps.items()}}
     for name, path in steps.items():
         s = read_summary(path)
         keep = ("bands", "hard_seeds", "problems", "target_policy", "rows", "removed", "train_rows", "val_rows")
         summary[name] = {k: s[k] for k in keep if k in s}
+    summary["step_seconds"] = {name: round(sec, 1) for name, sec in progress.seconds.items()}
     out.write_summary(summary)
-    t = time.perf_counter()
-    report = render(out.path, out.path, formats=("png", "pdf"), width="single")
-    out.timings["figures"] = time.perf_counter() - t
+    with progress.step("figures"):
+        report = render(out.path, out.path, formats=("png", "pdf"), width="single")
+    progress.close()
+    out.timings.update(progress.seconds)
     out.write_manifest({"steps": len(steps), "figures": len(report["figures"])}, report=report.get("report"))
-    lines = [f"mbs-pipeline finished: outputs in {out.path}"]
+    lines = [f"mbs-pipeline finished in {format_seconds(sum(progress.seconds.values()))}: outputs in {out.path}"]
     for name, path in steps.items():
         what = "train.parquet, val.parquet, summary.json" if name == "export" else "summary.json, figures/"
         lines.append(f"  {name:<20} {path}  ({what})")
     if report.get("report"):
         lines.append(f"  {'report':<20} {report['report']}")
+    lines += ["time per step:", progress.table()]
     print("\n".join(lines), flush=True)
     return out.path

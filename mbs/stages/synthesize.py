@@ -14,13 +14,16 @@ from __future__ import annotations
 import importlib
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from omegaconf import DictConfig
 
+from mbs.errors import UnknownNameError
 from mbs.figures import BY_STAGE
 from mbs.io import RunDir
+from mbs.validate import validate_config
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +53,7 @@ def method_fn(name: str) -> Callable[[DictConfig, RunDir], dict[str, Any]]:
         KeyError: Unknown method (lists the valid ones).
     """
     if name not in METHODS:
-        raise KeyError(f"method={name!r} is not a synthesis method; valid: {sorted(METHODS)}")
+        raise UnknownNameError(f"method={name!r} is not a synthesis method; valid: {sorted(METHODS)}")
     return _function(METHODS[name])
 
 
@@ -60,6 +63,7 @@ def run(cfg: DictConfig) -> Path:
     Returns:
         The run directory.
     """
+    validate_config(cfg)
     logging.getLogger("mbs").setLevel(cfg.log_level)
     fn = method_fn(cfg.method)
     out = RunDir(cfg.out_dir, STAGE, cfg.shard.index, cfg.shard.count)

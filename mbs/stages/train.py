@@ -31,7 +31,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from mbs.errors import MissingExtraError, UserError, require_extra
+from mbs.export.prompt_length import PromptCounter, length_report, parquet_prompts
 from mbs.io import RunDir, write_text_atomic
+from mbs.validate import validate_config
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +44,7 @@ STAGE = "train"
 _PLAIN = re.compile(r"^[A-Za-z0-9_./+\-@:~*]*$")
 
 
-class TrainError(RuntimeError):
+class TrainError(UserError, RuntimeError):
     """The verl job could not be launched or failed (names the log or job)."""
 
 
@@ -113,7 +116,52 @@ def verl_overrides(cfg: DictConfig) -> list[tuple[str, Any]]:
         raise TrainError("train.data_dir is required: the mbs-export run folder holding train.parquet and val.parquet")
     tree = OmegaConf.to_container(cfg.train.verl, resolve=True)
     pairs = flatten(tree)
+    if tree.get("data", {}).get("max_prompt_length", 0) is None:  # derived from the data (null if it cannot be read)
+        try:
+            tree["data"]["max_prompt_length"] = prompt_length(cfg)["max_prompt_length"]
+        except TrainError:
+            pass
+        pairs = flatten(tree)
     return [(k, reward_path() if k == "reward.custom_reward_function.path" and v is None else v) for k, v in pairs]
+
+
+def prompt_length(cfg: DictConfig) -> dict[str, Any]:
+    """verl's ``data.max_prompt_length`` for the data of ``train.data_dir``: derived or checked.
+
+    Every prompt of ``train.parquet`` and ``val.parquet`` is counted (:mod:`mbs.export.prompt_length`,
+    exactly with ``train.tokenizer``, else an upper bound). ``train.verl.data.max_prompt_length:
+    null`` becomes the longest prompt; a number is kept only when no prompt is longer, since verl's
+    ``filter_overlong_prompts`` would otherwise drop those rows without a word.
+
+    Returns:
+        The length report with ``max_prompt_length`` (the value verl gets) and ``derived``.
+
+    Raises:
+        TrainError: A parquet file is missing, ``train.tokenizer`` cannot be loaded, or a
+            configured ``max_prompt_length`` is shorter than a prompt (names the rows and the fix).
+    """
+    data_dir = Path(str(cfg.train.data_dir))
+    configured = OmegaConf.select(cfg, "train.verl.data.max_prompt_length")
+    rows = []
+    for split in ("train", "val"):
+        path = data_dir / f"{split}.parquet"
+        if not path.is_file():
+            raise TrainError(f"{path} not found: run mbs-export first (train.data_dir={data_dir})")
+        rows += parquet_prompts(path)
+    try:
+        counter = PromptCounter(cfg.train.tokenizer)
+    except ValueError as err:
+        raise TrainError(f"train.tokenizer: {err}") from err
+    report = length_report(rows, counter, None if configured is None else int(configured), show=5)
+    longest = int(report["max_tokens"]["all"])
+    if configured is not None and report["over_limit"]["all"]:
+        ids = ", ".join(f"{r['id']} ({r['tokens']})" for r in report["over_limit_rows"])
+        raise TrainError(
+            f"{data_dir}: {report['over_limit']['all']} row(s) have prompts longer than train.verl.data.max_prompt_length="
+            f"{configured} tokens (longest {longest}; {report['method']}; e.g. {ids}): verl's filter_overlong_prompts would "
+            f"drop them without a word. Set train.verl.data.max_prompt_length=null to derive it from the data, or >= {longest}"
+        )
+    return {**report, "max_prompt_length": longest if configured is None else int(configured), "derived": configured is None}
 
 
 #: verl 0.9.1 merges ``reward.custom_reward_function.reward_kwargs`` into every reward call
@@ -220,6 +268,13 @@ class VerlJob:
         self.ray_port, self.ray_wait_s = int(ray_port), float(ray_wait_s)
 
     def __call__(self) -> int:
+        """Run verl on this node (Ray head or worker when the job has several nodes).
+
+        Raises:
+            MissingExtraError: verl's module cannot be imported by the job's interpreter
+                (checked before any process is started); names ``pip install -e '.[train]'``.
+        """
+        self.check_module()
         nodes, rank, head = 1, 0, None
         try:
             import submitit
@@ -242,6 +297,25 @@ class VerlJob:
         finally:
             if nodes > 1:
                 subprocess.run([str(Path(self.cmd[0]).with_name("ray")), "stop"], env=env, check=False)
+
+    def check_module(self) -> None:
+        """Raise :class:`MissingExtraError` when the job's interpreter cannot import the
+        trainer module's package (``verl``, from the ``train`` extra) on this machine.
+
+        In-process when the job runs this interpreter with this ``PYTHONPATH``; otherwise
+        one short probe of the job's interpreter with the job's environment.
+        """
+        if len(self.cmd) < 3 or self.cmd[1] != "-m":
+            return
+        top = self.cmd[2].split(".")[0]
+        env = {**os.environ, **self.env}
+        if self.cmd[0] == sys.executable and env.get("PYTHONPATH") == os.environ.get("PYTHONPATH"):
+            require_extra(top, "mbs-train", where="on the training machine")
+            return
+        probe = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({top!r}) is None)"
+        res = subprocess.run([self.cmd[0], "-c", probe], env=env, capture_output=True, text=True, check=False)
+        if res.returncode != 0:
+            raise MissingExtraError(top, f"mbs-train (interpreter {self.cmd[0]})", where="on the training machine")
 
     def _wait_for_nodes(self, address: str, nodes: int, env: dict[str, str]) -> None:
         probe = f"import ray; ray.init(address='{address}'); print(sum(1 for n in ray.nodes() if n['Alive']))"
@@ -308,17 +382,26 @@ def run(cfg: DictConfig) -> Path:
         TrainError: No ``train.data_dir``, missing parquet files, an unknown launcher, or a
             verl job that exited with an error (names the log file or job id).
     """
+    validate_config(cfg)
     logging.getLogger("mbs").setLevel(cfg.log_level)
     tcfg = cfg.train
     out = RunDir(cfg.out_dir, STAGE)
     out.write_config(cfg)
+    summary_pl: dict[str, Any] = {}
+    try:
+        summary_pl = prompt_length(cfg) if cfg.train.data_dir is not None else {}
+    except TrainError as err:
+        if not tcfg.dry_run:
+            raise
+        log.warning("dry run: %s", err)
     cmd = build_command(cfg)
     env = job_env(cfg)
     shell = "#!/usr/bin/env bash\n# written by mbs-train; run from " + str(out.path) + "\n"
     shell += "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
     shell += " \\\n    ".join(shlex.quote(c) for c in cmd) + "\n"
     write_text_atomic(out.path / "command.sh", shell)
-    summary: dict[str, Any] = {"command": cmd, "env": env, "dry_run": bool(tcfg.dry_run), "launcher": str(tcfg.launcher)}
+    summary: dict[str, Any] = {"command": cmd, "env": env, "dry_run": bool(tcfg.dry_run), "launcher": str(tcfg.launcher),
+                               "prompt_length": summary_pl}
     if tcfg.dry_run:
         print(shlex.join(cmd), flush=True)
         summary["data_rows"] = {}

@@ -11,19 +11,25 @@ For each hard seed (p, a*):
 * **Stage 2** (:meth:`Beanstalk.decompose`): the teacher, given (p, tau, a*), writes at most K
   self-contained subproblems with solutions and answers (``mbs_decompose_v1``). Subproblems
   that do not parse, refer to "the original problem"/"above", lack an answer, or whose answer
-  does not verify against their own solution are rejected. Effectivity test: the decomposition
-  passes if for at least one live student S, acc_cond(S, p | the valid subproblems as worked
-  examples) > acc(S, p), both over N rollouts at S's budget (acc of a seed reused from the
-  calibration run; of a subproblem, measured). A failed decomposition is re-prompted: N_d
-  prompts in all (sample indices 0..N_d-1). Children recurse down to depth D. A node at depth
-  D, or whose N_d decompositions all failed, is a leaf.
+  does not verify against their own solution are rejected, and so are subproblems that
+  restate the parent (text too similar to it, or answer equal to a*; :mod:`mbs.synth.restate`).
+  Effectivity test: the decomposition passes if for at least one live student S,
+  acc_cond(S, p | the valid subproblems as worked examples) > acc(S, p), both over all N
+  rollouts at S's budget (acc of a seed reused from the calibration run when that group drew
+  all N rollouts; otherwise, and for a subproblem, measured with all N: early stopping never
+  feeds acc). A failed decomposition is re-prompted: the first try and up to N_d retries, as
+  in the paper (1 + N_d prompts at most, sample indices 0..N_d). Children recurse down to
+  depth D. A node at depth D, or whose 1 + N_d decompositions all failed, is a leaf.
 * **Stage 3** (:meth:`Beanstalk.synthesize`): each leaf gets N_l harder variants
-  (``mbs_leaf_v1``); a variant the weakest student (first live student) solves above
-  alpha_leaf is discarded. Each internal node composes a new parent from its children's kept
-  synthetic problems, shown the original parent and its children B(G_n) as the
-  demonstration (``mbs_compose_v1``); a parent the weakest student solves above
-  alpha_parent is discarded; up to N_c trials per node, until ``mbs.parents_per_node`` are
-  kept; continuing up to the root.
+  (``mbs_leaf_v1``); a variant the weakest student (the live student with the lowest mean
+  pass rate in the calibration run, :mod:`mbs.synth.students`) solves above alpha_leaf is
+  discarded. Each internal node whose every child kept a synthetic problem composes a new
+  parent from one synthetic problem per child, shown the original parent and its children
+  B(G_n) with their solutions and answers as the demonstration, and the new children with
+  their verified solutions (``mbs_compose_v2``); a node with a child that kept nothing is not
+  composed (never fewer children than the demonstration shows). A parent the weakest student
+  solves above alpha_parent is discarded; up to N_c trials per node, until
+  ``mbs.parents_per_node`` are kept; continuing up to the root.
 * **Grounding** (optional, :mod:`mbs.synth.grounding`): every kept synthetic problem of the
   tree is rewritten on the seed's top-K_d unused documents.
 * **Final calibration**: every kept synthetic problem against the target policy at its
@@ -71,10 +77,13 @@ from mbs.synth.grounding import assign_documents, documents_block
 from mbs.synth.grower import SeedTree, SynthBase, mark_verified
 from mbs.synth.inputs import load_base_calibrations, load_seeds
 from mbs.synth.judge import judge_summary
+from mbs.synth.paths import path_details, yield_by_path
 from mbs.synth.problems import above, clip, origin_of, reason_kind
+from mbs.synth.restate import answer_response, restatement, same_answer_reason
 from mbs.synth.run import RunState, run_method, setup_summary
 from mbs.synth.store import root_id
 from mbs.synth.structured import StructureError, parse_items, self_reference
+from mbs.synth.students import weakest_student
 from mbs.synth.summary import base_summary
 from mbs.synth.teacher import find_trace
 from mbs.synth.traces import blueprint, trace_for_prompt
@@ -120,6 +129,7 @@ class Beanstalk(SynthBase):
     def __init__(self, cfg: DictConfig, seeds: list[Problem]):
         super().__init__(cfg, cfg.mbs)
         self.base = load_base_calibrations(cfg)
+        self.weakest, self.weakest_report = weakest_student(self.students, self.base)
         self.docs: dict[str, list[Any]] = {}
         if cfg.mbs.grounding.enabled:
             self.docs = assign_documents(cfg.mbs.grounding, seeds)
@@ -169,7 +179,9 @@ class Beanstalk(SynthBase):
     # -- Stage 2 -----------------------------------------------------------------------
 
     def base_acc(self, node: TreeNode) -> Task:
-        """acc(S, p) of every live student: from the calibration run (seeds) or measured (N rollouts).
+        """acc(S, p) of every live student over all N rollouts: from the calibration run (a seed
+        whose group there drew all its rollouts) or measured here with all N (subproblems, and
+        seeds whose calibration stopped early: a stopped group's successes / drawn is biased).
 
         Returns:
             ``{student: {"acc", "source", "n"}}``.
@@ -178,7 +190,7 @@ class Beanstalk(SynthBase):
         todo: list[Policy] = []
         for s in self.students:
             c = self.base.get((node.problem.id, s.name, s.budget)) if node.depth == 0 else None
-            if c is not None:
+            if c is not None and c.n >= c.n_target:
                 out[s.name] = {"acc": c.pass_rate, "source": "calibration", "n": c.n}
             else:
                 todo.append(s)
@@ -203,7 +215,7 @@ class Beanstalk(SynthBase):
         )
 
     def decompose(self, tree: SeedTree, node: TreeNode) -> Task:
-        """Stage 2 at one node: up to N_d decompositions, effectivity-tested; recurse to depth D."""
+        """Stage 2 at one node: a decomposition and up to N_d retries, effectivity-tested; recurse to depth D."""
         th, m = self.th, self.cfg.mbs
         depth_max, k_max, n_d = int(th.D), int(th.K), int(th.N_d)
         if node.depth >= depth_max:
@@ -216,7 +228,7 @@ class Beanstalk(SynthBase):
         )
         attempts: list[dict[str, Any]] = []
         accepted: list[dict[str, Any]] | None = None
-        for k in range(n_d):
+        for k in range(1 + n_d):  # the first try and up to N_d retries (paper)
             comp = (yield from generate(self.gen, [self.gen.request(messages, k)], tree.tally))[0][0]
             att: dict[str, Any] = {"attempt": k, "tokens": comp.completion_tokens, "finish_reason": comp.finish_reason}
             attempts.append(att)
@@ -238,9 +250,14 @@ class Beanstalk(SynthBase):
                 subs.append(sub)
             pending = [s for s in subs if s["status"] == Status.PENDING]
             if pending:
-                grades = yield Verify([(s["solution"], s["answer"], "math") for s in pending])
-                for s, g in zip(pending, grades):
+                grades = yield Verify([(s["solution"], s["answer"], "math") for s in pending]
+                                      + [(answer_response(s["answer"]), node.answer or "", "math") for s in pending])
+                for s, g, same in zip(pending, grades, grades[len(pending):]):
                     mark_verified(s, g)
+                    why = restatement(s["problem"], node.problem.prompt, float(m.restate_similarity)) or (
+                        same_answer_reason(s["answer"], node.answer or "") if same.score == 1.0 else None)
+                    if s["status"] == Status.VALID and why:
+                        s.update(status=Status.REJECTED, reason=why)
             att["subproblems"] = subs
             valid = [s for s in subs if s["status"] == Status.VALID]
             if not valid:
@@ -267,7 +284,7 @@ class Beanstalk(SynthBase):
             "passed": accepted is not None,
             "students": attempts[-1].get("students", {}) if attempts else {},
             "attempts": attempts,
-            "leaf_reason": None if accepted is not None else f"decomposition failed N_d={n_d} times",
+            "leaf_reason": None if accepted is not None else f"decomposition failed 1 + N_d={n_d} times",
         }
         if accepted is None:
             return
@@ -331,24 +348,34 @@ class Beanstalk(SynthBase):
     def compose(self, tree: SeedTree, node: TreeNode, kids: list[TreeNode], kept_lists: list[list[Candidate]]) -> Task:
         """Up to N_c compositions of a new parent from the children's kept synthetic problems.
 
-        Trial t shows the original parent and all its children (B(G_n)) and, of each child
-        with kept problems, its ``t mod count``-th one. Parents the weakest student solves
-        above alpha_parent are discarded.
+        Trial t shows the original parent with its trace and answer, all its children (B(G_n))
+        with their solutions and answers, and of each child its ``t mod count``-th kept
+        synthetic problem with its verified solution and answer. A node is composed only when
+        every child kept a synthetic problem: a new parent never combines fewer children than
+        the demonstration shows. Parents the weakest student solves above alpha_parent are
+        discarded.
         """
         th, m = self.th, self.cfg.mbs
-        avail = [(kid, kl) for kid, kl in zip(kids, kept_lists) if kl]
-        if not avail:
+        missing = [k.node_id for k, kl in zip(kids, kept_lists) if not kl]
+        if len(missing) == len(kids):
             node.status, node.reject_reason = "exhausted", "no synthetic children: no child kept a synthetic problem"
             return []
+        if missing:
+            node.status = "exhausted"
+            node.reject_reason = (f"incomplete children: {len(missing)} of {len(kids)} children kept no synthetic problem "
+                                  f"({', '.join(missing)}); a parent is never composed from fewer children than B(G_n) shows")
+            return []
+        avail = list(zip(kids, kept_lists))
         parent = clip(node.problem.prompt, self.max_chars)
-        originals = "\n\n".join(f"{i}. {clip(k.problem.prompt, self.max_chars)}" for i, k in enumerate(kids, 1))
+        originals = _blocks([(k.problem.prompt, self.trace_text(k), k.answer) for k in kids], self.max_chars)
         alpha, n_c, want = float(th.alpha_parent), int(th.N_c), int(m.parents_per_node)
         kept: list[Candidate] = []
         trials: list[dict[str, Any]] = []
         for t in range(n_c):
             chosen = [kl[t % len(kl)] for _, kl in avail]
-            new = "\n\n".join(f"{i}. {clip(v['problem'], self.max_chars)}\nAnswer: {v['answer']}" for i, v in enumerate(chosen, 1))
-            messages = user_messages(m.templates.compose, parent=parent, children=originals, new_children=new)
+            new = _blocks([(v["problem"], v["solution"], v["answer"]) for v in chosen], self.max_chars)
+            messages = user_messages(m.templates.compose, parent=parent, parent_solution=self.trace_text(node),
+                                     parent_answer=node.answer or "", count=str(len(kids)), children=originals, new_children=new)
             comp = (yield from generate(self.gen, [self.gen.request(messages, t)], tree.tally))[0][0]
             used = [v["id"] for v in chosen]
             v = self.candidate(tree, f"{node.node_id}/c{t}", "composed", comp, [node.node_id, *used], node_id=node.node_id, children=used)
@@ -403,6 +430,14 @@ class Beanstalk(SynthBase):
             else:
                 v["grounding"] = {"status": "failed", "documents": doc_ids, "reason": c.get("reason")}
         return kept
+
+
+def _blocks(items: list[tuple[str, str | None, str | None]], max_chars: int) -> str:
+    """Numbered ``Problem / Solution / Answer`` blocks of a composition prompt."""
+    return "\n\n".join(
+        f"{i}. Problem: {clip(p, max_chars)}\nSolution: {clip(sol, max_chars)}\nAnswer: {a or ''}"
+        for i, (p, sol, a) in enumerate(items, 1)
+    )
 
 
 def _why(cands: list[Candidate]) -> str:
@@ -484,7 +519,13 @@ def effectivity_summary(nodes: list[TreeNode]) -> dict[str, Any]:
 
 
 def summarize(cfg: DictConfig, state: RunState, grower: SynthBase) -> dict[str, Any]:
-    """The MBS summary: contract keys, funnel, rejections, effectivity, tokens, judges, backends."""
+    """The MBS summary: contract keys, funnel, rejections, effectivity, tokens, judges, backends.
+
+    ``yield`` is the paper's (share of hard seeds with >= 1 qualified problem);
+    ``yield_by_path`` splits it into ``decomposed`` and ``root_only`` (they sum to ``yield``;
+    :mod:`mbs.synth.paths`), ``paths`` holds the counts and teacher tokens behind them, and
+    ``weakest_by`` how the weakest student was chosen.
+    """
     roots = [n for n in state.nodes if n.depth == 0]
     teacher_tokens = sum(r.problem.metadata.get("mbs", {}).get("teacher_tokens", 0) for r in roots)
     s = base_summary("mbs", state.seeds, state.nodes, state.qualified, state.rollouts, teacher_tokens)
@@ -499,6 +540,9 @@ def summarize(cfg: DictConfig, state: RunState, grower: SynthBase) -> dict[str, 
         judges=judge_summary([v for n in state.nodes for v in n.variants], grower.judges),
         **setup_summary(cfg, grower, state),
         weakest=grower.weakest.name,
+        weakest_by=grower.weakest_report,
+        yield_by_path=yield_by_path(state.seeds, state.nodes, state.qualified),
+        paths=path_details(state.seeds, state.nodes, state.qualified),
         grounding=({"enabled": True, "seeds_with_documents": sum(1 for d in grower.docs.values() if d)}
                    if cfg.mbs.grounding.enabled else {"enabled": False}),
         counts={

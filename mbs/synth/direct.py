@@ -10,6 +10,13 @@ are: qualified = 0 < pass rate < 1 and >= 1 complete correct response within L. 
 and accounting as MBS: one root :class:`~mbs.records.TreeNode` per seed holding the variants,
 ``problems.*.jsonl`` (data source ``mbs/math/<origin>-direct``), ``rollouts.*.jsonl`` and the
 same summary keys (``seeds_with_trace`` is ``None``: there is no trace stage).
+
+**Cost-matched** (``direct.cost_match_run=<an MBS run directory>``): each seed gets the teacher
+completion tokens MBS spent on it in that run (Stage 1 traces included). Variations are drawn
+in rounds of ``direct.n_variants`` (sample indices go on: round r draws samples
+r*n_variants .. (r+1)*n_variants-1) until the seed's teacher tokens reach MBS's, or
+``direct.cost_match_max_variants`` were drawn. The summary's ``cost_match`` reports the
+tokens matched per seed and the totals of both runs.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from mbs.io import RunDir
+from mbs.io import RunDir, read_records
 from mbs.prompts import user_messages
 from mbs.records import Problem, TreeNode
 from mbs.synth.candidate import KEPT, Status
@@ -46,8 +53,9 @@ class Direct(SynthBase):
 
     method = "direct"
 
-    def __init__(self, cfg: DictConfig):
+    def __init__(self, cfg: DictConfig, seeds: list[Problem] | None = None):
         super().__init__(cfg, cfg.direct)
+        self.budgets = cost_budgets(cfg.direct.cost_match_run, seeds or []) if cfg.direct.cost_match_run else None
 
     def grow(self, seed: Problem) -> Task:
         """Variations of one seed, checked and calibrated against the target.
@@ -60,7 +68,13 @@ class Direct(SynthBase):
         tree = SeedTree(seed, root)
         d = self.cfg.direct
         messages = user_messages(d.templates.variant, problem=clip(seed.prompt, self.max_chars), answer=seed.ground_truth or "")
-        comps = (yield from generate(self.gen, [self.gen.request(messages, 0, int(d.n_variants))], tree.tally))[0]
+        step = int(d.n_variants)
+        comps = (yield from generate(self.gen, [self.gen.request(messages, 0, step)], tree.tally))[0]
+        if self.budgets is not None:  # cost-matched: go on until the seed has spent MBS's teacher tokens
+            cap = int(d.cost_match_max_variants)
+            while tree.tally.teacher_tokens < self.budgets[seed.id] and len(comps) < cap:
+                more = min(step, cap - len(comps))
+                comps += (yield from generate(self.gen, [self.gen.request(messages, len(comps), more)], tree.tally))[0]
         variants = [self.candidate(tree, f"{seed.id}/d{c.sample_index}", "direct", c, [seed.id], node_id=root.node_id) for c in comps]
         yield from self.check(variants)
         for v in variants:
@@ -73,7 +87,28 @@ class Direct(SynthBase):
             c = Counter(reason_kind(v.get("reason")) for v in variants)
             root.reject_reason = "no valid variation: " + ", ".join(f"{n} {k}" for k, n in sorted(c.items()))
         root.problem.metadata["direct"] = {"teacher_tokens": tree.tally.teacher_tokens, "teacher_samples": tree.tally.teacher_samples}
+        if self.budgets is not None:
+            root.problem.metadata["direct"]["cost_match_tokens"] = self.budgets[seed.id]
         return [root], problems
+
+
+def cost_budgets(run_dir: str, seeds: list[Problem]) -> dict[str, int]:
+    """Teacher completion tokens an MBS run spent on each seed (its roots' ``metadata.mbs``).
+
+    Raises:
+        FileNotFoundError: ``run_dir`` has no ``trees.*.jsonl``.
+        ValueError: A seed has no finished tree in ``run_dir`` (names the run and the seed).
+    """
+    roots = {n.seed_id: n for n in read_records(run_dir, "trees", TreeNode) if n.depth == 0}
+    if not roots:
+        raise FileNotFoundError(f"direct.cost_match_run={run_dir}: no trees.*.jsonl records (is it a finished MBS run?)")
+    out = {}
+    for s in seeds:
+        if s.id not in roots or "mbs" not in roots[s.id].problem.metadata:
+            raise ValueError(f"direct.cost_match_run={run_dir}: hard seed {s.id!r} has no MBS tree there "
+                             "(run MBS on the same calibration_dir, shard and seeds_limit first)")
+        out[s.id] = int(roots[s.id].problem.metadata["mbs"].get("teacher_tokens", 0))
+    return out
 
 
 def summarize(cfg: DictConfig, state: RunState, grower: Direct) -> dict[str, Any]:
@@ -97,6 +132,7 @@ def summarize(cfg: DictConfig, state: RunState, grower: Direct) -> dict[str, Any
         rejections=dict(sorted(rej.items())),
         judges=judge_summary(variants, grower.judges),
         n_variants=int(cfg.direct.n_variants),
+        cost_match=_cost_match(cfg, state, teacher_tokens),
         **setup_summary(cfg, grower, state),
         counts={
             "hard_seeds": len(state.seeds),
@@ -107,6 +143,23 @@ def summarize(cfg: DictConfig, state: RunState, grower: Direct) -> dict[str, Any
         },
     )
     return s
+
+
+def _cost_match(cfg: DictConfig, state: RunState, teacher_tokens: int) -> dict[str, Any] | None:
+    """``None``, or the matched run, MBS's and this run's teacher tokens, seeds short of the match."""
+    if not cfg.direct.cost_match_run:
+        return None
+    meta = [n.problem.metadata.get("direct", {}) for n in state.nodes if n.depth == 0]
+    target = sum(int(m.get("cost_match_tokens", 0)) for m in meta)
+    return {
+        "run": str(cfg.direct.cost_match_run),
+        "max_variants": int(cfg.direct.cost_match_max_variants),
+        "mbs_teacher_tokens": target,
+        "teacher_tokens": teacher_tokens,
+        "ratio": round(teacher_tokens / target, 3) if target else None,
+        "seeds_short": sum(1 for m in meta if m.get("teacher_tokens", 0) < m.get("cost_match_tokens", 0)),
+        "variants": sum(int(m.get("teacher_samples", 0)) for m in meta),
+    }
 
 
 def run(cfg: DictConfig, out: RunDir) -> dict[str, Any]:
@@ -120,11 +173,14 @@ def run(cfg: DictConfig, out: RunDir) -> dict[str, Any]:
         The summary (same keys as MBS's); the stage writes it to ``summary.json``.
 
     Raises:
-        ValueError, FileNotFoundError: Bad ``calibration_dir``, teacher pool or student set.
+        ValueError, FileNotFoundError: Bad ``calibration_dir``, teacher pool or student set, or a
+            ``direct.cost_match_run`` that lacks a seed.
         mbs.llm.BackendError: A backend failed after its retries (finished seeds are written).
     """
     seeds = load_seeds(cfg)
-    grower = Direct(cfg)
-    log.info("direct: %d hard seeds, %d variations each from %s", len(seeds), int(cfg.direct.n_variants), grower.gen.name)
+    grower = Direct(cfg, seeds)
+    log.info("direct: %d hard seeds, %s from %s", len(seeds),
+             f"{int(cfg.direct.n_variants)} variations each" if grower.budgets is None else
+             f"variations until each seed spent the teacher tokens of {cfg.direct.cost_match_run}", grower.gen.name)
     state = run_method(cfg, out, seeds, grower)
     return summarize(cfg, state, grower)

@@ -7,6 +7,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from mbs.errors import ConfigError
 from mbs.llm.base import Completion
 from mbs.records import Calibration, Problem, TreeNode, to_dict
 from mbs.sampling import Group, Policy
@@ -87,7 +88,7 @@ class SynthBase:
         self.judges = teachers_from_cfg(jpool, cache, int(cfg.seed), f"{self.method}.judges.pool") if jpool else []
         for j in self.judges:
             if not j.live:
-                raise ValueError(f"{self.method}.judges.pool: judge {j.name!r} must be live")
+                raise ConfigError(f"{self.method}.judges.pool: judge {j.name!r} must be live")
         self.max_chars = int(mcfg.max_chars)
         self.max_answer_chars = int(mcfg.max_answer_chars)
         self.patterns = [str(p) for p in mcfg.self_reference]

@@ -9,7 +9,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from mbs.data import in_shard
+from mbs.data import DataError, in_shard
+from mbs.errors import ConfigError, InputNotFoundError
 from mbs.io import read_records, read_summary, shard_files
 from mbs.records import Calibration, Problem
 from mbs.sampling import Policy, policies_from_cfg
@@ -25,12 +26,12 @@ def calibration_dir(cfg: DictConfig) -> Path:
         FileNotFoundError: The folder does not exist or has no ``hard_seeds.*.jsonl``.
     """
     if not cfg.calibration_dir:
-        raise ValueError("calibration_dir is not set: pass calibration_dir=<a mbs-calibrate run directory>")
+        raise ConfigError("calibration_dir is not set: pass calibration_dir=<a mbs-calibrate run directory>")
     path = Path(str(cfg.calibration_dir)).expanduser()
     if not path.is_dir():
-        raise FileNotFoundError(f"calibration_dir={path}: no such directory")
+        raise InputNotFoundError(f"calibration_dir={path}: no such directory")
     if not shard_files(path, "hard_seeds"):
-        raise FileNotFoundError(
+        raise InputNotFoundError(
             f"calibration_dir={path}: no hard_seeds.*.jsonl (is it a finished mbs-calibrate run directory?)"
         )
     return path
@@ -49,9 +50,9 @@ def load_seeds(cfg: DictConfig) -> list[Problem]:
     seen: set[str] = set()
     for s in seeds:
         if s.id in seen:
-            raise ValueError(f"{path}: hard seed id {s.id!r} occurs twice in hard_seeds.*.jsonl")
+            raise DataError(f"{path}: hard seed id {s.id!r} occurs twice in hard_seeds.*.jsonl")
         if s.ground_truth is None:
-            raise ValueError(f"{path}: hard seed {s.id!r} has no ground_truth (field ground_truth is null)")
+            raise DataError(f"{path}: hard seed {s.id!r} has no ground_truth (field ground_truth is null)")
         seen.add(s.id)
     seeds = [s for s in seeds if in_shard(s.id, int(cfg.shard.index), int(cfg.shard.count))]
     if cfg.synth.seeds_limit is not None:
@@ -107,11 +108,11 @@ def live_students(cfg: DictConfig) -> tuple[list[Policy], Policy]:
     if skipped:
         log.warning("students %s are recorded policies: they cannot be sampled, synthesis leaves them out", skipped)
     if not live:
-        raise ValueError("students: synthesis needs at least one live student (recorded policies cannot be sampled)")
+        raise ConfigError("students: synthesis needs at least one live student (recorded policies cannot be sampled)")
     for p in live:
         if p.budget is None:
-            raise ValueError(f"students: live policy {p.name!r} has no budget")
+            raise ConfigError(f"students: live policy {p.name!r} has no budget")
     target = next((p for p in live if p.name == str(cfg.students.target)), None)
     if target is None:
-        raise ValueError(f"students.target={cfg.students.target!r} is not a live policy: {[p.name for p in live]}")
+        raise ConfigError(f"students.target={cfg.students.target!r} is not a live policy: {[p.name for p in live]}")
     return live, target

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from mbs.errors import ConfigError
 from mbs.llm import CachedBackend, build_backend
 from mbs.llm.base import ChatRequest
 from mbs.prompts import user_messages
@@ -77,11 +78,11 @@ def teachers_from_cfg(pool: Sequence[Any], cache_dir: str | None, seed: int, whe
     out: list[Teacher] = []
     for i, entry in enumerate(pool):
         if entry.source not in SOURCES:
-            raise ValueError(f"{where}[{i}].source={entry.source!r}: valid values are {', '.join(SOURCES)}")
+            raise ConfigError(f"{where}[{i}].source={entry.source!r}: valid values are {', '.join(SOURCES)}")
         if entry.source == "live" and entry.backend is None:
-            raise ValueError(f"{where}[{i}] ({entry.name}): a live teacher needs a backend")
+            raise ConfigError(f"{where}[{i}] ({entry.name}): a live teacher needs a backend")
         if any(t.name == str(entry.name) for t in out):
-            raise ValueError(f"{where}[{i}]: two entries are named {entry.name!r}")
+            raise ConfigError(f"{where}[{i}]: two entries are named {entry.name!r}")
         t = Teacher(
             name=str(entry.name), source=str(entry.source), backend_cfg=entry.backend,
             max_tokens=int(entry.max_tokens), temperature=float(entry.temperature), seed=int(seed),
@@ -90,7 +91,7 @@ def teachers_from_cfg(pool: Sequence[Any], cache_dir: str | None, seed: int, whe
             t.backend = build_backend(entry.backend, cache_dir)
         out.append(t)
     if not out:
-        raise ValueError(f"{where} is empty")
+        raise ConfigError(f"{where} is empty")
     return out
 
 
@@ -104,10 +105,10 @@ def generator_teacher(pool: Sequence[Teacher], name: str | None, key: str) -> Te
     if name is not None:
         match = [t for t in live if t.name == str(name)]
         if not match:
-            raise ValueError(f"{key}={name!r} is not a live teacher of teacher.pool: {[t.name for t in live]}")
+            raise ConfigError(f"{key}={name!r} is not a live teacher of teacher.pool: {[t.name for t in live]}")
         return match[0]
     if not live:
-        raise ValueError(f"teacher.pool has no live teacher: {key} needs one to write problems")
+        raise ConfigError(f"teacher.pool has no live teacher: {key} needs one to write problems")
     return live[0]
 
 

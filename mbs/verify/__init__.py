@@ -25,6 +25,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from mbs.errors import UnknownNameError
+
 __all__ = [
     "Grade",
     "UnknownVerifierError",
@@ -58,7 +60,7 @@ class Grade:
 Verifier = Callable[[str, str], Grade]
 
 
-class UnknownVerifierError(KeyError):
+class UnknownVerifierError(UnknownNameError):
     """Raised for a verifier name that is neither registered nor an importable path.
 
     The message lists the registered names.

@@ -9,12 +9,13 @@ worker processes, with two limits enforced from outside the grading code:
   before each grading: the kernel ends the worker (``SIGPROF``, default action) even
   inside one long C call. CPU time does not depend on how loaded the machine is, so the
   same answer gets the same verdict in a quiet single run and in a busy SLURM array;
-* a hard wall-clock limit of ``wall_timeout_s`` (default ``4 x timeout_s``), enforced by
+* a hard wall-clock limit of ``wall_timeout_s`` (default ``8 x timeout_s``), enforced by
   the parent, for a grading that blocks without using CPU (and on systems without
   ``ITIMER_PROF``, where it is the only limit).
 
-Either way the worker is replaced and the grading resolves to
-``Grade(None, None, "timeout after 5.0s")``. The caller is never killed or stalled; a
+Either way the worker is replaced and the grading resolves to an ungraded Grade that says
+which limit fired: ``Grade(None, None, "timeout after 5.0s")`` (the CPU-time limit) or
+``Grade(None, None, "wall-clock timeout after 40.0s")``. The caller is never killed or stalled; a
 hung grading costs about ``timeout_s`` of one worker on an idle machine.
 
 Workers are forked from a ``forkserver`` that has already imported sympy and
@@ -129,6 +130,10 @@ def _grade_chunk(chunk_id: int, items: list[Item], budget_s: float) -> list[Grad
     return out
 
 
+#: Default wall-clock limit per grading, as a multiple of the CPU-time limit.
+WALL_FACTOR = 8
+
+
 def _cpu_exhausted(exc: BaseException) -> bool:
     """Whether a worker was ended by its CPU-time limit (``SIGPROF``)."""
     return CPU_LIMIT and isinstance(exc, ProcessExpired) and exc.exitcode == -signal.SIGPROF
@@ -168,8 +173,13 @@ class GradingPool:
         timeout_s: CPU-time limit per grading, in seconds (the wall-clock limit where
             CPU time cannot be limited).
         wall_timeout_s: Hard wall-clock limit per grading, in seconds; ``None`` means
-            ``4 x timeout_s`` (room for a loaded machine), or ``timeout_s`` without a
+            ``8 x timeout_s`` (room for a heavily loaded machine: it is a backstop for gradings
+            that block without using CPU, not the grading limit), or ``timeout_s`` without a
             CPU limit.
+
+    Attributes:
+        worker_restarts: Workers replaced so far because a task of theirs hit its CPU or
+            wall-clock limit or their process died (each hang costs exactly one).
 
     Raises:
         ValueError: If ``workers < 0``, ``timeout_s <= 0`` or ``wall_timeout_s < timeout_s``.
@@ -184,9 +194,10 @@ class GradingPool:
             raise ValueError(f"wall_timeout_s ({wall_timeout_s}) must be >= timeout_s ({timeout_s})")
         self.workers = workers
         self.timeout_s = float(timeout_s)
-        default_wall = 4 * self.timeout_s if CPU_LIMIT else self.timeout_s
+        default_wall = WALL_FACTOR * self.timeout_s if CPU_LIMIT else self.timeout_s
         self.wall_timeout_s = float(wall_timeout_s) if wall_timeout_s is not None else default_wall
         self.budget_s = min(0.05, self.timeout_s / 20)
+        self.worker_restarts = 0
         self._closed = False
         self._chunk_ids = itertools.count(1)
         self._pool: ProcessPool | None = None
@@ -202,10 +213,15 @@ class GradingPool:
     @classmethod
     def from_config(cls, verifier_cfg) -> GradingPool:
         """A pool from the ``verifier`` config group (``workers``, ``timeout_s``,
-        ``wall_timeout_s``; see ``conf/verifier/default.yaml``)."""
+        ``wall_timeout_s``; see ``conf/verifier/default.yaml``). ``workers: null`` sizes the
+        pool from the cores this process may use (:func:`mbs.resources.split_cpus`), and more
+        workers than usable cores are cut to that many."""
+        from mbs.resources import split_cpus
+
         wall = verifier_cfg.get("wall_timeout_s")
+        workers = verifier_cfg.workers
         return cls(
-            workers=int(verifier_cfg.workers),
+            workers=split_cpus(None if workers is None else int(workers))[1],
             timeout_s=float(verifier_cfg.timeout_s),
             wall_timeout_s=None if wall is None else float(wall),
         )
@@ -297,11 +313,13 @@ class GradingPool:
         try:
             future.set_result(done.result())
         except ProcessExpired as exc:
+            self.worker_restarts += 1
             if retried or _cpu_exhausted(exc):
                 future.set_result(self._failure(exc))
             else:
                 self._schedule(pending, retried=True)
         except Exception as exc:  # noqa: BLE001 - timeouts become Grades, a broken pool an exception
+            self.worker_restarts += isinstance(exc, TimeoutError)
             self._resolve_failure(future, exc)
 
     def _chunk_done(self, done: concurrent.futures.Future, chunk_id: int, pending: list) -> None:
@@ -309,6 +327,7 @@ class GradingPool:
         try:
             grades = done.result()
         except (TimeoutError, ProcessExpired) as exc:
+            self.worker_restarts += 1
             running = self._running_item(chunk_id)
             if running is None or (isinstance(exc, ProcessExpired) and not _cpu_exhausted(exc)):
                 # unknown which item hung, or the worker died: each gets its own task
@@ -342,6 +361,8 @@ class GradingPool:
             future.set_exception(GradingPoolError(f"grading pool failed: {type(exc).__name__}: {exc}"[:300]))
 
     def _failure(self, exc: BaseException) -> Grade:
+        if isinstance(exc, TimeoutError) and CPU_LIMIT:  # the parent's backstop, not the CPU limit
+            return Grade(None, None, f"wall-clock timeout after {self.wall_timeout_s}s")
         if isinstance(exc, TimeoutError) or _cpu_exhausted(exc):
             return Grade(None, None, f"timeout after {self.timeout_s}s")
         if isinstance(exc, ProcessExpired):

@@ -13,7 +13,7 @@ from mbs.llm import close_all
 from mbs.figures.report import render
 from support.fakes import fake_backend_overrides
 
-FIGURE_MODULES = ("calibration", "synthesis", "goose", "evaluation", "compare")
+FIGURE_MODULES = ("calibration", "synthesis", "goose", "evaluation", "compare", "mbs_vs_direct")
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,8 @@ def test_every_figure_of_every_step_has_data(pipeline_run, tmp_path, monkeypatch
         monkeypatch.setattr(f"mbs.figures.{module}.save", spy)
     result = render(pipeline_run, tmp_path)
     steps = {k.split("/")[0] for k in drawn}
-    assert steps == {"calibrate_recorded", "calibrate_live", "synthesize_mbs", "synthesize_direct", "synthesize_goose"}
+    assert steps == {"calibrate_recorded", "calibrate_live", "synthesize_mbs", "synthesize_direct", "synthesize_goose",
+                     "synthesize_direct_cost_matched", "mbs_vs_direct"}
     empty = {name: flags for name, flags in drawn.items() if not flags or not all(flags)}
     assert not empty, f"figures with an empty axis: {empty}"
     assert len(result["figures"]) == 2 * len(drawn)  # PNG and PDF of each
@@ -78,9 +79,31 @@ def test_pipeline_figures_regenerate_byte_identical(pipeline_run, tmp_path):
     }
 
 
+def test_report_opens_with_a_summary_linked_to_its_figures(pipeline_run):
+    import re
+
+    report = (pipeline_run / "report.html").read_text()
+    summary = report[report.index("<section id='summary'>"):report.index("</section>")]
+    assert report.index("<section id='summary'>") < report.index("<h2>Details</h2>") < report.index("<img")
+    # the headline numbers of this run (pipeline.recorded.limit=6, toy data with the fake backend)
+    assert "of 6 problems are in the zero-advantage trap for GPT-4 Turbo" in summary
+    assert "of 3 problems are in the zero-advantage trap for fake at L = 128 tokens" in summary
+    assert "With the budget L: failed_all" in summary
+    assert "MagicBeanStalk: 0 qualified problems from 0 of 1 hard seed" in summary and "rejected" in summary
+    assert "Golden Goose: 3 9-option items" in summary and "Export: " in summary
+    # every link points at an element of the page, most at a figure
+    targets = re.findall(r"href='#([^']+)'", summary)
+    assert len(targets) >= 10 and sum(t.startswith("fig-") for t in targets) >= 7
+    assert all(f"id='{t}'" in report for t in targets)
+    # the raw summary JSON is only inside collapsed sections
+    for pre in re.finditer(r"<pre>", report):
+        assert report.rfind("<details", 0, pre.start()) > report.rfind("</details>", 0, pre.start())
+
+
 def test_report_browses_trees_and_items(pipeline_run):
     report = (pipeline_run / "report.html").read_text()
-    for step in ("calibrate_recorded", "calibrate_live", "synthesize_mbs", "synthesize_direct", "synthesize_goose", "export"):
+    for step in ("calibrate_recorded", "calibrate_live", "synthesize_mbs", "synthesize_direct", "synthesize_goose", "export",
+                 "synthesize_direct_cost_matched", "MBS versus direct prompting"):
         assert step in report
     assert "<details" in report  # the tree browser and the MCQ item view are collapsible sections
     assert "[MASK]" in report  # Goose items are shown with their masked passage
@@ -91,4 +114,5 @@ def test_compare_dispatches_to_stage_comparisons(pipeline_run, tmp_path):
 
     result = compare_runs([pipeline_run / "synthesize_mbs", pipeline_run / "synthesize_direct"], tmp_path)
     assert "yield" in result["tables"]
-    assert [Path(p).name for p in result["written"]] == ["compare_yield.png", "compare_yield.pdf"]
+    assert [Path(p).name for p in result["written"]] == ["compare_yield.png", "compare_yield.pdf", "mbs_vs_direct.png", "mbs_vs_direct.pdf"]
+    assert "| MBS root-only |" in result["tables"]["mbs_vs_direct"]["md"]

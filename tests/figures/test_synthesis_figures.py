@@ -60,7 +60,7 @@ def test_every_figure_has_data(runs, tmp_path, monkeypatch):
     assert "| seeds_with_trace | 2 |" in res["tables"]["funnel"]["md"] and "\\toprule" in res["tables"]["funnel"]["tex"]
     page = res["html"]
     # one <details> per node: the seed that qualified, its children, depth-2 leaf, reasons and rates
-    for text in ("toy/main/0.1.0", "depth limit D=2", "parent trials exhausted", "above alpha_leaf: weak solves 4/4 &gt; 0.8",
+    for text in ("toy/main/0.1.0", "depth limit D=2", "restates parent: text similarity", "above alpha_leaf: weak solves 4/4 &gt; 0.8",
                  "target pass rate 0.50 (goldilocks)", "no verified trace", "self-reference"):
         assert text in page, text
     drawn.clear()
@@ -81,9 +81,12 @@ def test_report_and_mbs_vs_direct(runs, tmp_path):
     page = (tmp_path / "report" / "report.html").read_text()
     assert "Tree browser" in page and "<details>" in page
     cmp = compare_yield([runs["mbs"], runs["direct"]], tmp_path / "cmp")
-    assert [p.rsplit("/", 1)[-1] for p in cmp["written"]] == ["compare_yield.png", "compare_yield.pdf"]
+    assert [p.rsplit("/", 1)[-1] for p in cmp["written"]] == ["compare_yield.png", "compare_yield.pdf", "mbs_vs_direct.png", "mbs_vs_direct.pdf"]
     md = cmp["tables"]["yield"]["md"]
     assert "| method=mbs | 3 | 1 | 33.3 | 2 | 0.67 |" in md and "| method=direct | 3 | 2 | 66.7 | 2 | 0.67 |" in md
+    # MBS, its root-only part (none here: toy/main qualified through its decomposition) and direct
+    rows = [r.split("|")[1:4] for r in cmp["tables"]["mbs_vs_direct"]["md"].splitlines()[2:]]
+    assert [[c.strip() for c in r] for r in rows] == [["MBS", "3", "33.3"], ["MBS root-only", "3", "0.0"], ["direct", "3", "66.7"]]
 
 
 def test_missing_inputs_are_named(runs, tmp_path):

@@ -58,3 +58,16 @@ def test_cache_serves_a_rerun(backend, tmp_path):
 def test_prompt_longer_than_context_is_a_clear_error(backend):
     with pytest.raises(BackendError, match="llamacpp"):
         backend.generate([req([{"role": "user", "content": "word " * 2000}], 1)])
+
+
+def test_parallel_instances_draw_the_same_samples(backend):
+    """Two single-threaded instances splitting the samples give the texts one instance gives."""
+    reqs = [req(MSGS, 3), req(OTHER, 2)]
+    one = [[c.text for c in comps] for comps in backend.generate(reqs)]
+    two = LlamaCppBackend(n_ctx=512, instances=2, n_threads=1)
+    try:
+        assert two.preferred_batch == 2
+        assert [[c.text for c in comps] for comps in two.generate(reqs)] == one
+        assert [[c.text for c in comps] for comps in two.generate(reqs)] == one  # and again
+    finally:
+        two.close()

@@ -218,7 +218,7 @@ def test_local_cluster_script_parses():
 
 
 @pytest.mark.slurm
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(1800)
 def test_sharded_calibration_array_equals_local_run(cluster, tmp_path, toy12):
     sweep = Sweep(tmp_path, toy12, count=4, launcher="submitit_slurm", delay_s=0.0).start()
     assert sweep.wait(300) == 0, sweep.tail()
@@ -238,7 +238,7 @@ def test_sharded_calibration_array_equals_local_run(cluster, tmp_path, toy12):
 
 
 @pytest.mark.slurm
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(1800)
 @pytest.mark.parametrize(
     "case,signals,timeout_min",
     [
@@ -274,7 +274,7 @@ def test_interrupted_task_is_requeued_and_resumes(cluster, tmp_path, toy12, case
 
 
 @pytest.mark.slurm
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(1800)
 def test_killed_array_resubmitted_completes_with_nothing_lost_or_repeated(cluster, tmp_path, toy12):
     # 1 s per request: shard 0 needs 10 s, more than SLURM's KillWait (5 s) between SIGTERM and SIGKILL
     sweep = Sweep(tmp_path, toy12, count=2, launcher="slurm_local", delay_s=1.0).start()
@@ -299,7 +299,7 @@ def test_killed_array_resubmitted_completes_with_nothing_lost_or_repeated(cluste
 
 
 @pytest.mark.slurm
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(1800)
 def test_array_against_a_service_job(cluster, tmp_path, toy12):
     """A service job on the cluster publishes its URL; a 2-task array calibrates through it; stop ends the job."""
     from omegaconf import OmegaConf

@@ -142,7 +142,7 @@ def test_multirun_sweep_writes_one_folder_per_point(tmp_path, toy_jsonl):
         "calibrate.budgets=[64]",
         f"paths.cache_dir={tmp_path / 'cache'}", f"hydra.sweep.dir={tmp_path / 'sweep'}",
     ]
-    subprocess.run(cmd, check=True, timeout=600, capture_output=True, env=env, cwd=tmp_path)
+    subprocess.run(cmd, check=True, timeout=3600, capture_output=True, env=env, cwd=tmp_path)
     ns = sorted(read_summary(tmp_path / "sweep" / str(i))["n"] for i in (0, 1))
     assert ns == [2, 4]
 

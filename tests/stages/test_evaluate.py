@@ -95,7 +95,7 @@ def test_contract_embedded_model_on_champ_heldout(tmp_path):
     subprocess.run(
         [sys.executable, "-c", code, "data=champ", "data.limit=2", "eval.budgets=[32,64]", "eval.k=2",
          "verifier.workers=1", f"hydra.run.dir={out}", f"paths.root={tmp_path}", f"paths.cache_dir={tmp_path / 'cache'}"],
-        check=True, capture_output=True, timeout=600,
+        check=True, capture_output=True, timeout=3600,
     )
     s = read_summary(out)
     assert s["models"] == ["smollm2-135m-instruct"] and s["benchmarks"]["champ_heldout"]["problems"] == 2

@@ -231,7 +231,7 @@ def test_cli_contract_writes_parquet_into_hydra_run_dir(tmp_path, cal_dir):
             "hydra.main(version_base='1.3', config_path=CONF, config_name='export')(run)()")
     subprocess.run(
         [sys.executable, "-c", code, f"export.runs=[{cal_dir}]", "export.select=all", f"hydra.run.dir={out}", f"paths.root={tmp_path}"],
-        check=True, capture_output=True, timeout=300,
+        check=True, capture_output=True, timeout=1800,
     )
     assert (out / "train.parquet").is_file() and (out / "val.parquet").is_file()
     assert read_summary(out)["rows"] == {"train": 3, "val": 1}  # each split keeps at least one row

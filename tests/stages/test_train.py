@@ -208,3 +208,21 @@ def test_reasoning_format_reaches_the_reward_through_verls_reward_kwargs(make_cf
     monkeypatch.setenv("MBS_REWARD_WORKERS", "0")
     cut = compute_score(data_source="mbs/math/toy", solution_str="<think>\nso \\boxed{5}", ground_truth="5", reasoning_format="think")
     assert cut["score"] == 0.0 and "cut off while thinking" in cut["reason"]
+
+
+@pytest.mark.parametrize("python", [None, "other"])  # this interpreter (checked in-process), or another (probed)
+def test_without_verl_names_the_train_extra_before_starting_anything(make_cfg, data_dir, tmp_path, python):
+    import importlib.util
+    import sys
+
+    from mbs.errors import MissingExtraError
+
+    if importlib.util.find_spec("verl") is not None:
+        pytest.skip("verl is installed here")
+    overrides = [f"train.data_dir={data_dir}", "train.verl.data.train_batch_size=1"]
+    if python:
+        overrides.append(f"train.python={sys.executable}")
+        overrides.append(f"+train.env.PYTHONPATH={tmp_path / 'empty'}")  # a different path: the probe runs
+    with pytest.raises(MissingExtraError, match=r"Install \.\[train\] on the training machine: `pip install -e '\.\[train\]'`"):
+        run(make_cfg("train", overrides, out="noverl"))
+    assert not (tmp_path / "noverl" / "train.log").exists()  # verl was never launched

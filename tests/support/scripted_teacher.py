@@ -39,7 +39,7 @@ KINDS = {
     "trace": "mbs_trace_v1",
     "decompose": "mbs_decompose_v1",
     "leaf": "mbs_leaf_v1",
-    "compose": "mbs_compose_v1",
+    "compose": "mbs_compose_v2",
     "ground": "mbs_ground_v1",
     "judge": "mbs_judge_v1",
     "direct": "direct_variant_v1",
@@ -77,16 +77,20 @@ SCRIPT: dict[tuple[str, str], list[str]] = {
     ("trace", "NONE"): ["\\boxed{4}"],
     # Stage 2 at ROOT: attempt 0 does not parse; attempt 1 has a self-referring subproblem, one
     # whose answer does not match its solution, one valid but unhelpful (effectivity fails),
-    # and a fourth beyond K=3; attempt 2 is valid and helps the main student only (passes).
+    # and a fourth beyond K=3; attempt 2 restates the parent (its text, then a* as an answer:
+    # both rejected, no valid subproblem); attempt 3 is valid and helps the main student only
+    # (passes): the first try and N_d=3 retries.
     ("decompose", "ROOT"): [
         GARBAGE,
         sub("BAD1", "Using the original problem, find the number of parts.", "4")
         + sub("NOHELP", "What is 2 + 3?", "5")
         + sub("BAD3", "What is 2 + 2?", "4", solved="5")
         + sub("EXTRA", "What is 0 + 1?", "1"),
+        sub("RESTATE", "In how many ways can 12 be written as an ordered sum of parts?", "11", help=True)
+        + sub("ASTAR", "How many compositions does twelve have?", "12", help=True),
         sub("A", "What is 1 + 1?", "2", help=True) + sub("B", "What is 1 + 2?", "3", help=True),
     ],
-    # A: a block without <answer>, then prose: decomposition fails N_d=3 times -> A is a leaf.
+    # A: a block without <answer>, then prose: decomposition fails 1 + N_d=3 times -> A is a leaf.
     ("decompose", "A"): ["<subproblem>\n" + item("A1", "What is 0 + 0?", None) + "\n</subproblem>", GARBAGE],
     # B: one valid helpful subproblem C (at depth 2 = D: a leaf by the depth limit).
     ("decompose", "B"): [sub("C", "What is 0 + 1?", "1", help=True)],
@@ -97,9 +101,10 @@ SCRIPT: dict[tuple[str, str], list[str]] = {
     ("leaf", "A"): [item("AV0", "What is 4 + 4?", "8"), item("AV1", "What is 4 + 5?", "9"), GARBAGE],
     ("leaf", "C"): [item("CV0", "What is 5 + 5?", "10"), item("CV1", "What is 1 + 2?", "3", solved="4"), item("CV2", "What is 3 + 3?", "6")],
     ("leaf", "REF"): [GARBAGE],
-    # Composition at B: both N_c=2 trials are too easy (above alpha_parent): trials exhausted.
+    # Composition at B: trial 0 is too easy (above alpha_parent), trial 1 is kept (the target
+    # never solves it: unqualified); with alpha_parent=0.3 both are discarded: trials exhausted.
     ("compose", "B"): [item("BP0", "What is 10 + 10?", "20"), item("BP1", "What is 10 + 11?", "21")],
-    # Composition at ROOT (from A's kept variant; B kept none): trial 0 too easy, trial 1 kept.
+    # Composition at ROOT (from A's kept variant and B's kept parent): trial 0 too easy, trial 1 kept.
     ("compose", "ROOT"): [item("RP0", "What is 15 + 15?", "30"), item("RP1", "What is 15 + 16?", "31")],
     # Direct baseline: a qualified one, prose, one the target always solves, a self-reference,
     # one the target never solves.
@@ -127,7 +132,7 @@ ANSWERS = {
 
 #: skill -> token -> pass rate (unlisted: 0). ``@cond``: rate when shown [[HELP]] examples.
 RATES = {
-    "weak": {"AV0": 1.0, "AV1": 0.5, "CV0": 0.25, "CV2": 1.0, "BP0": 1.0, "BP1": 0.75, "RP0": 1.0, "RP1": 0.5},
+    "weak": {"AV0": 1.0, "AV1": 0.5, "CV0": 0.25, "CV2": 1.0, "BP0": 1.0, "BP1": 0.5, "RP0": 1.0, "RP1": 0.5},
     "main": {
         "AV1": 0.5, "CV0": 0.5, "RP1": 0.5, "DV0": 0.5, "DV2": 1.0, "DR0": 0.5,
         "AV1G": 0.5, "CV0G": 0.5, "RP1G": 0.5,

@@ -50,7 +50,7 @@ class LlamaServer:
         port: int | None = None,
         n_ctx: int = 2048,
         extra_args: tuple[str, ...] = (),
-        startup_timeout_s: float = 120.0,
+        startup_timeout_s: float = 900.0,
     ):
         if model_path is None:
             from mbs.llm.llamacpp import embedded_model_path

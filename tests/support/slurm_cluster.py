@@ -8,8 +8,9 @@ import subprocess
 
 def slurm_ready() -> str | None:
     """``None`` when a SLURM node accepts jobs, else why not."""
-    if not (shutil.which("sbatch") and shutil.which("sinfo")):
-        return "no SLURM client (sbatch/sinfo) on PATH: run `slurm/local_cluster.sh start`"
+    missing = [tool for tool in ("srun", "sbatch", "sinfo") if not shutil.which(tool)]
+    if missing:
+        return f"no SLURM client ({'/'.join(missing)}) on PATH: run `slurm/local_cluster.sh start` (as root)"
     try:
         res = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], capture_output=True, text=True, timeout=15, check=False)
     except (OSError, subprocess.TimeoutExpired) as err:

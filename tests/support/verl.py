@@ -37,7 +37,7 @@ def verl_package_dir(version: str = VERL_VERSION) -> Path:
     if spec is None:
         res = subprocess.run(
             [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), f"verl=={version}"],
-            capture_output=True, text=True, timeout=600, check=False,
+            capture_output=True, text=True, timeout=1800, check=False,
         )
         if res.returncode != 0:
             raise RuntimeError(f"pip install --no-deps verl=={version} failed:\n{res.stdout}\n{res.stderr}")

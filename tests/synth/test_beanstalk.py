@@ -53,16 +53,20 @@ def test_every_branch_of_the_method(mbs_cfg):
     assert s["yield"] == pytest.approx(1 / 3)
     assert s["qualified_per_seed"] == [2, 0, 0] and s["qualified_per_seed_histogram"] == {"0": 2, "2": 1}
     assert s["funnel"] == {
-        "hard_seeds": 3, "seeds_with_trace": 2, "seeds_decomposed": 1, "decomposition_attempts": 10,
-        "decompositions_passed": 2, "subproblems_proposed": 8, "subproblems_valid": 4, "leaves": 3,
+        "hard_seeds": 3, "seeds_with_trace": 2, "seeds_decomposed": 1, "decomposition_attempts": 13,
+        "decompositions_passed": 2, "subproblems_proposed": 10, "subproblems_valid": 4, "leaves": 3,
         "leaf_variants_proposed": 9, "leaf_variants_valid": 4, "leaf_variants_kept": 2, "composition_trials": 4,
-        "parents_valid": 4, "parents_kept": 1, "synthetic_problems": 3, "qualified_problems": 2, "seeds_qualified": 1,
+        "parents_valid": 4, "parents_kept": 2, "synthetic_problems": 4, "qualified_problems": 2, "seeds_qualified": 1,
     }
     assert s["funnel_order"][0] == "hard_seeds" and s["funnel_order"][-1] == "seeds_qualified"
     assert s["teacher_tokens"] > 0 and s["teacher_tokens_per_qualified"] == round(s["teacher_tokens"] / 2, 1)
     assert s["student_tokens_per_qualified"] == round(s["student_tokens"] / 2, 1)
     assert s["effectivity"] == {"tests": 3, "passed": 2, "per_student": {"weak": {"tests": 3, "passed": 0}, "main": {"tests": 3, "passed": 2}}}
     assert s["counts"]["tree_nodes"] == 6 and s["weakest"] == "weak" and s["target"] == {"policy": "main", "budget": 64, "n": 4}
+    # both qualified problems of toy/main came through its passed decomposition; none is root-only
+    assert s["yield_by_path"] == {"decomposed": pytest.approx(1 / 3), "root_only": 0.0}
+    assert sum(s["yield_by_path"].values()) == pytest.approx(s["yield"])
+    assert s["paths"]["decomposed"]["qualified_problems"] == 2 and s["paths"]["root_only"]["seeds_grown"] == 2
 
     n = nodes_of(out)
     assert set(n) == {"toy/main/0", "toy/main/0.0", "toy/main/0.1", "toy/main/0.1.0", "toy/ref/0", "toy/none/0"}
@@ -75,11 +79,18 @@ def test_every_branch_of_the_method(mbs_cfg):
     assert n["toy/ref/0"].trace == SEEDS[1].reference_solution
     none = n["toy/none/0"]
     assert none.status == "no_trace" and "N_t=2" in none.reject_reason and "no reference solution" in none.reject_reason
-    # Stage 2 at the root: re-prompted after a parse error and after a failed effectivity test
+    # Stage 2 at the root: re-prompted after a parse error, a failed effectivity test and a
+    # decomposition that only restates the parent: the first try and N_d=3 retries
     eff = n["toy/main/0"].effectivity
     assert [a.get("reason") for a in eff["attempts"]] == [
-        "parse error: no <subproblem> block", "effectivity failed: no student's acc_cond exceeds its acc", None,
+        "parse error: no <subproblem> block", "effectivity failed: no student's acc_cond exceeds its acc",
+        "no valid subproblem", None,
     ]
+    assert [(x["status"], x.get("reason")) for x in eff["attempts"][2]["subproblems"]] == [
+        ("rejected", "restates parent: text similarity 0.93 >= 0.8"),
+        ("rejected", "restates parent: its answer '12' equals the parent's answer a* = '12'"),
+    ]
+    assert "students" not in eff["attempts"][2]  # never shown to a student
     assert [(x["status"], x.get("reason")) for x in eff["attempts"][1]["subproblems"]] == [
         ("rejected", "self-reference: 'original problem'"),
         ("valid", None),
@@ -94,7 +105,7 @@ def test_every_branch_of_the_method(mbs_cfg):
     assert n["toy/main/0"].children == ["toy/main/0.0", "toy/main/0.1"]
     # A: every decomposition fails (missing answer, then prose) -> a leaf
     a = n["toy/main/0.0"]
-    assert a.effectivity["leaf_reason"] == "decomposition failed N_d=3 times"
+    assert a.effectivity["leaf_reason"] == "decomposition failed 1 + N_d=3 times" and len(a.effectivity["attempts"]) == 4
     assert a.effectivity["attempts"][0]["subproblems"][0]["reason"] == "parse error: missing <answer>"
     # B: acc measured for a subproblem; C sits at the depth limit D=2
     b = n["toy/main/0.1"]
@@ -111,24 +122,27 @@ def test_every_branch_of_the_method(mbs_cfg):
     assert vc["v0"]["status"] == "unqualified" and vc["v0"]["reason"].startswith("target incomplete")
     assert vc["v0"]["target"]["band"] == "goldilocks" and not vc["v0"]["target"]["complete_correct"]
     assert vc["v1"]["reason"].startswith("answer mismatch") and vc["v2"]["status"] == "discarded"
-    # composition: B's N_c=2 trials are all too easy; the root composes from A's kept variant
-    assert b.status == "exhausted" and b.reject_reason == "parent trials exhausted: all N_c=2 composition trials rejected (2 above alpha_parent)"
-    assert [v["filter"]["successes"] for v in b.variants] == [4, 3]
+    # composition: B's first trial is too easy, its second kept (the target never solves it);
+    # the root composes from one kept problem of each child: A's variant and B's parent
+    assert b.status == "synthesized" and [v["filter"]["successes"] for v in b.variants] == [4, 2]
+    assert variants(b)["c1"]["status"] == "unqualified" and variants(b)["c1"]["reason"] == "target failed_all: 0/4 correct"
     vr = variants(n["toy/main/0"])
     assert vr["c0"]["status"] == "discarded" and vr["c1"]["status"] == "qualified"
-    assert vr["c1"]["children"] == ["toy/main/0.0/v1"]
+    assert vr["c1"]["children"] == ["toy/main/0.0/v1", "toy/main/0.1/c1"]
     assert n["toy/ref/0"].status == "exhausted" and n["toy/ref/0"].reject_reason == "no leaf variant kept of N_l=3: 3 parse error"
 
     problems = {p.id: p for p in read_records(out, "problems", Problem)}
     assert set(problems) == {"toy/main/0.0/v1", "toy/main/0/c1"}
     p = problems["toy/main/0/c1"]
     assert p.data_source == "mbs/math/toy-mbs" and p.ground_truth == "31" and p.answer_type == "math"
-    assert p.parents == ["toy/main/0", "toy/main/0.0/v1"]
+    assert p.parents == ["toy/main/0", "toy/main/0.0/v1", "toy/main/0.1/c1"]
     assert p.metadata["seed_id"] == "toy/main" and p.metadata["pass_rate"] == 0.5 and p.metadata["kind"] == "composed"
     rollouts = read_records(out, "rollouts", Rollout)
-    assert {"toy/main#cond1", "toy/main#cond2", "toy/main/0.1#cond0"} <= {r.problem_id for r in rollouts}
+    assert {"toy/main#cond1", "toy/main#cond3", "toy/main/0.1#cond0"} <= {r.problem_id for r in rollouts}
+    assert "toy/main#cond2" not in {r.problem_id for r in rollouts}
     assert len({r.key for r in rollouts}) == len(rollouts)
-    assert s["rejections"]["subproblem/self-reference"] == 1 and s["rejections"]["composed/above alpha_parent"] == 3
+    assert s["rejections"]["subproblem/self-reference"] == 1 and s["rejections"]["composed/above alpha_parent"] == 2
+    assert s["rejections"]["subproblem/restates parent"] == 2
     m = read_manifest(out)
     assert m["counts"]["qualified_problems"] == 2 and "teacher:scripted" in m["backends"]
 
@@ -190,7 +204,7 @@ def test_killed_run_resumes_without_repeating_calls(mbs_cfg, tmp_path):
     clean = run(mbs_cfg(f"paths.cache_dir={tmp_path}/cache_clean", out="clean"))
     clean_teacher = read_manifest(clean)["backends"]["teacher:scripted"]["samples"]
     close_all()
-    killed = mbs_cfg(out="resumed", teacher_extra={"fail_after": 15})
+    killed = mbs_cfg(out="resumed", teacher_extra={"fail_after": 20})
     with pytest.raises(BackendError):
         run(killed)
     drawn = build_backend(killed.teacher.pool[0].backend, killed.paths.cache_dir).stats.samples
@@ -229,7 +243,9 @@ def test_threshold_sweep_reuses_cached_calls(mbs_cfg, tmp_path):
     # yet the decisions follow the new threshold: A's kept variant (2/4 > 0.3) is discarded now
     va = variants(nodes_of(swept)["toy/main/0.0"])
     assert va["v1"]["status"] == "discarded"
-    assert nodes_of(swept)["toy/main/0"].reject_reason == "no synthetic children: no child kept a synthetic problem"
+    assert nodes_of(swept)["toy/main/0"].reject_reason == (
+        "incomplete children: 1 of 2 children kept no synthetic problem (toy/main/0.0); "
+        "a parent is never composed from fewer children than B(G_n) shows")
     assert read_summary(swept)["qualified_problems"] == 0 and read_summary(cold)["qualified_problems"] == 2
 
 
@@ -249,7 +265,7 @@ def test_judges_and_grounding(mbs_cfg, tmp_path):
     assert n["toy/main/0"].problem.metadata["mbs"]["documents"] == ["parts"]
     assert n["toy/ref/0"].problem.metadata["mbs"]["documents"] == ["primes"]
     grounded = {v["id"]: v for node in n.values() for v in node.variants if "grounding" in v}
-    assert set(grounded) == {"toy/main/0.0/v1g", "toy/main/0.1.0/v0g", "toy/main/0/c1g"}
+    assert set(grounded) == {"toy/main/0.0/v1g", "toy/main/0.1.0/v0g", "toy/main/0.1/c1g", "toy/main/0/c1g"}
     g = grounded["toy/main/0.0/v1g"]
     assert g["grounding"]["status"] == "grounded" and g["grounding"]["original"]["id"] == "toy/main/0.0/v1"
     assert g["problem"].startswith("[[AV1G]] Grounded on the documents")
@@ -290,11 +306,13 @@ def test_real_embedded_model_on_champ_hard_seeds(make_cfg, tmp_path):
     cal = calibrate(make_cfg("calibrate", [*tiny, "data.limit=2", "calibrate.n=2", "calibrate.budgets=[24]", "calibrate.figures=false"], out="cal"))
     seeds = read_records(cal, "hard_seeds", Problem)
     assert seeds, "the 135M model solves nothing at L=24: both problems are hard seeds"
-    small = [*tiny, f"calibration_dir={cal}", "thresholds.N_t=1", "thresholds.N_d=1", "thresholds.N_l=1", "thresholds.N_c=1",
+    small = [*tiny, f"calibration_dir={cal}", "thresholds.N_t=1", "thresholds.N_d=0", "thresholds.N_l=1", "thresholds.N_c=1",
              "thresholds.N=2", "thresholds.D=1", "teacher.pool.0.max_tokens=48", "direct.n_variants=1", "synth.seeds_limit=2",
              "mbs.max_chars=600"]
-    for method in ("mbs", "direct"):
-        out = run(make_cfg("synthesize", [f"method={method}", f"synth.figures={str(method == 'mbs').lower()}", *small], out=method))
+    for method in ("mbs", "direct", "matched"):  # matched: direct given the teacher tokens MBS spent per seed
+        extra = [f"direct.cost_match_run={tmp_path / 'mbs'}", "direct.cost_match_max_variants=3"] if method == "matched" else []
+        out = run(make_cfg("synthesize", [f"method={'direct' if method == 'matched' else method}",
+                                          f"synth.figures={str(method == 'mbs').lower()}", *small, *extra], out=method))
         s = read_summary(out)
         for key in ("hard_seeds", "seeds_qualified", "yield", "qualified_problems", "funnel"):
             assert key in s, key
@@ -302,11 +320,15 @@ def test_real_embedded_model_on_champ_hard_seeds(make_cfg, tmp_path):
         assert s["rejections"], "every rejection of the real model is recorded with its reason"
         nodes = read_records(out, "trees", TreeNode)
         assert {n.seed_id for n in nodes} == {p.id for p in seeds}
-        assert (out / "manifest.json").is_file() and ((out / "figures" / "funnel.png").is_file() or method == "direct")
+        assert (out / "manifest.json").is_file() and ((out / "figures" / "funnel.png").is_file() or method != "mbs")
         print(method, json.dumps({"funnel": s["funnel"], "rejections": s["rejections"]}))
     # CHAMP ships step-wise solutions: the reference teacher gives every seed a verified trace
     mbs_summary = read_summary(tmp_path / "mbs")
     assert mbs_summary["seeds_with_trace"] == len(seeds)
+    assert sum(mbs_summary["yield_by_path"].values()) == pytest.approx(mbs_summary["yield"])
+    matched = read_summary(tmp_path / "matched")["cost_match"]
+    assert matched["mbs_teacher_tokens"] == mbs_summary["teacher_tokens"]
+    assert matched["teacher_tokens"] >= matched["mbs_teacher_tokens"] or matched["variants"] == 3 * len(seeds)
 
 
 def test_trace_batch_draws_several_traces_per_round(mbs_cfg):

@@ -12,6 +12,7 @@ from support.goose_teacher import student_overrides
 from mbs.io import read_manifest, read_records, read_summary, shard_files
 from mbs.llm import close_all
 from mbs.llm.base import BackendError
+from mbs.llm.segments import iter_entries
 from mbs.records import MCQ, Calibration, Problem, Rollout
 from mbs.stages.synthesize import run
 from mbs.synth.goose.build import LETTERS, normalise
@@ -263,7 +264,7 @@ def test_resume_after_kill_in_the_filter(make_cfg, tmp_path):
     close_all()
     assert not (tmp_path / "resumed" / "manifest.json").exists()
     drawn = len(read_records(tmp_path / "resumed", "rollouts", Rollout))
-    cached = sum(1 for _ in (tmp_path / "cache").glob("*/*.json"))
+    cached = len(dict(iter_entries(tmp_path / "cache")))
     assert 0 < drawn <= cached <= 30 < total
     out = run(make_cfg("synthesize", champ_overrides(), out="resumed"))
     s = read_summary(out)

@@ -7,7 +7,6 @@ positive, crash, hang); ``expected`` says whether the response is correct.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -44,9 +43,9 @@ def test_case(case, pool):
 
 def test_hang_case_graded_true_by_fast_path_within_pool_timeout(pool):
     case = _case("hang")
-    start = time.monotonic()
+    before = pool.worker_restarts
     g = pool.submit(case["response"], case["gold"], "auto").result()
-    assert time.monotonic() - start < TIMEOUT_S
+    assert pool.worker_restarts == before  # no limit was hit: the fast path answered
     assert g.score == 1.0
     assert g.reason == "boxed: structurally equal"
 

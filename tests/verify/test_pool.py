@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import multiprocessing
-import time
 
 import pytest
 
@@ -13,8 +12,10 @@ from mbs.verify.pool import GradingPool, _grade_chunk
 TIMEOUT_S = 1.0
 # sympy evaluates this tower as an integer: it never finishes (checked below).
 TOWER = r"The answer is \boxed{5^{5^{5^{5^{5}}}}}"
-# Start-up, the 0.1 s timeout polling of pebble and a worker restart, on a loaded 2-core box.
-SLACK_S = 3.0
+TIMEOUT = Grade(None, None, f"timeout after {TIMEOUT_S}s")
+# No test here measures elapsed time (a loaded machine stretches every wall clock): each asserts
+# what the pool returned and how many workers it replaced. The speed of the pool (timeouts
+# near timeout_s, hangs not serialising the map) is measured by tests/benchmarks/bench_pool.py.
 
 
 def _normal_items(n: int) -> list[tuple[str, str, str]]:
@@ -60,11 +61,11 @@ def test_power_tower_really_hangs_without_the_pool(pool):
 
 
 def test_submit_times_out_without_raising(pool):
-    start = time.monotonic()
+    before = pool.worker_restarts
     g = pool.submit(TOWER, "3", "math").result()
-    elapsed = time.monotonic() - start
-    assert g == Grade(None, None, f"timeout after {TIMEOUT_S}s")
-    assert TIMEOUT_S <= elapsed < TIMEOUT_S + SLACK_S
+    assert g == TIMEOUT
+    assert pool.worker_restarts - before == 1  # the hung worker was replaced, once
+    assert pool.submit(r"\boxed{7}", "7").result().score == 1.0
 
 
 @pytest.mark.parametrize("n", [8, 60])  # 8: one task per item; 60: chunked
@@ -73,17 +74,17 @@ def test_map_mixes_hangs_with_normal_items(pool, n):
     hang_at = {1, n // 2, n - 1}
     for i in hang_at:
         items[i] = (TOWER, "3", "math")
-    start = time.monotonic()
-    grades = pool.map(items)
-    elapsed = time.monotonic() - start
+    before = pool.worker_restarts
+    grades = pool.map(items)  # returns: three hangs do not stall the map
     assert len(grades) == n
     for i, (item, g) in enumerate(zip(items, grades)):
-        if i in hang_at:
-            assert g == Grade(None, None, f"timeout after {TIMEOUT_S}s")
+        if i in hang_at:  # the CPU limit; on a heavily loaded machine the wall-clock backstop may come first
+            assert g in (TIMEOUT, Grade(None, None, f"wall-clock timeout after {pool.wall_timeout_s}s")), (i, g)
         else:
             assert g.score == _expected(item), (i, item, g)
-    # Three hangs on two workers: two rounds of one timeout each, not a stall.
-    assert elapsed < 2 * TIMEOUT_S + SLACK_S
+    # Each hang cost exactly one worker: the item that hung was known (its chunk's progress
+    # slot), so it was not retried and no normal item was graded on a killed worker.
+    assert pool.worker_restarts - before == len(hang_at)
     # The pool is usable afterwards.
     assert pool.submit(r"\boxed{7}", "7").result().score == 1.0
 
@@ -159,29 +160,31 @@ def test_limit_is_cpu_time_so_a_blocked_grading_is_not_cut_at_timeout_s(pool):
 
 
 def test_cpu_hungry_grading_ends_at_its_cpu_limit(pool):
-    start = time.monotonic()
+    # The grader spins for 30 s and would return "spun": a timeout Grade means a limit ended it.
+    before = pool.worker_restarts
     g = pool.submit("30", "1", "tests.support.graders:spinning").result()
-    assert g == Grade(None, None, f"timeout after {TIMEOUT_S}s")
-    assert TIMEOUT_S <= time.monotonic() - start < TIMEOUT_S + SLACK_S
+    assert g == TIMEOUT
+    assert pool.worker_restarts - before == 1
 
 
 def test_cpu_limit_holds_inside_a_chunk_and_the_rest_is_graded(pool):
     items = [("0.01", "1", "tests.support.graders:spinning")] * 40
     items[7] = ("30", "1", "tests.support.graders:spinning")
     grades = pool.map(items)
-    assert grades[7] == Grade(None, None, f"timeout after {TIMEOUT_S}s")
+    assert grades[7] == TIMEOUT
     assert all(g == Grade(1.0, "0.01", "spun") for i, g in enumerate(grades) if i != 7)
 
 
 def test_wall_clock_backstop_ends_a_grading_that_never_uses_cpu():
     with GradingPool(workers=1, timeout_s=0.5, wall_timeout_s=1.0) as p:
-        start = time.monotonic()
+        # it sleeps 30 s and would return "slept": only the wall-clock limit can end it early
         g = p.submit("30", "1", "tests.support.graders:sleeping").result()
-        assert g == Grade(None, None, "timeout after 0.5s")
-        assert 1.0 <= time.monotonic() - start < 1.0 + SLACK_S
+        assert g == Grade(None, None, "wall-clock timeout after 1.0s")  # says which limit fired
+        assert p.worker_restarts == 1
+        assert p.submit("0.01", "1", "tests.support.graders:sleeping").result() == Grade(1.0, "0.01", "slept")
 
 
-def test_wall_limit_defaults_to_four_times_the_cpu_limit():
-    assert GradingPool(workers=0, timeout_s=2.0).wall_timeout_s == 8.0
+def test_wall_limit_defaults_to_eight_times_the_cpu_limit():
+    assert GradingPool(workers=0, timeout_s=2.0).wall_timeout_s == 16.0
     with pytest.raises(ValueError, match="wall_timeout_s"):
         GradingPool(workers=0, timeout_s=2.0, wall_timeout_s=1.0)

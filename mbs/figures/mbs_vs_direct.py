@@ -1,0 +1,137 @@
+"""MagicBeanStalk against direct prompting, at the paper's cost and at MBS's cost.
+
+One table and one figure from the summaries of synthesis runs on the same hard seeds:
+
+* **MBS**: the paper-faithful numbers (``yield`` = share of hard seeds with >= 1 qualified
+  problem);
+* **MBS root-only**: the part of MBS that never decomposed: seeds whose 1 + N_d decompositions
+  all failed, grown as a leaf (harder variants of the seed itself: direct prompting plus a
+  verified trace and the alpha_leaf filter). Its yield is ``yield_by_path.root_only``; its
+  qualified problems and teacher tokens are those of the undecomposed seeds
+  (:func:`mbs.synth.paths.path_details`);
+* **direct**: the baseline at its configured samples per seed (``direct.n_variants``);
+* **direct, cost-matched**: the baseline given the teacher tokens MBS spent per seed
+  (``direct.cost_match_run``).
+
+Columns: hard seeds, yield (%), qualified problems per hard seed, teacher completion tokens,
+teacher tokens per qualified problem. Only ``summary.json`` files are read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from mbs.figures import figure, save
+from mbs.io import read_summary
+
+#: Row labels, in table order.
+LABELS = ("MBS", "MBS root-only", "direct", "direct, cost-matched")
+COLORS = {"MBS": "#4C72B0", "MBS root-only": "#8EB1D8", "direct": "#DD8452", "direct, cost-matched": "#F0B27A"}
+HEAD = ["method", "hard seeds", "yield %", "qualified per seed", "teacher tokens", "teacher tokens per qualified"]
+
+
+def role(summary: dict[str, Any]) -> str | None:
+    """``MBS``, ``direct``, ``direct, cost-matched`` or ``None`` for a run's summary."""
+    if summary.get("stage") != "synthesize":
+        return None
+    if summary.get("method") == "mbs":
+        return "MBS"
+    if summary.get("method") == "direct":
+        return "direct, cost-matched" if summary.get("cost_match") else "direct"
+    return None
+
+
+def _row(label: str, seeds: int, yld: float, qualified: int, tokens: int) -> dict[str, Any]:
+    return {
+        "method": label, "hard_seeds": seeds, "yield": yld,
+        "qualified_per_seed": qualified / seeds if seeds else 0.0, "qualified_problems": qualified,
+        "teacher_tokens": tokens, "teacher_tokens_per_qualified": round(tokens / qualified, 1) if qualified else None,
+    }
+
+
+def comparison_rows(summaries: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per method present, in :data:`LABELS` order.
+
+    Args:
+        summaries: ``{role: summary}`` (keys from :func:`role`).
+
+    Returns:
+        Dicts with ``method``, ``hard_seeds``, ``yield``, ``qualified_per_seed``,
+        ``qualified_problems``, ``teacher_tokens`` and ``teacher_tokens_per_qualified``
+        (``None`` when nothing qualified).
+    """
+    rows = []
+    for label in LABELS:
+        s = summaries.get("MBS" if label == "MBS root-only" else label)
+        if s is None:
+            continue
+        n = int(s.get("hard_seeds") or 0)
+        if label == "MBS root-only":
+            if "yield_by_path" not in s:
+                continue
+            p = s.get("paths", {}).get("root_only", {})
+            rows.append(_row(label, n, float(s["yield_by_path"]["root_only"]), int(p.get("qualified_problems", 0)),
+                             int(p.get("teacher_tokens", 0))))
+        else:
+            rows.append(_row(label, n, float(s.get("yield", 0.0)), int(s.get("qualified_problems", 0)), int(s.get("teacher_tokens", 0))))
+    return rows
+
+
+def comparison_table(rows: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """The rows as ``{"md": ..., "tex": ...}``."""
+    cells = [[r["method"], str(r["hard_seeds"]), f"{100 * r['yield']:.1f}", f"{r['qualified_per_seed']:.2f}",
+              str(r["teacher_tokens"]), "-" if r["teacher_tokens_per_qualified"] is None else f"{r['teacher_tokens_per_qualified']:.1f}"]
+             for r in rows]
+    md = "| " + " | ".join(HEAD) + " |\n|" + "---|" * len(HEAD) + "\n" + "".join("| " + " | ".join(c) + " |\n" for c in cells)
+    esc = lambda t: t.replace("_", "\\_").replace("%", "\\%").replace("&", "\\&")  # noqa: E731
+    tex = ("\\begin{tabular}{l" + "r" * (len(HEAD) - 1) + "}\n\\toprule\n" + " & ".join(esc(h) for h in HEAD) + " \\\\\n\\midrule\n"
+           + "".join(" & ".join(esc(c) for c in r) + " \\\\\n" for r in cells) + "\\bottomrule\n\\end{tabular}\n")
+    return {"md": md, "tex": tex}
+
+
+def compare_methods(run_dirs: Sequence[str | Path], out_dir: str | Path, formats: Sequence[str] = ("png", "pdf"), width: str = "single") -> dict[str, Any] | None:
+    """The MBS-versus-direct table and figure of the synthesis runs among ``run_dirs``.
+
+    Returns:
+        ``None`` when there is no MBS run or no direct run among them; else
+        ``{"written": [paths], "skipped": {}, "tables": {"mbs_vs_direct": {"md", "tex"}},
+        "rows": [...], "html": a note when the runs have different hard-seed counts}``.
+    """
+    found: dict[str, dict[str, Any]] = {}
+    for rd in run_dirs:
+        try:
+            s = read_summary(rd)
+        except FileNotFoundError:
+            continue
+        r = role(s)
+        if r is not None and r not in found:
+            found[r] = s
+    if "MBS" not in found or not ({"direct", "direct, cost-matched"} & set(found)):
+        return None
+    rows = comparison_rows(found)
+    fig, axes = figure(width, aspect=0.3 + 0.1 * len(rows), ncols=2)
+    labels = [r["method"] for r in rows]
+    colors = [COLORS[r["method"]] for r in rows]
+    axes[0].barh(labels, [100 * r["yield"] for r in rows], color=colors, height=0.6)
+    mbs = found["MBS"].get("yield_by_path")
+    if mbs:  # MBS's bar stacked: decomposed (dark) then root-only (light)
+        i = labels.index("MBS")
+        axes[0].barh([labels[i]], [100 * mbs["decomposed"]], color=COLORS["MBS"], height=0.6, label="decomposed")
+        axes[0].barh([labels[i]], [100 * mbs["root_only"]], left=[100 * mbs["decomposed"]], color=COLORS["MBS root-only"],
+                     height=0.6, label="root-only")
+        axes[0].legend(loc="lower right", frameon=False, fontsize=6)
+    axes[0].set_xlim(0, 100)
+    axes[0].set_xlabel("yield (% of hard seeds)")
+    axes[0].invert_yaxis()
+    tpq = [r["teacher_tokens_per_qualified"] or 0.0 for r in rows]
+    axes[1].barh(labels, tpq, color=colors, height=0.6)
+    axes[1].set_xlabel("teacher tokens per qualified")
+    axes[1].set_yticks([])
+    axes[1].invert_yaxis()
+    fig.suptitle("MBS versus direct prompting", fontsize=8)
+    written = [str(p) for p in save(fig, out_dir, "mbs_vs_direct", formats)]
+    seeds = {r["hard_seeds"] for r in rows}
+    note = "" if len(seeds) == 1 else f"<p><b>Note:</b> the runs have different numbers of hard seeds ({sorted(seeds)}).</p>"
+    return {"written": written, "skipped": {}, "tables": {"mbs_vs_direct": comparison_table(rows)}, "rows": rows, "html": note}

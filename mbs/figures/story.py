@@ -1,0 +1,240 @@
+"""The written summary that opens ``report.html``: the run's headline numbers and what they mean.
+
+Computed from the steps' ``summary.json`` files only (so a regenerated report is byte-identical):
+what the zero-advantage trap holds for the target policy and how it differs between policies,
+what moved with the budget L (the trap, truncation, problems changing band), what synthesis
+kept and why it rejected the rest, what Golden Goose's difficulty filter kept against the
+1/k chance level, and what the export wrote. Each finding links to the figure (or table)
+that shows it; the report puts an ``id`` on every figure (:func:`figure_id`).
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mbs.calibration import budget_sort_key
+from mbs.progress import format_seconds
+
+
+@dataclass
+class Finding:
+    """One line of the summary.
+
+    Attributes:
+        step: The step it is about (``calibrate_live``, a pipeline sub-folder or the stage name).
+        title: The headline (short, with the number).
+        text: What it means, in a sentence or two.
+        figure: Stem of the figure that shows it (``trap_bands``), or ``None`` (links to the step).
+    """
+
+    step: str
+    title: str
+    text: str
+    figure: str | None = None
+
+
+def figure_id(step: str, stem: str) -> str:
+    """The HTML ``id`` of the figure ``stem`` of ``step`` in the report."""
+    return f"fig-{step}-{stem}".replace(" ", "_")
+
+
+def step_id(step: str) -> str:
+    """The HTML ``id`` of a step's section in the report."""
+    return f"step-{step}".replace(" ", "_")
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.0f}%"
+
+
+def _n(count: Any, noun: str) -> str:
+    """``"1 problem"``, ``"3 problems"``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _reasons(counts: dict[str, int], top: int = 3) -> str:
+    """``"parse error (2), not verified (1)"``: the most frequent reasons first."""
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    text = ", ".join(f"{k} ({v})" for k, v in ranked[:top])
+    rest = sum(v for _, v in ranked[top:])
+    return text + (f" and {rest} more" if rest else "")
+
+
+def calibration_findings(step: str, s: dict[str, Any]) -> list[Finding]:
+    """The trap, the spread between policies, the budget effect and the hard seeds of a calibration."""
+    out: list[Finding] = []
+    bands, counts = s.get("bands", {}), s.get("counts", {})
+    target = s.get("target_policy")
+    if not bands:
+        return out
+    target = target if target in bands else next(iter(bands))
+    budgets = sorted(bands[target], key=budget_sort_key)
+    top = budgets[-1]
+    b, c = bands[target][top], counts.get(target, {}).get(top, {})
+    n = c.get("n_problems", s.get("problems"))
+    at = "" if top == "recorded" else f" at L = {top} tokens"
+    seeds = f" Hard seeds for synthesis (failed_all for {target}): {s['hard_seeds']}." if "hard_seeds" in s else ""
+    out.append(Finding(
+        step, f"{_pct(b['solved_all'] + b['failed_all'])} of {_n(n, 'problem')} are in the zero-advantage trap for {target}{at}",
+        f"solved_all {_pct(b['solved_all'])}, failed_all {_pct(b['failed_all'])}: all rollouts of such a problem get "
+        f"the same reward, so every GRPO advantage is zero and it teaches nothing. Only {_pct(b['goldilocks'])} "
+        f"({_n(c.get('goldilocks', '?'), 'problem')}) are in the Goldilocks band, with mixed rollouts.{seeds}",
+        "trap_bands",
+    ))
+    if len(bands) > 1:
+        per = {p: v[top]["solved_all"] + v[top]["failed_all"] for p, v in bands.items() if top in v}
+        lo, hi = min(per, key=per.get), max(per, key=per.get)
+        pairs = s.get("reclassification", {}).get("policies", {}).get(top, {})
+        moved = max(pairs.items(), key=lambda kv: kv[1]) if pairs else None
+        text = f"The trapped share runs from {_pct(per[lo])} ({lo}) to {_pct(per[hi])} ({hi}) over {len(per)} policies."
+        if moved:
+            text += (f" Difficulty is relative to the policy: {_pct(moved[1])} of the problems are in a different band "
+                     f"for {moved[0].replace('|', ' and ')}.")
+        out.append(Finding(step, f"The trap depends on the policy: {_pct(per[lo])} to {_pct(per[hi])} trapped", text,
+                           "reclassification_heatmap"))
+    numeric = [x for x in budgets if x != "recorded"]
+    if len(numeric) > 1:
+        lo_b, hi_b = numeric[0], numeric[-1]
+        f_lo, f_hi = bands[target][lo_b]["failed_all"], bands[target][hi_b]["failed_all"]
+        cut = {x: counts.get(target, {}).get(x, {}) for x in (lo_b, hi_b)}
+        trunc = {x: (v.get("truncated", 0) / v["rollouts"]) if v.get("rollouts") else None for x, v in cut.items()}
+        moved = s.get("reclassification", {}).get("budgets", {}).get(target, {}).get(f"{lo_b}|{hi_b}")
+        change = (f"stayed at {_pct(f_lo)} from L = {lo_b} to L = {hi_b}" if f_hi == f_lo else
+                  f"{'fell' if f_hi < f_lo else 'rose'} from {_pct(f_lo)} at L = {lo_b} to {_pct(f_hi)} at L = {hi_b}")
+        text = (f"failed_all {change}; rollouts cut off by the budget (finish_reason length): "
+                f"{_pct(trunc[lo_b])} at L = {lo_b}, {_pct(trunc[hi_b])} at L = {hi_b}.")
+        if moved is not None:
+            text += f" {_pct(moved)} of the problems changed band between the two budgets."
+        text += " A problem is hard for a (policy, budget) pair, not by itself."
+        out.append(Finding(step, f"With the budget L: failed_all {_pct(f_lo)} → {_pct(f_hi)} ({target})", text,
+                           "failed_all_vs_budget"))
+    sim = s.get("early_stop_simulation")
+    if sim and sim.get("rollouts") and sim.get("saved"):
+        out.append(Finding(
+            step, f"Early stopping would save {_pct(sim['saved'] / sim['rollouts'])} of the rollouts",
+            f"Drawing in batches of {sim.get('batch')} and stopping once the {sim.get('decision')} is settled: "
+            f"{sim['saved']} of {sim['rollouts']} rollouts, with {sim.get('identical_decisions')} of "
+            f"{sim.get('groups')} decisions identical (calibrate.early_stop.enabled=true).",
+        ))
+    return out
+
+
+def synthesis_findings(step: str, s: dict[str, Any]) -> list[Finding]:
+    """Yield, qualified problems and the reasons for the rejections of an MBS or direct run."""
+    name = {"mbs": "MagicBeanStalk", "direct": "Direct prompting (baseline)"}.get(s.get("method"), str(s.get("method")))
+    seeds, q_seeds, q = s.get("hard_seeds", 0), s.get("seeds_qualified", 0), s.get("qualified_problems", 0)
+    per = s.get("teacher_tokens_per_qualified")
+    out = [Finding(
+        step, f"{name}: {_n(q, 'qualified problem')} from {q_seeds} of {_n(seeds, 'hard seed')} (yield {_pct(s.get('yield'))})",
+        "Qualified: the target policy's pass rate is strictly between 0 and 1, with a complete correct response "
+        "within L (out of the trap, usable for GRPO)."
+        + (f" Teacher tokens per qualified problem: {per:.0f}." if isinstance(per, (int, float)) else ""),
+        "yield",
+    )]
+    rej = s.get("rejections") or {}
+    if rej:
+        out.append(Finding(
+            step, f"{name} rejected {_n(sum(rej.values()), 'candidate')}",
+            f"Why: {_reasons(rej)}. Every rejection and its reason is in trees.*.jsonl.", "funnel",
+        ))
+    return out
+
+
+def goose_findings(step: str, s: dict[str, Any]) -> list[Finding]:
+    """Items built, rejected by reason, and kept by the difficulty filter against chance."""
+    k = s.get("options")
+    out = [Finding(
+        step, f"Golden Goose: {_n(s.get('items_built', 0), f'{k}-option item')} from {_n(s.get('passages', 0), 'passage')}",
+        (f"Rejected {_n(s.get('rejected_total', 0), 'passage')}: {_reasons(s['rejected'])}." if s.get("rejected")
+         else "No passage was rejected.") + " An item masks a span of key reasoning steps; its distractors break it subtly.",
+        "goose_letters",
+    )]
+    st = s.get("student") or {}
+    if s.get("effective_share") is not None:
+        out.append(Finding(
+            step, f"The difficulty filter kept {_n(s.get('kept', 0), 'item')} ({_pct(s['effective_share'])})",
+            f"Kept: items whose rollouts disagree (Goldilocks). {st.get('policy')}'s accuracy is "
+            f"{_pct(st.get('accuracy'))} against {_pct(st.get('chance'))} for guessing one of {k} letters; "
+            f"failed_all {_pct(s.get('bands', {}).get('failed_all'))}, solved_all {_pct(s.get('bands', {}).get('solved_all'))}.",
+            "goose_pass_rates",
+        ))
+    return out
+
+
+def export_findings(step: str, s: dict[str, Any]) -> list[Finding]:
+    """Rows written and rows removed (duplicates, contamination) by an export."""
+    rows = s.get("rows", {})
+    per = {name: v.get("exported", 0) for name, v in s.get("sources", {}).items()}
+    removed = s.get("removed") or {}
+    text = "Per source: " + ", ".join(f"{k} {v}" for k, v in per.items()) + "." if per else ""
+    text += (f" Removed {sum(removed.values())}: {_reasons(removed)}." if removed
+             else " Nothing was removed as a duplicate or as contaminated.")
+    return [Finding(step, f"Export: {_n(rows.get('train', 0), 'training row')} and {_n(rows.get('val', 0), 'validation row')} for verl",
+                    text.strip(), None)]
+
+
+def findings(steps: Sequence[tuple[str, dict[str, Any]]], run_summary: dict[str, Any] | None = None) -> list[Finding]:
+    """Every finding of a run, in step order.
+
+    Args:
+        steps: ``(step name, its summary.json)`` for each step (one for a single stage run).
+        run_summary: The pipeline's own ``summary.json`` (its ``step_seconds``), if any.
+
+    Returns:
+        The findings; a stage without a story (e.g. ``evaluate``) contributes none.
+    """
+    by_stage = {"calibrate": calibration_findings, "export": export_findings}
+    out: list[Finding] = []
+    for step, s in sorted(steps, key=lambda st: _story_order(*st)):
+        stage = s.get("stage")
+        if stage == "synthesize":
+            fn = goose_findings if s.get("method") == "goose" else synthesis_findings
+        else:
+            fn = by_stage.get(stage)
+        if fn:
+            out.extend(fn(step, s))
+    secs = (run_summary or {}).get("step_seconds") or {}
+    if secs:
+        slow = max(secs, key=secs.get)
+        total = sum(secs.values())
+        out.append(Finding(
+            slow, f"The steps took {format_seconds(total)}; the slowest was {slow} ({format_seconds(secs[slow])})",
+            "Per step: " + ", ".join(f"{k} {format_seconds(v)}" for k, v in secs.items())
+            + " (the figures step is in manifest.json).",
+        ))
+    return out
+
+
+def _story_order(step: str, s: dict[str, Any]) -> tuple[int, str]:
+    """Pipeline order: recorded calibration, live calibration, MBS, direct, Goose, export, the rest."""
+    stage, method = s.get("stage"), s.get("method")
+    if stage == "calibrate":
+        rank = 1 if s.get("budgets") else 0
+    else:
+        rank = {("synthesize", "mbs"): 2, ("synthesize", "direct"): 3, ("synthesize", "goose"): 4}.get(
+            (stage, method), 5 if stage == "export" else 6)
+    return rank, step
+
+
+def story_html(items: Sequence[Finding], figures: dict[str, set[str]]) -> str:
+    """The summary section: one list item per finding, linked to its figure (or its step).
+
+    Args:
+        items: From :func:`findings`.
+        figures: Per step, the figure stems the report shows (a finding whose figure was
+            skipped links to its step's section instead).
+    """
+    if not items:
+        return ""
+    lines = ["<section id='summary'><h2>Summary</h2><ul class='story'>"]
+    for f in items:
+        if f.figure and f.figure in figures.get(f.step, set()):
+            link = f" <a href='#{figure_id(f.step, f.figure)}'>[figure: {html.escape(f.figure)}]</a>"
+        else:
+            link = f" <a href='#{step_id(f.step)}'>[{html.escape(f.step)}]</a>"
+        lines.append(f"<li><b>{html.escape(f.title)}</b>. {html.escape(f.text)}{link}</li>")
+    lines.append("</ul></section>")
+    return "\n".join(lines)

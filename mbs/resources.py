@@ -1,0 +1,78 @@
+"""How many CPU cores this process may use (not how many the machine has).
+
+On a shared SLURM node ``os.cpu_count()`` reports every core of the node while the job was
+given a few; sizing thread pools from it oversubscribes the allocation, and llama.cpp threads
+that spin-wait on each other collapse when cores are shared (issue 22: 2 threads on 2 busy
+cores ran at 6-44 tokens/s, 1 thread at 118-146). :func:`usable_cpus` takes the smallest of
+the CPU affinity mask (what ``taskset``, cgroups cpusets and SLURM's task binding allow),
+``SLURM_CPUS_PER_TASK`` and a cgroup v2 CPU quota (containers), and
+:func:`split_cpus` shares them between generation and the grading pool.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+def _cgroup_quota(path: Path = Path("/sys/fs/cgroup/cpu.max")) -> int | None:
+    """Cores allowed by a cgroup v2 ``cpu.max`` quota (rounded up), or ``None`` when unlimited."""
+    try:
+        quota, period = path.read_text().split()[:2]
+    except (OSError, ValueError):
+        return None
+    if quota == "max":
+        return None
+    try:
+        return max(1, -(-int(quota) // int(period)))
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def usable_cpus(environ: dict[str, str] | None = None) -> int:
+    """Cores this process may run on (>= 1).
+
+    The minimum of ``os.sched_getaffinity(0)`` (``os.cpu_count()`` where the platform has no
+    affinity), ``SLURM_CPUS_PER_TASK`` when set, and the cgroup v2 CPU quota when set.
+
+    Args:
+        environ: Environment to read SLURM variables from (default ``os.environ``).
+    """
+    env = os.environ if environ is None else environ
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    slurm = env.get("SLURM_CPUS_PER_TASK")
+    if slurm and slurm.strip().isdigit() and int(slurm) > 0:
+        n = min(n, int(slurm))
+    quota = _cgroup_quota()
+    if quota is not None:
+        n = min(n, quota)
+    return max(1, n)
+
+
+def split_cpus(grading_workers: int | None, cpus: int | None = None) -> tuple[int, int]:
+    """Share the usable cores between the LLM engine and the grading pool.
+
+    Generation gets every core (grading is bursty: a worker sleeps until a completion arrives
+    and grades it in milliseconds); the grading pool gets ``grading_workers`` when set, else
+    one worker per two cores (at least one). Engine threads wait passively
+    (``OMP_WAIT_POLICY=passive``), so a busy grading worker takes a core only while it grades.
+
+    Args:
+        grading_workers: ``verifier.workers`` (``None``: automatic).
+        cpus: Usable cores (default :func:`usable_cpus`).
+
+    Returns:
+        ``(engine_cores, grading_workers)``.
+    """
+    cpus = usable_cpus() if cpus is None else max(1, int(cpus))
+    workers = max(1, cpus // 2) if grading_workers is None else int(grading_workers)
+    if workers > cpus:
+        log.warning("verifier.workers=%d exceeds the %d usable cores; using %d", workers, cpus, cpus)
+        workers = cpus
+    return cpus, workers

@@ -1,0 +1,55 @@
+"""Calibration never hands synthesis a seed whose gold answer the verifier cannot parse."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import TOY
+from support.fakes import fake_backend_overrides
+
+from mbs.io import read_records, read_summary
+from mbs.llm import close_all
+from mbs.records import Calibration, Problem
+from mbs.stages.calibrate import run
+from mbs.verify.gold import self_check_response, ungradable_golds
+
+
+@pytest.fixture(autouse=True)
+def _fresh_backends():
+    close_all()
+    yield
+    close_all()
+
+
+def test_unparseable_gold_is_reported_ungradable_and_is_not_a_hard_seed(make_cfg, tmp_path):
+    rows = [*TOY, {"id": "badgold", "problem": "BAD: simplify the fraction.", "answer": "\\frac{"}]
+    path = tmp_path / "toy.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = run(make_cfg("calibrate", ["data=jsonl", f"data.path={path}", "data.origin=toy", "calibrate.n=4",
+                                     "calibrate.budgets=[64]", "calibrate.figures=false", "verifier.workers=0",
+                                     *fake_backend_overrides()]))
+    cals = {c.problem_id: c for c in read_records(out, "calibrations", Calibration)}
+    # every rollout of it fails: on its pass rate alone it would be a hard seed
+    assert cals["toy/badgold"].band == "failed_all" and cals["toy/hard"].band == "failed_all"
+    assert [p.id for p in read_records(out, "hard_seeds", Problem)] == ["toy/hard"]
+    s = read_summary(out)
+    assert s["ungradable"]["count"] == 1 and s["ungradable"]["ids"] == ["toy/badgold"]
+    assert s["ungradable"]["reasons"]["toy/badgold"].startswith("gold '\\\\frac{' not gradable")
+    assert s["hard_seeds"] == 1
+
+
+def test_gold_self_check():
+    probs = [
+        Problem(id="a", data_source="d", prompt="p", ground_truth="\\frac{9}{7}"),
+        Problem(id="b", data_source="d", prompt="p", ground_truth="(C)", answer_type="mcq"),
+        Problem(id="c", data_source="d", prompt="p", ground_truth="Q", answer_type="mcq"),
+        Problem(id="d", data_source="d", prompt="p", ground_truth=""),
+    ]
+    from omegaconf import OmegaConf
+
+    vcfg = OmegaConf.create({"path": None, "workers": 0, "timeout_s": 5.0, "wall_timeout_s": None})
+    bad = ungradable_golds(probs, vcfg)
+    assert list(bad) == ["c", "d"] and bad["d"] == "no ground truth"
+    assert "could not parse gold option" in bad["c"]
+    assert self_check_response("C", "mcq") == "The answer is (C)."
