@@ -168,10 +168,13 @@ RULES: tuple[tuple[str, Check], ...] = (
     ("direct.n_variants", COUNT),
     ("goose.options", Num(integer=True, lo=2)),
     ("goose.filter.n", COUNT),
-    ("goose.filter.budget", BUDGET),
+    ("goose.filter.budget", Num(integer=True, lo=1, nullable=True)),  # null: the student's budget L
     ("goose.span.max_share", SHARE),
     ("goose.span.recoverable_overlap", SHARE),
     ("goose.on_error", OneOf(("raise", "skip"))),
+    ("goose.audit.policy", OneOf(("reject", "rebuild", "report"))),
+    ("goose.audit.rebuilds", Num(integer=True, lo=0)),
+    ("goose.audit.alpha", Num(lo=0, hi=1)),
     # evaluation
     ("eval.k", COUNT),
     ("eval.budgets", ListOf(BUDGET)),

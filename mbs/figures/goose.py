@@ -3,6 +3,8 @@
 * ``goose_pass_rates``: histogram of the student's per-item pass rate (successes out of N) with
   the trap bands coloured and the 1/k chance level marked; one run has one option count k.
 * ``goose_letters``: answer-letter distribution of built and kept items against uniform.
+* ``goose_audit``: the shortcut audit: each passage-free solver's accuracy on built and kept
+  items beside chance 1/k and twice chance (:mod:`mbs.synth.goose.audit`).
 * :func:`compare_option_counts`: the option-count ablation across runs (Golden Goose, section 3:
   3 options too easy, 9 options put most items in the medium band): pass-rate distributions and
   band shares per k, beside the share a guessing policy would reach.
@@ -106,6 +108,34 @@ def letter_distribution(summary: dict[str, Any], out_dir: Path, formats: Sequenc
     return save(fig, out_dir, "goose_letters", formats)
 
 
+def audit_figure(summary: dict[str, Any], out_dir: Path, formats: Sequence[str], width: str = "single") -> list[Path]:
+    """Horizontal bars: each audit solver's accuracy on built (first builds) and kept items, with
+    chance 1/k and 2x chance marked.
+
+    Raises:
+        ValueError: The summary has no audit (a run before the audit existed) or no items.
+    """
+    audit = summary.get("audit")
+    if not audit or not (audit.get("built") or {}).get("n"):
+        raise ValueError("no shortcut audit in summary.json")
+    built, kept = audit["built"]["solvers"], (audit.get("kept") or {}).get("solvers") or {}
+    names = sorted(built, key=lambda n: built[n]["accuracy"] or 0.0)
+    fig, (ax,) = figure(width, aspect=0.25 + 0.06 * len(names))
+    ys = range(len(names))
+    ax.barh([y + 0.2 for y in ys], [100 * (built[n]["accuracy"] or 0) for n in names], height=0.4, color="#8172B2", label=f"built ({audit['built']['n']})")
+    if kept:
+        ax.barh([y - 0.2 for y in ys], [100 * ((kept.get(n) or {}).get("accuracy") or 0) for n in names], height=0.4, color=BAND_COLORS["goldilocks"], label=f"kept ({audit['kept']['n']})")
+    c = 100 * audit["chance"]
+    ax.axvline(c, color="0.3", linestyle="--", linewidth=0.8, label=f"chance 1/{round(1 / audit['chance'])}")
+    ax.axvline(2 * c, color="0.3", linestyle=":", linewidth=0.8, label="2x chance")
+    ax.set_yticks(list(ys), [n.replace("_", " ") + (" *" if n in (audit.get("flagged") or []) else "") for n in names])
+    ax.set_xlabel("accuracy without the passage (%)")
+    ax.set_xlim(0, 100)
+    ax.set_title(f"Shortcut audit (policy {audit.get('policy')}; * flagged)")
+    ax.legend(frameon=False, fontsize=6, loc="lower right")
+    return save(fig, out_dir, "goose_audit", formats)
+
+
 def _pct(x: Any) -> str:
     return "" if x is None else f"{100 * x:.1f}"
 
@@ -171,6 +201,7 @@ def goose_figures(run_dir: str | Path, out_dir: str | Path, formats: Sequence[st
     for name, draw in (
         ("goose_pass_rates", lambda: pass_rate_histogram(items, summary, out_dir, formats, width)),
         ("goose_letters", lambda: letter_distribution(summary, out_dir, formats, width)),
+        ("goose_audit", lambda: audit_figure(summary, out_dir, formats, width)),
     ):
         try:
             written += [str(p) for p in draw()]
@@ -181,12 +212,23 @@ def goose_figures(run_dir: str | Path, out_dir: str | Path, formats: Sequence[st
     return {"written": written, "skipped": skipped, "tables": {"goose_summary": {"md": md, "tex": tex}}, "html": items_html(items, summary)}
 
 
+def _best_shortcut(summary: dict[str, Any], part: str) -> str:
+    """``"<accuracy %> (<solver>)"`` of the audit solver most accurate on ``part`` items ('' without an audit)."""
+    solvers = (((summary.get("audit") or {}).get(part) or {}).get("solvers")) or {}
+    scored = [(v["accuracy"], n) for n, v in solvers.items() if v.get("accuracy") is not None]
+    if not scored:
+        return ""
+    acc, name = max(scored)
+    return f"{100 * acc:.1f} ({name.replace('_', ' ')})"
+
+
 def compare_option_counts(run_dirs: Sequence[str | Path], out_dir: str | Path, formats: Sequence[str] = ("png", "pdf"), width: str = "double") -> dict[str, Any]:
     """The option-count ablation: one Goose run per k (e.g. ``mbs-synthesize -m experiment=goose_options``).
 
     Left panel: each run's distribution of per-item pass rates; right panel: band shares per k
     with the Goldilocks share a guessing policy would reach (black marks) and the student's
-    accuracy against chance in the labels.
+    accuracy against chance in the labels. The table adds, per k, the most accurate solver of
+    the shortcut audit on built and on kept items (each run's ``goose_audit`` figure has them all).
 
     Returns:
         ``{"written", "skipped", "tables": {"goose_option_counts": {"md", "tex"}}}``.
@@ -205,11 +247,14 @@ def compare_option_counts(run_dirs: Sequence[str | Path], out_dir: str | Path, f
             continue
         runs.append((s, [it for it in read_records(rd, "items") if it.get("n")]))
     runs.sort(key=lambda r: r[0]["options"])
-    head = ["options k", "items", "solved_all %", "goldilocks %", "failed_all %", "accuracy %", "chance %", "guessing goldilocks %"]
+    head = ["options k", "items", "solved_all %", "goldilocks %", "failed_all %", "accuracy %", "chance %", "guessing goldilocks %",
+            "best shortcut built %", "best shortcut kept %"]
     rows = []
     for s, _ in runs:
         st = s.get("student") or {}
-        rows.append([str(s["options"]), str(s["items_built"])] + [_pct(s["bands"][b]) for b in BANDS] + [_pct(st.get("accuracy")), _pct(st.get("chance")), _pct(st.get("chance_goldilocks_share"))])
+        best = {p: _best_shortcut(s, p) for p in ("built", "kept")}
+        rows.append([str(s["options"]), str(s["items_built"])] + [_pct(s["bands"][b]) for b in BANDS] + [_pct(st.get("accuracy")), _pct(st.get("chance")), _pct(st.get("chance_goldilocks_share"))]
+                    + [best["built"], best["kept"]])
     md = "| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n" + "".join("| " + " | ".join(r) + " |\n" for r in rows)
     tex = "\\begin{tabular}{" + "r" * len(head) + "}\n\\toprule\n" + " & ".join(h.replace("%", "\\%").replace("_", "\\_") for h in head) + " \\\\\n\\midrule\n"
     tex += "".join(" & ".join(r) + " \\\\\n" for r in rows) + "\\bottomrule\n\\end{tabular}\n"

@@ -30,10 +30,10 @@ def test_goose_figures_tables_and_item_browser(make_cfg, tmp_path):
     rd = goose_run(make_cfg, 9, "k9")
     # the stage drew its own figures
     assert {p.name for p in (rd / "figures").iterdir()} == {
-        "goose_pass_rates.png", "goose_pass_rates.pdf", "goose_letters.png", "goose_letters.pdf",
+        "goose_pass_rates.png", "goose_pass_rates.pdf", "goose_letters.png", "goose_letters.pdf", "goose_audit.png", "goose_audit.pdf",
     }
     drawn = goose_figures(rd, tmp_path / "figs", ("png",), "single")
-    assert sorted(Path(p).name for p in drawn["written"]) == ["goose_letters.png", "goose_pass_rates.png"]
+    assert sorted(Path(p).name for p in drawn["written"]) == ["goose_audit.png", "goose_letters.png", "goose_pass_rates.png"]
     assert drawn["skipped"] == {}
     md = drawn["tables"]["goose_summary"]["md"]
     s = read_summary(rd)
@@ -62,7 +62,7 @@ def test_unfiltered_run_skips_the_pass_rate_figure(make_cfg, tmp_path):
     rd = goose_run(make_cfg, 5, "nofilter", "goose.filter.enabled=false", "synth.figures=false")
     drawn = goose_figures(rd, tmp_path / "figs", ("png",), "single")
     assert "goose_pass_rates" in drawn["skipped"]
-    assert [Path(p).name for p in drawn["written"]] == ["goose_letters.png"]
+    assert [Path(p).name for p in drawn["written"]] == ["goose_letters.png", "goose_audit.png"]
     assert "not filtered" in drawn["html"]
 
 
@@ -74,3 +74,8 @@ def test_compare_option_counts(make_cfg, tmp_path):
     md = result["tables"]["goose_option_counts"]["md"].splitlines()
     assert md[2].startswith("| 3 | 5 |") and md[3].startswith("| 9 | 5 |")  # sorted by k
     assert f"| {100 / 3:.1f} |" in md[2] and f"| {100 / 9:.1f} |" in md[3]
+    assert "best shortcut kept %" in md[0]
+    for line, rd in zip(md[2:4], reversed(runs)):  # sorted by k: k = 3 first
+        solvers = read_summary(rd)["audit"]["kept"]["solvers"]
+        acc, name = max((v["accuracy"], n) for n, v in solvers.items())
+        assert line.rstrip().endswith(f"| {100 * acc:.1f} ({name.replace('_', ' ')}) |")

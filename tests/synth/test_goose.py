@@ -53,7 +53,7 @@ def test_teacher_free_champ_end_to_end(make_cfg):
     assert all(all(m.checks.values()) and m.masked_passage.replace("[MASK]", m.span).count(m.span) >= 1 for m in mcqs)
 
     cals = read_records(out, "calibrations", Calibration)
-    assert len(cals) == 6 and all(c.n_target == 16 and c.budget == 64 for c in cals)
+    assert len(cals) == 6 and all(c.n_target == 16 and c.budget == 256 for c in cals)  # goose.filter.budget=null: the student's L
     kept = [it for it in items if it["kept"]]
     assert s["kept"] == len(kept)
     assert s["effective_share"] == pytest.approx(len(kept) / 6)
@@ -74,7 +74,7 @@ def test_teacher_free_champ_end_to_end(make_cfg):
     assert st["chance"] == pytest.approx(1 / 9) and 0.0 <= st["accuracy"] <= 0.5
     assert st["chance_goldilocks_share"] == pytest.approx(1 - (8 / 9) ** 16 - (1 / 9) ** 16)
     rollouts = read_records(out, "rollouts", Rollout)
-    assert len(rollouts) == s["filter"]["rollouts"] and all(r.budget == 64 for r in rollouts)
+    assert len(rollouts) == s["filter"]["rollouts"] and all(r.budget == 256 for r in rollouts)
     m = read_manifest(out)
     assert m["counts"] == {"passages": 6, "items_built": 6, "rejected": 0, "kept": len(kept), "rollouts": len(rollouts)}
 

@@ -38,7 +38,7 @@ GOOSE = OmegaConf.create(
     {
         "options": 9,
         "span": {"min_chars": 20, "max_share": 0.5, "recoverable_chars": 24, "recoverable_overlap": 0.8, "min_steps": 1, "max_steps": 2},
-        "distractors": {"length_ratio_min": 0.5, "length_ratio_max": 2.0, "wrong_steps_max": 2},
+        "distractors": {"length_ratio_min": 0.5, "length_ratio_max": 2.0, "wrong_steps_max": 2, "design": "grid"},
     }
 )
 BOUNDS = Bounds.from_cfg(GOOSE)
@@ -121,8 +121,8 @@ def test_step_order_variants():
 def test_make_distractors_is_deterministic_distinct_and_bounded():
     span = "Thus x_(n+1)=x_n+y_n and y_(n+1)=x_n+y_n+z_n for every n at least 1."
     wrong = [("Thus f(n)=f(n-1)+f(n-2) because each string extends two shorter ones.", "GPT-4|0-Shot")]
-    a = make_distractors(span, [(0, len(span))], wrong, 8, BOUNDS, seeded_rng(0, "p"), 2)
-    b = make_distractors(span, [(0, len(span))], wrong, 8, BOUNDS, seeded_rng(0, "p"), 2)
+    a = make_distractors(span, [(0, len(span))], wrong, 8, BOUNDS, seeded_rng(0, "p"), 2, design="single_edits")
+    b = make_distractors(span, [(0, len(span))], wrong, 8, BOUNDS, seeded_rng(0, "p"), 2, design="single_edits")
     assert a == b
     distractors, origins = a
     assert len(distractors) == 8 and len({normalise(d) for d in distractors} | {normalise(span)}) == 9

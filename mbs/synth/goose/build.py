@@ -68,6 +68,7 @@ REASONS = {
     "distractor_equals_answer": "a distractor equals the answer after normalisation",
     "duplicate_distractors": "two distractors are equal after normalisation",
     "length_ratio": "a distractor's length is outside goose.distractors length bounds",
+    "shortcut": "a passage-free solver of the shortcut audit answers the item (goose.audit)",
 }
 
 

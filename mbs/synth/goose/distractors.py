@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mbs.synth.goose.build import Bounds, Candidate, Rejected, normalise, seeded_rng, validate
+from mbs.synth.goose.grid import grid_distractors, passage_numbers
 from mbs.synth.goose.sources import Passage
 
 # --------------------------------------------------------------------------------------
@@ -221,12 +222,20 @@ def make_distractors(
     bounds: Bounds,
     rng: random.Random,
     wrong_steps_max: int,
+    design: str = "grid",
+    context: str = "",
 ) -> tuple[list[str], list[str]]:
     """Pick ``need`` distinct wrong spans for ``span`` without an LLM.
 
-    Real wrong steps (at most ``wrong_steps_max``, within the length bounds) come first; then
-    single perturbations, drawn round-robin over kinds so an item mixes numbers, operators,
-    relations, ... ; then step reorderings; then pairs of perturbations of different kinds.
+    Real wrong steps (at most ``wrong_steps_max``, within the length bounds; with the grid also
+    at most one per four distractors) come first. With
+    ``design="grid"`` the rest are cells of an edit grid (:func:`mbs.synth.goose.grid.grid_distractors`:
+    distractors edited from each other as much as from the answer, so the answer is not the
+    centre), then as fallbacks: step reorderings, single perturbations, pairs. With
+    ``design="single_edits"`` (the original construction, kept for ablations and the audit's
+    tests) single perturbations come next, drawn round-robin over kinds so an item mixes
+    numbers, operators, relations, ... ; then step reorderings; then pairs of perturbations of
+    different kinds.
 
     Args:
         span: The correct span.
@@ -236,13 +245,18 @@ def make_distractors(
         bounds: Length-ratio bounds.
         rng: Seeded generator (the choice is deterministic given it).
         wrong_steps_max: Cap on real wrong steps per item.
+        design: ``grid`` or ``single_edits`` (``goose.distractors.design``).
+        context: The passage (its numbers are preferred as wrong values in the grid).
 
     Returns:
         ``(distractors, origins)`` of length ``need``.
 
     Raises:
         Rejected: ``too_few_distractors`` when fewer than ``need`` distinct ones exist.
+        ValueError: Unknown ``design``.
     """
+    if design not in ("grid", "single_edits"):
+        raise ValueError(f"goose.distractors.design={design!r}: valid values are grid, single_edits")
     answer = normalise(span)
     seen = {answer}
     chosen: list[str] = []
@@ -263,11 +277,21 @@ def make_distractors(
     real = [(t, w) for t, w in wrong_steps if ok_len(t) and normalise(t) != answer]
     rng.shuffle(real)
     n_real = 0
+    # grid items: a real wrong step shares vocabulary with the answer and pulls it to the centre,
+    # the more so the fewer the options: at most one per four distractors
+    cap = wrong_steps_max if design == "single_edits" else min(wrong_steps_max, need // 4)
     for text, where in real:
-        if n_real >= wrong_steps_max:
+        if n_real >= cap:
             break
         n_real += take(text, f"wrong_step:{where}")
     singles = perturbations(span)
+    if design == "grid":
+        n = need - len(chosen)
+        ok = lambda t: bool(t.strip()) and normalise(t) not in seen and ok_len(t)
+        for text, origin in grid_distractors(span, singles, n, ok, rng, pool=passage_numbers("\n".join([context or span, *chosen]))):
+            take(text, origin)
+        for text in step_order_variants(span, span_steps):
+            take(text, "perturb:step_order")
     by_kind: dict[str, list[Edit]] = {}
     for e in singles:
         by_kind.setdefault(e.kind, []).append(e)
@@ -330,11 +354,19 @@ def candidate_spans(passage: Passage, min_steps: int, max_steps: int, bounds: Bo
     return [(i, j) for i, j, _ in out]
 
 
-def teacher_free_candidate(passage: Passage, gcfg: Any, bounds: Bounds, seed: int) -> Candidate:
+def teacher_free_candidate(passage: Passage, gcfg: Any, bounds: Bounds, seed: int, attempt: int = 0) -> Candidate:
     """Build a validated teacher-free candidate for a step-segmented passage.
 
     Tries the step ranges of :func:`candidate_spans` in order and keeps the first whose
     distractors can be made and which passes :func:`validate`.
+
+    Args:
+        passage: The passage.
+        gcfg: The ``goose`` config node.
+        bounds: Validation bounds.
+        seed: The run's base seed.
+        attempt: Rebuild attempt of the shortcut audit (0: first build); later attempts draw
+            other distractor sets.
 
     Raises:
         Rejected: The reason that stopped the most ranges (``too_few_distractors``,
@@ -347,10 +379,10 @@ def teacher_free_candidate(passage: Passage, gcfg: Any, bounds: Bounds, seed: in
         start, end = passage.steps[i][0], passage.steps[j - 1][1]
         rel = [(s - start, e - start) for s, e in passage.steps[i:j]]
         try:
-            drng = seeded_rng("goose-distractors", seed, passage.id, i, j)
+            drng = seeded_rng("goose-distractors", seed, passage.id, i, j, *([attempt] if attempt else []))
             distractors, origins = make_distractors(
                 passage.text[start:end], rel, passage.wrong_steps, bounds.options - 1, bounds, drng,
-                int(gcfg.distractors.wrong_steps_max),
+                int(gcfg.distractors.wrong_steps_max), str(gcfg.distractors.design), passage.text,
             )
             cand = Candidate(passage, start, end, distractors, origins)
             validate(cand, bounds)

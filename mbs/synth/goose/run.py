@@ -61,11 +61,12 @@ from mbs.synth.goose.build import (
     option_origins,
     parse_extract_reply,
     parse_mask_reply,
-    teacher_answered,
     render_question,
+    teacher_answered,
     validate,
 )
 from mbs.synth.goose.distractors import teacher_free_candidate
+from mbs.synth.goose.shortcuts import Auditor, audit_corpus, audit_report, enforce_audit
 from mbs.synth.goose.sources import MASK, Passage, has_reasoning, load_passages, segment
 from mbs.verify.pool import GradingPool
 
@@ -132,8 +133,20 @@ class _Book:
             c = candidate_from_row(row, f"{self.cand_shard.path} record {i}")
             self.candidates[c.passage.id] = c
         self.rejected: dict[str, dict[str, Any]] = {r["passage_id"]: r for r in self.rej_shard.read()}
+        for pid in self.rejected:  # an item the audit rejected after it was built
+            self.candidates.pop(pid, None)
         self.resumed = len(self.candidates) + len(self.rejected)
         self.attempt_rejections: Counter = Counter()
+        self.audit_shard = out.shard("audit")
+        self.audits: dict[str, list[dict[str, Any]]] = {}
+        for row in self.audit_shard.read():
+            self.audits.setdefault(row["passage_id"], []).append(row)
+
+    def audited(self, pid: str, attempt: int, row: dict[str, Any]) -> None:
+        """Append the audit of one build attempt of passage ``pid``."""
+        full = {"passage_id": pid, "attempt": attempt, **row}
+        self.audit_shard.append([full])
+        self.audits.setdefault(pid, []).append(full)
 
     def decided(self, pid: str) -> bool:
         return pid in self.candidates or pid in self.rejected
@@ -143,6 +156,7 @@ class _Book:
         self.candidates[c.passage.id] = c
 
     def reject(self, pid: str, stage: str, err: Rejected, attempt: int = 0) -> None:
+        self.candidates.pop(pid, None)
         row = {"passage_id": pid, "stage": stage, "reason": err.reason, "detail": err.detail, "attempt": attempt}
         self.rej_shard.append([row])
         self.rejected[pid] = row
@@ -150,14 +164,17 @@ class _Book:
     def close(self) -> None:
         self.cand_shard.close()
         self.rej_shard.close()
+        self.audit_shard.close()
 
 
-def build_teacher_free(todo: Sequence[Passage], gcfg: DictConfig, bounds: Bounds, seed: int, book: _Book) -> None:
-    """Teacher-free construction of every passage in ``todo`` (no LLM), written as it goes."""
+def build_teacher_free(todo: Sequence[Passage], gcfg: DictConfig, bounds: Bounds, seed: int, book: _Book, auditor: Auditor) -> None:
+    """Teacher-free construction of every passage in ``todo`` (no LLM), audited and written as it goes."""
     for p in todo:
         try:
             check_passage(p, gcfg)
-            book.accept(teacher_free_candidate(p, gcfg, bounds, seed))
+            cand = teacher_free_candidate(p, gcfg, bounds, seed)
+            book.audited(p.id, 0, auditor.candidate(cand))
+            book.accept(cand)
         except Rejected as err:
             book.reject(p.id, "build", err)
 
@@ -178,14 +195,15 @@ def _teacher(cfg: DictConfig) -> Any:
 
 
 def build_with_teacher(
-    todo: Sequence[Passage], cfg: DictConfig, bounds: Bounds, book: _Book, backends: dict[str, Any]
+    todo: Sequence[Passage], cfg: DictConfig, bounds: Bounds, book: _Book, backends: dict[str, Any], auditor: Auditor
 ) -> None:
     """LLM-teacher construction: optional passage extraction, then span masking and distractors.
 
     All passages' requests go to the (cached) teacher as one batch per round, so served
     backends work on many at once. A reply that fails parsing or validation is retried with
     the next sample index up to ``goose.teacher.attempts`` times; the passage is then rejected
-    with the last reason. Decisions are appended as they are made.
+    with the last reason. Each built item is audited (:func:`enforce_audit` applies the policy
+    afterwards: teacher items are rejected, not rebuilt). Decisions are appended as they are made.
 
     Raises:
         ValueError: The selected teacher is not a live model.
@@ -246,6 +264,7 @@ def build_with_teacher(
                 start, end = locate_span(p, span)
                 cand = Candidate(p, start, end, [d.strip() for d in distractors], [f"teacher:{t.name}"] * len(distractors))
                 validate(cand, bounds)
+                book.audited(p.id, 0, auditor.candidate(cand))
                 book.accept(cand)
             except Rejected as err:
                 book.attempt_rejections[err.reason] += 1
@@ -314,6 +333,21 @@ def _target_policy(cfg: DictConfig) -> Policy:
     raise ValueError(f"students.target={target!r} is not a policy of the student set")
 
 
+def filter_budget(gcfg: DictConfig, policy: Policy | None) -> int | None:
+    """The filter's response budget in tokens: ``goose.filter.budget``, or the student's own budget L when null.
+
+    Raises:
+        ValueError: Neither is set.
+    """
+    if gcfg.filter.budget is not None:
+        return int(gcfg.filter.budget)
+    if policy is None:
+        return None
+    if policy.budget is None:
+        raise ValueError(f"goose.filter.budget is null and student {policy.name!r} has no budget L (students.policies.*.budget)")
+    return int(policy.budget)
+
+
 def difficulty_filter(
     problems: Sequence[Problem], cfg: DictConfig, out: RunDir, backends: dict[str, Any], stats: Counter
 ) -> tuple[dict[str, Calibration], list[Rollout], Policy]:
@@ -332,7 +366,7 @@ def difficulty_filter(
     """
     gcfg = cfg.goose
     policy = _target_policy(cfg)
-    budget, n = int(gcfg.filter.budget), int(gcfg.filter.n)
+    budget, n = filter_budget(gcfg, policy), int(gcfg.filter.n)
     templates = {"mcq": str(cfg.synth.templates.mcq)}  # the template export renders the items with
     groups = [Group.of(p, budget, templates, cfg.verifier) for p in problems]
     ids = {p.id for p in problems}
@@ -419,6 +453,9 @@ def run(cfg: DictConfig, out: RunDir) -> dict[str, Any]:
         mbs.llm.BackendError: A backend failed after its retries (finished work is kept).
     """
     gcfg = cfg.goose
+    auditor = Auditor(gcfg.audit, cfg.paths.cache_dir)
+    if gcfg.audit.only:
+        return audit_corpus(cfg, out, auditor)
     bounds = Bounds.from_cfg(gcfg)
     seed = int(cfg.seed)
     t0 = time.perf_counter()
@@ -432,9 +469,10 @@ def run(cfg: DictConfig, out: RunDir) -> dict[str, Any]:
     t1 = time.perf_counter()
     try:
         if gcfg.teacher_free:
-            build_teacher_free(todo, gcfg, bounds, seed, book)
+            build_teacher_free(todo, gcfg, bounds, seed, book, auditor)
         else:
-            build_with_teacher(todo, cfg, bounds, book, backends)
+            build_with_teacher(todo, cfg, bounds, book, backends, auditor)
+        flagged = enforce_audit(passages, gcfg, bounds, seed, book, auditor)
     finally:
         book.close()
     out.timings["build"] = time.perf_counter() - t1
@@ -457,7 +495,11 @@ def run(cfg: DictConfig, out: RunDir) -> dict[str, Any]:
     filtered = bool(gcfg.filter.enabled)
     kept_ids = {i for i, c in cals.items() if c.band == "goldilocks"} if filtered else {it.id for it in items}
     out.shard("calibrations", Calibration).rewrite([cals[it.id] for it in items if it.id in cals])
-    out.shard("items").rewrite([item_row(it, origin_of[it.id], cals.get(it.id), it.id in kept_ids if filtered else None) for it in items])
+    audits = {it.id: auditor.row(it.options, LETTERS.index(it.answer), it.masked_passage) for it in items}
+    rows = [item_row(it, origin_of[it.id], cals.get(it.id), it.id in kept_ids if filtered else None) for it in items]
+    for r in rows:
+        r["audit_answered"] = audits[r["id"]]["answered"]
+    out.shard("items").rewrite(rows)
     kept_problems = [p for p in problems if p.id in kept_ids]
     for p in kept_problems:
         c = cals.get(p.id)
@@ -477,6 +519,12 @@ def run(cfg: DictConfig, out: RunDir) -> dict[str, Any]:
     first = [r for r in rollouts if r.sample_index < int(cfg.synth.early_stop_batch)] if cfg.synth.early_stop else rollouts
     accuracy = (sum(1 for r in first if r.reward == 1.0) / len(first)) if first else None
     origins = Counter(o.split(":")[0] if not o.startswith("perturb:") else o for it in items for o in it.distractor_origins)
+    first_builds = [min(book.audits[p.id], key=lambda r: r["attempt"]) for p in passages if book.audits.get(p.id)]
+    audit = audit_report(
+        k, auditor.policy, first_builds, list(audits.values()), [audits[i] for i in kept_ids],
+        rebuilt=sum(1 for it in items if len(book.audits.get(it.source_id, ())) > 1), rejected=rejected.get("shortcut", 0),
+    )
+    audit.update(flagged=flagged, alpha=auditor.alpha)
     summary: dict[str, Any] = {
         "source": str(gcfg.source),
         "teacher_free": bool(gcfg.teacher_free),
@@ -498,10 +546,11 @@ def run(cfg: DictConfig, out: RunDir) -> dict[str, Any]:
             "kept": letter_report([it.answer for it in items if it.id in kept_ids], k),
         },
         "distractor_origins": dict(sorted(origins.items())),
+        "audit": audit,
         "filter": {
             "enabled": filtered,
             "policy": policy_name,
-            "budget": int(gcfg.filter.budget),
+            "budget": filter_budget(gcfg, _target_policy(cfg) if filtered else None),
             "n": int(gcfg.filter.n),
             "early_stop": bool(cfg.synth.early_stop),
             "rollouts": len(rollouts),
