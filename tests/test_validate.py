@@ -72,7 +72,9 @@ GOOD = [
 
 @pytest.mark.parametrize("config,overrides", GOOD)
 def test_defaults_and_edge_values_pass(make_cfg, config, overrides):
-    validate_config(make_cfg(config, overrides))
+    cfg = make_cfg(config, overrides)
+    validate_config(cfg)  # raises ConfigError on a bad value
+    assert _checked_keys(cfg), "no rule covered any key of this config"
 
 
 @pytest.mark.parametrize("experiment", sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml")))
@@ -80,7 +82,17 @@ def test_every_experiment_validates(make_cfg, experiment):
     """Each experiment file's second line is its launch command: ``# mbs-<stage> [-m] experiment=...``."""
     command = (REPO / "conf" / "experiment" / f"{experiment}.yaml").read_text().splitlines()[1]
     config = command.split()[1].removeprefix("mbs-")
-    validate_config(make_cfg(config, [f"experiment={experiment}"]))
+    cfg = make_cfg(config, [f"experiment={experiment}"])
+    validate_config(cfg)  # raises ConfigError on a bad value
+    assert _checked_keys(cfg)
+
+
+def _checked_keys(cfg) -> list[str]:
+    """The keys of ``cfg`` that some rule of :data:`mbs.validate.RULES` checks."""
+    from mbs.validate import RULES, plain_config, select
+
+    plain = plain_config(cfg)
+    return [key for pattern, _check in RULES for key, _value in select(plain, pattern)]
 
 
 def test_cli_exits_2_with_the_message_and_no_traceback(tmp_path):
