@@ -13,7 +13,7 @@ from mbs.llm import close_all
 from mbs.figures.report import render
 from support.fakes import fake_backend_overrides
 
-FIGURE_MODULES = ("calibration", "synthesis", "goose", "evaluation", "compare", "mbs_vs_direct")
+FIGURE_MODULES = ("calibration", "difficulty", "synthesis", "goose", "evaluation", "compare", "mbs_vs_direct")
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +57,8 @@ def test_every_figure_of_every_step_has_data(pipeline_run, tmp_path, monkeypatch
         monkeypatch.setattr(f"mbs.figures.{module}.save", spy)
     result = render(pipeline_run, tmp_path)
     steps = {k.split("/")[0] for k in drawn}
-    assert steps == {"calibrate_recorded", "calibrate_live", "synthesize_mbs", "synthesize_direct", "synthesize_goose",
-                     "synthesize_direct_cost_matched", "mbs_vs_direct"}
+    assert steps == {"calibrate_recorded", "calibrate_live", "calibrate_difficulty", "synthesize_mbs", "synthesize_direct",
+                     "synthesize_goose", "synthesize_direct_cost_matched", "mbs_vs_direct"}
     empty = {name: flags for name, flags in drawn.items() if not flags or not all(flags)}
     assert not empty, f"figures with an empty axis: {empty}"
     assert len(result["figures"]) == 2 * len(drawn)  # PNG and PDF of each
@@ -102,7 +102,8 @@ def test_report_opens_with_a_summary_linked_to_its_figures(pipeline_run):
 
 def test_report_browses_trees_and_items(pipeline_run):
     report = (pipeline_run / "report.html").read_text()
-    for step in ("calibrate_recorded", "calibrate_live", "synthesize_mbs", "synthesize_direct", "synthesize_goose", "export",
+    for step in ("calibrate_recorded", "calibrate_live", "calibrate_difficulty", "synthesize_mbs", "synthesize_direct",
+                 "synthesize_goose", "export",
                  "synthesize_direct_cost_matched", "MBS versus direct prompting"):
         assert step in report
     assert "<details" in report  # the tree browser and the MCQ item view are collapsible sections
