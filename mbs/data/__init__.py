@@ -17,52 +17,15 @@ import hashlib
 import json
 import logging
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
-from mbs.errors import UnknownNameError, UserError
+from mbs.data.base import LOADERS, DataError, LoadReport, register_loader
+from mbs.errors import UnknownNameError
 from mbs.records import Problem
 from mbs.verify import available as registered_verifiers
 
 log = logging.getLogger(__name__)
-
-
-class DataError(UserError, ValueError):
-    """A bad input record; the message names file, line/row and field."""
-
-
-@dataclass
-class LoadReport:
-    """What a loader read and skipped (written into the stage manifest)."""
-
-    loaded: int = 0
-    skipped: int = 0
-    unverifiable: int = 0
-    errors: list[str] = field(default_factory=list)
-    by_answer_type: dict[str, int] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "loaded": self.loaded,
-            "skipped": self.skipped,
-            "unverifiable_dropped": self.unverifiable,
-            "by_answer_type": dict(sorted(self.by_answer_type.items())),
-            "errors": self.errors[:50],
-        }
-
-
-LOADERS: dict[str, Callable[[Any, LoadReport], list[Problem]]] = {}
-
-
-def register_loader(name: str) -> Callable:
-    """Decorator adding a loader ``fn(data_cfg, report) -> list[Problem]`` to :data:`LOADERS`."""
-
-    def deco(fn: Callable) -> Callable:
-        LOADERS[name] = fn
-        return fn
-
-    return deco
 
 
 def stable_hash(text: str) -> int:

@@ -39,7 +39,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from mbs.data import DataError, LoadReport, register_loader
+from mbs.data.base import DataError, LoadReport, register_loader
 from mbs.records import Problem
 
 ANSWER_TYPE = "reasoning_gym"

@@ -26,7 +26,6 @@ and cannot interrupt long C-level arithmetic); the hard timeout lives in
 
 from __future__ import annotations
 
-from mbs.verify import Grade, register
 from mbs.verify.compare import (
     TOWER_DIGITS_LIMIT,
     compare,
@@ -38,6 +37,7 @@ from mbs.verify.compare import (
 )
 from mbs.verify.extract import Extraction, cut_runon, extract_answer, final_line
 from mbs.verify.normalize import canonical, decimal_comma, normalize, same_text, structurally_equal
+from mbs.verify.registry import Grade, register
 from mbs.verify.spans import MATH_SPAN, Box, boxed_contents, boxes, line_after
 
 __all__ = [

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import re
 
-from mbs.verify import Grade, register
 from mbs.verify.math import MATH_SPAN, boxes, cut_runon, line_after
+from mbs.verify.registry import Grade, register
 
 __all__ = ["extract_choice", "grade_mcq", "parse_option"]
 

@@ -32,8 +32,8 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
-from mbs.verify import Grade, register
 from mbs.verify.math import boxes
+from mbs.verify.registry import Grade, register
 
 __all__ = ["answer_response", "extract_rg_answer", "grade_reasoning_gym", "parse_gold"]
 
