@@ -8,11 +8,21 @@ import functools
 import logging
 import math
 import re
+from fractions import Fraction
 
 import sympy
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
-__all__ = ["FLOAT_REL_TOL", "TOWER_DIGITS_LIMIT", "compare", "confirm_equal", "parse_answer", "parse_gold", "tower_digits"]
+__all__ = [
+    "FLOAT_REL_TOL",
+    "TOWER_DIGITS_LIMIT",
+    "compare",
+    "confirm_equal",
+    "parse_answer",
+    "parse_gold",
+    "rational_verdict",
+    "tower_digits",
+]
 
 
 
@@ -47,13 +57,64 @@ def parse_gold(gold: str) -> tuple:
 
 
 def parse_answer(answer: str) -> list:
-    """Parse an extracted answer as LaTeX math (never as comma-stripped plain text)."""
+    """Parse an extracted answer as LaTeX math (never as comma-stripped plain text).
+
+    Cached per process: the N rollouts of one problem often give the same answer."""
+    return list(_parse_answer_cached(answer))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_answer_cached(answer: str) -> tuple:
     parsed = parse(f"${answer}$", extraction_config=_CONFIGS, parsing_timeout=None, raise_on_error=True)
     if not _has_sympy(parsed) and "," not in answer:
         parsed = (
             parse(answer, extraction_config=_CONFIGS, parsing_timeout=None, raise_on_error=True) or parsed
         )
-    return parsed
+    return tuple(parsed)
+
+
+# A plain integer or a fraction of integers: ``-12``, ``3/4``, ``\frac{3}{4}``, ``-\frac{3}{4}``
+# (after :func:`mbs.verify.normalize.normalize`, which turns ``\dfrac``/``\tfrac`` into ``\frac``).
+_INT = r"[-+]?\d{1,300}"
+_RATIONAL = re.compile(
+    rf"\s*(?:(?P<int>{_INT})|(?P<n>{_INT})\s*/\s*(?P<d>\d{{1,300}})"
+    rf"|(?P<sign>[-+]?)\s*\\frac\s*\{{\s*(?P<fn>{_INT})\s*\}}\s*\{{\s*(?P<fd>\d{{1,300}})\s*\}})\s*"
+)
+
+
+def _rational(latex: str) -> Fraction | None:
+    m = _RATIONAL.fullmatch(latex)
+    if m is None:
+        return None
+    if m["int"] is not None:
+        return Fraction(int(m["int"]))
+    num, den = (int(m["n"]), int(m["d"])) if m["n"] is not None else (int(m["fn"]), int(m["fd"]))
+    if den == 0:
+        return None
+    value = Fraction(num, den)
+    return -value if m["sign"] == "-" else value
+
+
+def rational_verdict(answer: str, gold: str) -> bool | None:
+    """Exact verdict when both normalized sides are integers or fractions of integers.
+
+    The fast path of grading: no sympy parse, and the same verdict that math-verify
+    plus the exact check (:func:`confirm_equal`) reach for such pairs (``\frac{2}{4}``
+    equals ``1/2``; ``\frac{1}{2004}`` does not equal ``\frac{1}{2006}``).
+
+    Args:
+        answer: Normalized extracted answer.
+        gold: Normalized gold answer.
+
+    Returns:
+        ``True``/``False``, or ``None`` when either side is anything else (decimals,
+        percents, expressions, sets): then the full comparison decides.
+    """
+    a = _rational(answer)
+    if a is None:
+        return None
+    g = _rational(gold)
+    return None if g is None else a == g
 
 
 # ------------------------------------------------------------------------ exactness check

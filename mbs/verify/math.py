@@ -32,6 +32,7 @@ from mbs.verify.compare import (
     confirm_equal,
     parse_answer,
     parse_gold,
+    rational_verdict,
     tower_digits,
 )
 from mbs.verify.extract import Extraction, cut_runon, extract_answer, final_line
@@ -92,15 +93,19 @@ def grade_math(response: str, ground_truth: str) -> Grade:
     if last != found.answer and len(last) <= 200 and structurally_equal(last, ground_truth):
         return Grade(1.0, last, f"{found.source}: the last line is the gold answer")
     answer, ground_truth = decimal_comma(found.answer, ground_truth)
-    huge = tower_digits(normalize(answer))
+    answer, gold = normalize(answer), normalize(ground_truth)
+    huge = tower_digits(answer)
     if huge is not None and huge > TOWER_DIGITS_LIMIT and len(ground_truth) < 1000:
-        gold_size = tower_digits(normalize(ground_truth))
+        gold_size = tower_digits(gold)
         if gold_size is None or gold_size <= TOWER_DIGITS_LIMIT:  # the gold is a small value
             return Grade(0.0, found.answer, f"{found.source}: not equal (a power tower of about {huge:.3g} digits)")
-    golds = parse_gold(normalize(ground_truth))
+    exact = rational_verdict(answer, gold)  # integers and fractions: no sympy parse
+    if exact is not None:
+        return Grade(float(exact), found.answer, f"{found.source}: {'equal' if exact else 'not equal'}")
+    golds = parse_gold(gold)
     if not golds:
         return Grade(None, found.answer, "could not parse gold")
-    preds = parse_answer(normalize(answer))
+    preds = parse_answer(answer)
     if not preds:
         return Grade(0.0, found.answer, f"{found.source}: could not parse answer")
     score, reason = compare(golds, preds)
