@@ -118,7 +118,9 @@ def test_compute_score_never_rewards_a_cut_off_thinking(family, fmt):
     r = _score(text, fmt)
     assert r == {"score": 0.0, "acc": False, "pred": "", "reason": CUT_OFF_REASON}
     # the same text graded as if the model did not think is rewarded: what the format prevents
-    assert _score(text, "none")["score"] == 1.0
+    # (raw harmony text is the exception: the math extractor stops at its channel tokens, so the
+    # box inside the analysis channel is not read even without the format)
+    assert _score(text, "none")["score"] == (0.0 if family == "harmony_raw" else 1.0)
 
 
 def test_compute_score_mcq_cut_off_and_default_format():
