@@ -125,6 +125,8 @@ def calibration_findings(step: str, s: dict[str, Any]) -> list[Finding]:
 def synthesis_findings(step: str, s: dict[str, Any]) -> list[Finding]:
     """Yield, qualified problems and the reasons for the rejections of an MBS or direct run."""
     name = {"mbs": "MagicBeanStalk", "direct": "Direct prompting (baseline)"}.get(s.get("method"), str(s.get("method")))
+    if s.get("cost_match"):  # the direct baseline given MBS's teacher tokens per seed
+        name = "Direct prompting, cost-matched to MBS"
     seeds, q_seeds, q = s.get("hard_seeds", 0), s.get("seeds_qualified", 0), s.get("qualified_problems", 0)
     per = s.get("teacher_tokens_per_qualified")
     out = [Finding(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mbs.figures.story import figure_id, findings, story_html
+from mbs.figures.story import figure_id, findings, story_html, synthesis_findings
 
 LIVE = {
     "stage": "calibrate", "target_policy": "main", "problems": 10, "budgets": [128, 256], "hard_seeds": 7,
@@ -66,3 +66,11 @@ def test_html_links_each_finding_to_its_figure_or_step_and_escapes_text():
     assert "href='#step-calibrate_live'" in page  # failed_all_vs_budget was not drawn: the step instead
     assert "&lt;m&gt;" in page and "<m>" not in page
     assert story_html([], {}) == ""
+
+
+def test_cost_matched_direct_is_named_apart_from_the_baseline():
+    base = {"method": "direct", "hard_seeds": 2, "seeds_qualified": 1, "qualified_problems": 3, "yield": 0.5}
+    plain = synthesis_findings("synthesize_direct", base)[0].title
+    matched = synthesis_findings("synthesize_direct_cost_matched", {**base, "cost_match": {"seeds": 2}})[0].title
+    assert plain.startswith("Direct prompting (baseline): 3 qualified problems from 1 of 2 hard seeds (yield 50%)")
+    assert matched.startswith("Direct prompting, cost-matched to MBS: 3 qualified problems")
