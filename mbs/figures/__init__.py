@@ -79,6 +79,33 @@ def figure(width: str = "single", aspect: float = 0.7, ncols: int = 1):
     return fig, axes[0]
 
 
+def band_bars(width: str, labels: Sequence[str], shares: Sequence[dict[str, float]]):
+    """One horizontal bar per row, stacked solved_all | Goldilocks | failed_all, in percent.
+
+    Args:
+        width: ``single`` or ``double`` (see :func:`figure`).
+        labels: Row labels, top to bottom.
+        shares: Per row, the share of problems in each band (fractions in [0, 1]).
+
+    Returns:
+        ``(fig, ax)``, with axis, labels and legend set; the caller adds a title and saves.
+    """
+    fig, (ax,) = figure(width, aspect=0.45 + 0.06 * len(labels))
+    left = [0.0] * len(labels)
+    for band in ("solved_all", "goldilocks", "failed_all"):
+        vals = [100 * row[band] for row in shares]
+        ax.barh(labels, vals, left=left, color=BAND_COLORS[band], label=BAND_LABELS[band], height=0.7)
+        for i, v in enumerate(vals):
+            if v >= 8:
+                ax.text(left[i] + v / 2, i, f"{v:.0f}", ha="center", va="center", fontsize=6, color="white")
+        left = [a + b for a, b in zip(left, vals)]
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("share of problems (%)")
+    ax.invert_yaxis()
+    ax.legend(ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.18 - 0.4 / len(labels)), frameon=False)
+    return fig, ax
+
+
 def save(fig, out_dir: str | Path, stem: str, formats: Sequence[str] = ("png", "pdf")) -> list[Path]:
     """Write ``fig`` as ``out_dir/stem.<fmt>`` for each format with fixed metadata; close it."""
     out_dir = Path(out_dir)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from mbs.calibration import budget_sort_key
-from mbs.figures import BAND_COLORS, BAND_LABELS, figure, save
+from mbs.figures import band_bars, figure, save
 from mbs.io import read_summary
 
 log = logging.getLogger(__name__)
@@ -25,20 +25,7 @@ def trap_bands(summary: dict[str, Any], out_dir: Path, formats: Sequence[str], w
     rows = [(p, b, bands[p][b]) for p in bands for b in sorted(bands[p], key=budget_sort_key)]
     if not rows:
         raise ValueError("summary has no bands")
-    fig, (ax,) = figure(width, aspect=0.45 + 0.06 * len(rows))
-    labels = [f"{p} @ {_budget_label(b)}" for p, b, _ in rows]
-    left = [0.0] * len(rows)
-    for band in ("solved_all", "goldilocks", "failed_all"):
-        vals = [100 * r[2][band] for r in rows]
-        ax.barh(labels, vals, left=left, color=BAND_COLORS[band], label=BAND_LABELS[band], height=0.7)
-        for i, v in enumerate(vals):
-            if v >= 8:
-                ax.text(left[i] + v / 2, i, f"{v:.0f}", ha="center", va="center", fontsize=6, color="white")
-        left = [a + b for a, b in zip(left, vals)]
-    ax.set_xlim(0, 100)
-    ax.set_xlabel("share of problems (%)")
-    ax.invert_yaxis()
-    ax.legend(ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.18 - 0.4 / len(rows)), frameon=False)
+    fig, ax = band_bars(width, [f"{p} @ {_budget_label(b)}" for p, b, _ in rows], [r[2] for r in rows])
     n = next(iter(summary.get("counts", {}).values()), {})
     total = next(iter(n.values()), {}).get("n_problems") if n else None
     ax.set_title(f"Zero-advantage trap ({total} problems)" if total else "Zero-advantage trap")

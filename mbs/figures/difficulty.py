@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from mbs.calibration import budget_sort_key
-from mbs.figures import BAND_COLORS, BAND_LABELS, figure, save
+from mbs.figures import band_bars, figure, save
 from mbs.records import BANDS
 
 __all__ = ["DIFFICULTY_FIGURES", "difficulty_bands", "difficulty_report", "failed_all_vs_budget_by_difficulty"]
@@ -42,20 +42,8 @@ def difficulty_bands(summary: dict[str, Any], out_dir: Path, formats: Sequence[s
     if not rows:
         raise ValueError("by_difficulty has no live-policy budget")
     several = len({r[1] for r in rows}) > 1
-    fig, (ax,) = figure(width, aspect=0.45 + 0.06 * len(rows))
     labels = [(f"{p} · " if several else "") + f"{lv} @ L={b}" for lv, p, b, _ in rows]
-    left = [0.0] * len(rows)
-    for band in BANDS:
-        vals = [100 * r[3][band] for r in rows]
-        ax.barh(labels, vals, left=left, color=BAND_COLORS[band], label=BAND_LABELS[band], height=0.7)
-        for i, v in enumerate(vals):
-            if v >= 8:
-                ax.text(left[i] + v / 2, i, f"{v:.0f}", ha="center", va="center", fontsize=6, color="white")
-        left = [a + v for a, v in zip(left, vals)]
-    ax.set_xlim(0, 100)
-    ax.set_xlabel("share of problems (%)")
-    ax.invert_yaxis()
-    ax.legend(ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.18 - 0.4 / len(rows)), frameon=False)
+    fig, ax = band_bars(width, labels, [r[3] for r in rows])
     ax.set_title("Trap bands by difficulty and budget")
     return save(fig, out_dir, "difficulty_bands", formats)
 

@@ -10,15 +10,16 @@ import re
 import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+from support.loopback import serving
 
 from mbs.llm.base import BackendError, ChatRequest, sample_seed
 from mbs.llm.cache import CachedBackend
-from mbs.llm.segments import iter_entries
 from mbs.llm.openai_backend import OpenAIBackend, _split_completion_tokens
+from mbs.llm.segments import iter_entries
 
 MODEL = "smollm2"  # llama-cpp-python's server answers any model name with its one model
 
@@ -84,16 +85,8 @@ def _http_server(respond):
         def log_message(self, *args):  # keep test output quiet
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1", rec
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with serving(Handler) as base_url:
+        yield base_url, rec
 
 
 def _fake_openai(rec: _Recorder, body: dict):

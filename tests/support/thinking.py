@@ -28,7 +28,9 @@ import json
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from support.loopback import serving
 
 #: Tags of every mbs teacher/judge/Goose output format, mentioned by the thinking drafts.
 TAGS = ("<problem>", "</problem>", "<solution>", "<answer>", "</answer>", "<subproblem>", "</subproblem>",
@@ -189,13 +191,5 @@ def chat_server(respond: Callable[[dict, int], list[Reply]], shape: str = "reaso
         def log_message(self, *args):
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1", seen
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with serving(Handler) as base_url:
+        yield base_url, seen
