@@ -86,20 +86,8 @@ class RunDirError(UserError, RuntimeError):
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
     """Write ``data`` as pretty JSON to ``path`` via a temporary file and rename (never torn)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, sort_keys=True, ensure_ascii=False, default=_json_default)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False, default=_json_default)
+    return write_text_atomic(path, text + "\n")
 
 
 def _json_default(obj: Any) -> Any:

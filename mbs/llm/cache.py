@@ -62,6 +62,13 @@ def cache_key(backend: str, model_id: str, request: ChatRequest, index: int, ext
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
+def _require_usable(value: Any) -> None:
+    """Raise ``ValueError`` naming the problem when ``value`` is not a usable cache entry."""
+    problem = entry_problem(value)
+    if problem:
+        raise ValueError(f"refusing to cache an unusable completion: {problem}")
+
+
 class FilePerSampleCache:
     """The old store: one JSON file per sample (``root/ab/<sha256>.json``), read-only use now.
 
@@ -100,9 +107,7 @@ class FilePerSampleCache:
         Raises:
             ValueError: ``value`` is not a usable completion (see :func:`entry_problem`).
         """
-        problem = entry_problem(value)
-        if problem:
-            raise ValueError(f"refusing to cache an unusable completion: {problem}")
+        _require_usable(value)
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
@@ -175,9 +180,7 @@ class ResponseCache:
         Raises:
             ValueError: ``value`` is not a usable completion (see :func:`entry_problem`).
         """
-        problem = entry_problem(value)
-        if problem:
-            raise ValueError(f"refusing to cache an unusable completion: {problem}")
+        _require_usable(value)
         self.store.put(key, value)
 
     def close(self) -> None:
