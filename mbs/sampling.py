@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -129,12 +129,22 @@ class RolloutWriter:
         pool: The grading pool.
         shard: Where graded rollouts are appended (``None``: memory only).
         done: Rollouts already finished, by :attr:`Rollout.key` (filled as gradings finish).
+        keep: What ``done`` keeps of a graded rollout (default: the rollout itself; a stage
+            that streams its rollouts back from ``shard`` keeps :meth:`mbs.grouping.Outcome.of`,
+            which drops the text, so memory does not grow with the responses).
     """
 
-    def __init__(self, pool: GradingPool, shard: Shard | None, done: dict[tuple, Rollout] | None = None):
+    def __init__(
+        self,
+        pool: GradingPool,
+        shard: Shard | None,
+        done: dict[tuple, Any] | None = None,
+        keep: Callable[[Rollout], Any] | None = None,
+    ):
         self.pool = pool
         self.shard = shard
-        self.done: dict[tuple, Rollout] = {} if done is None else done
+        self.done: dict[tuple, Any] = {} if done is None else done
+        self.keep = keep
         self.pending: list[tuple[Rollout, Future]] = []
 
     def add(self, rollout: Rollout, ground_truth: str, verifier: str) -> None:
@@ -181,7 +191,7 @@ class RolloutWriter:
             if self.shard is not None:
                 self.shard.append(ready)
             for r in ready:
-                self.done[r.key] = r
+                self.done[r.key] = r if self.keep is None else self.keep(r)
         if failed is not None and sys.exc_info()[1] is None:
             raise failed  # (in a ``finally`` that an exception runs, e.g. submitit's requeue exit, that one goes on)
 
@@ -222,7 +232,8 @@ def draw(
         desc: Progress-bar label.
 
     Returns:
-        ``{(group id, budget): rollouts sorted by sample index}`` for every group.
+        ``{(group id, budget): rollouts sorted by sample index}`` for every group (what
+        ``writer.done`` keeps of them: see :class:`RolloutWriter`'s ``keep``).
 
     Raises:
         mbs.llm.BackendError: The backend failed after its retries (finished work is kept).
