@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -122,16 +122,22 @@ class RolloutWriter:
     """Grades completions in the worker pool while generation goes on; appends graded rollouts.
 
     Rollouts are written in the order their gradings finish to an append-only shard (or only
-    kept in memory when ``shard`` is ``None``), flushed per write, so a kill loses only gradings
-    still in flight (their completions are in the LLM cache).
+    kept in memory when ``shard`` is ``None``). Finished gradings are written (and flushed to
+    disk) at most every ``write_every_s`` seconds while generation runs, and all of them at each
+    :meth:`flush` that waits, so a kill loses at most the gradings of the last ``write_every_s``
+    seconds and those in flight (their completions are in the LLM cache: a rerun grades them
+    again without a backend call). Each :meth:`add` costs O(1) whatever the number of gradings
+    in flight (a fast backend outruns the graders by hundreds of thousands of rollouts).
 
     Args:
         pool: The grading pool.
         shard: Where graded rollouts are appended (``None``: memory only).
-        done: Rollouts already finished, by :attr:`Rollout.key` (filled as gradings finish).
+        done: Rollouts already finished, by :attr:`Rollout.key` (filled as they are written).
         keep: What ``done`` keeps of a graded rollout (default: the rollout itself; a stage
             that streams its rollouts back from ``shard`` keeps :meth:`mbs.grouping.Outcome.of`,
             which drops the text, so memory does not grow with the responses).
+        write_every_s: Seconds between writes while generation runs (0: every finished grading
+            is written at the next :meth:`add`).
     """
 
     def __init__(
@@ -140,19 +146,28 @@ class RolloutWriter:
         shard: Shard | None,
         done: dict[tuple, Any] | None = None,
         keep: Callable[[Rollout], Any] | None = None,
+        write_every_s: float = 1.0,
     ):
         self.pool = pool
         self.shard = shard
         self.done: dict[tuple, Any] = {} if done is None else done
         self.keep = keep
-        self.pending: list[tuple[Rollout, Future]] = []
+        self.write_every_s = float(write_every_s)
+        self.pending: dict[int, tuple[Rollout, Future]] = {}  # submission number -> rollout, grading
+        self._finished: deque[int] = deque()  # submission numbers, as their gradings finish (any thread)
+        self._ready: list[Rollout] = []  # graded, not written yet
+        self._submitted = 0
+        self._last_write = time.monotonic()
 
     def add(self, rollout: Rollout, ground_truth: str, verifier: str) -> None:
-        """Submit ``rollout`` for grading; write whatever gradings have finished.
+        """Submit ``rollout`` for grading; write the gradings that have finished (see the class).
 
         The verifier sees the final answer only (:func:`mbs.reasoning.final_answer`); a rollout
         without one (the budget L ran out inside the thinking) is not graded: reward 0 with
         :data:`mbs.reasoning.CUT_OFF_REASON`, whatever ``\\boxed{}`` guesses its thinking holds.
+
+        Raises:
+            GradingPoolError: As :meth:`flush`.
         """
         answer = final_answer(rollout.text, "server", reasoning=rollout.reasoning)
         if answer is None:
@@ -160,11 +175,15 @@ class RolloutWriter:
             fut.set_result(Grade(0.0, None, no_answer_reason(rollout.finish_reason)))
         else:
             fut = self.pool.submit(answer, ground_truth, verifier)
-        self.pending.append((rollout, fut))
+        number = self._submitted
+        self._submitted += 1
+        self.pending[number] = (rollout, fut)
+        fut.add_done_callback(lambda _f, number=number: self._finished.append(number))
         self.flush(wait=False)
 
     def flush(self, wait: bool) -> None:
-        """Write finished gradings (all of them, waiting, when ``wait``).
+        """Write finished gradings (all of them, waiting, when ``wait``; else only once
+        ``write_every_s`` passed since the last write).
 
         Raises:
             GradingPoolError: The grading pool failed (e.g. its workers were killed by the
@@ -174,24 +193,33 @@ class RolloutWriter:
                 Not raised while another exception propagates (a ``finally`` block), so it
                 never masks e.g. the ``SystemExit`` of submitit's requeue.
         """
-        ready, still, failed = [], [], None
-        for rollout, fut in self.pending:
-            if wait or fut.done():
-                try:
-                    grade = fut.result()
-                except GradingPoolError as err:  # not graded at all: never stored as "could not grade"
-                    failed = failed or err
-                    continue
-                rollout.reward, rollout.extracted, rollout.reason = grade.score, grade.extracted, grade.reason
-                ready.append(rollout)
-            else:
-                still.append((rollout, fut))
-        self.pending = still
-        if ready:
+        failed = None
+        if wait:
+            numbers = list(self.pending)  # every grading, in submission order
+            self._finished.clear()
+        else:
+            numbers = []
+            while self._finished:
+                numbers.append(self._finished.popleft())
+        for number in numbers:
+            item = self.pending.pop(number, None)
+            if item is None:
+                continue
+            rollout, fut = item
+            try:
+                grade = fut.result()
+            except GradingPoolError as err:  # not graded at all: never stored as "could not grade"
+                failed = failed or err
+                continue
+            rollout.reward, rollout.extracted, rollout.reason = grade.score, grade.extracted, grade.reason
+            self._ready.append(rollout)
+        if self._ready and (wait or time.monotonic() - self._last_write >= self.write_every_s):
+            ready, self._ready = self._ready, []
             if self.shard is not None:
                 self.shard.append(ready)
             for r in ready:
                 self.done[r.key] = r if self.keep is None else self.keep(r)
+            self._last_write = time.monotonic()
         if failed is not None and sys.exc_info()[1] is None:
             raise failed  # (in a ``finally`` that an exception runs, e.g. submitit's requeue exit, that one goes on)
 
