@@ -126,8 +126,11 @@ class RolloutWriter:
     disk) at most every ``write_every_s`` seconds while generation runs, and all of them at each
     :meth:`flush` that waits, so a kill loses at most the gradings of the last ``write_every_s``
     seconds and those in flight (their completions are in the LLM cache: a rerun grades them
-    again without a backend call). Each :meth:`add` costs O(1) whatever the number of gradings
-    in flight (a fast backend outruns the graders by hundreds of thousands of rollouts).
+    again without a backend call). Answers go to the pool in batches of up to ``grade_batch``
+    (one worker task each, :meth:`mbs.verify.pool.GradingPool.submit_many`), sent once full or
+    ``grade_wait_s`` after the first of them arrived (checked at each :meth:`add`) and at every
+    :meth:`flush` that waits. Each :meth:`add` costs O(1) whatever the number of gradings in
+    flight (a fast backend outruns the graders by hundreds of thousands of rollouts).
 
     Args:
         pool: The grading pool.
@@ -138,6 +141,8 @@ class RolloutWriter:
             which drops the text, so memory does not grow with the responses).
         write_every_s: Seconds between writes while generation runs (0: every finished grading
             is written at the next :meth:`add`).
+        grade_batch: Most answers sent to the grading pool as one task (1: one each).
+        grade_wait_s: Seconds an answer may wait for its batch to fill.
     """
 
     def __init__(
@@ -147,13 +152,19 @@ class RolloutWriter:
         done: dict[tuple, Any] | None = None,
         keep: Callable[[Rollout], Any] | None = None,
         write_every_s: float = 1.0,
+        grade_batch: int = 16,
+        grade_wait_s: float = 0.25,
     ):
         self.pool = pool
         self.shard = shard
         self.done: dict[tuple, Any] = {} if done is None else done
         self.keep = keep
         self.write_every_s = float(write_every_s)
-        self.pending: dict[int, tuple[Rollout, Future]] = {}  # submission number -> rollout, grading
+        self.grade_batch = max(1, int(grade_batch))
+        self.grade_wait_s = float(grade_wait_s)
+        self.pending: dict[int, tuple[Rollout, Future | None]] = {}  # number -> rollout, grading (None: not sent)
+        self._unsent: list[tuple[int, tuple[str, str, str]]] = []  # numbers and answers waiting for their batch
+        self._unsent_since = 0.0
         self._finished: deque[int] = deque()  # submission numbers, as their gradings finish (any thread)
         self._ready: list[Rollout] = []  # graded, not written yet
         self._submitted = 0
@@ -170,16 +181,31 @@ class RolloutWriter:
             GradingPoolError: As :meth:`flush`.
         """
         answer = final_answer(rollout.text, "server", reasoning=rollout.reasoning)
+        number = self._submitted
+        self._submitted += 1
         if answer is None:
             fut: Future = Future()
             fut.set_result(Grade(0.0, None, no_answer_reason(rollout.finish_reason)))
+            self._track(number, rollout, fut)
         else:
-            fut = self.pool.submit(answer, ground_truth, verifier)
-        number = self._submitted
-        self._submitted += 1
+            self.pending[number] = (rollout, None)
+            if not self._unsent:
+                self._unsent_since = time.monotonic()
+            self._unsent.append((number, (answer, ground_truth, verifier)))
+            if len(self._unsent) >= self.grade_batch or time.monotonic() - self._unsent_since >= self.grade_wait_s:
+                self._send()
+        self.flush(wait=False)
+
+    def _track(self, number: int, rollout: Rollout, fut: Future) -> None:
         self.pending[number] = (rollout, fut)
         fut.add_done_callback(lambda _f, number=number: self._finished.append(number))
-        self.flush(wait=False)
+
+    def _send(self) -> None:
+        """Send the answers waiting for their batch to the grading pool."""
+        batch, self._unsent = self._unsent, []
+        futures = self.pool.submit_many([item for _, item in batch])
+        for (number, _), fut in zip(batch, futures):
+            self._track(number, self.pending[number][0], fut)
 
     def flush(self, wait: bool) -> None:
         """Write finished gradings (all of them, waiting, when ``wait``; else only once
@@ -194,7 +220,17 @@ class RolloutWriter:
                 never masks e.g. the ``SystemExit`` of submitit's requeue.
         """
         failed = None
+        propagating = sys.exc_info()[1] is not None  # called from a ``finally`` an exception runs
         if wait:
+            if self._unsent:
+                try:
+                    self._send()
+                except Exception:
+                    if not propagating:
+                        raise
+                    for number, _ in self._unsent:  # never graded: a rerun grades them (LLM cache)
+                        self.pending.pop(number, None)
+                    self._unsent = []
             numbers = list(self.pending)  # every grading, in submission order
             self._finished.clear()
         else:
@@ -220,7 +256,7 @@ class RolloutWriter:
             for r in ready:
                 self.done[r.key] = r if self.keep is None else self.keep(r)
             self._last_write = time.monotonic()
-        if failed is not None and sys.exc_info()[1] is None:
+        if failed is not None and not propagating:
             raise failed  # (in a ``finally`` that an exception runs, e.g. submitit's requeue exit, that one goes on)
 
 

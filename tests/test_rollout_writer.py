@@ -18,11 +18,13 @@ class ManualPool:
 
     def __init__(self):
         self.futures: list[Future] = []
+        self.batches: list[int] = []
 
-    def submit(self, answer, ground_truth, verifier):
-        fut: Future = Future()
-        self.futures.append(fut)
-        return fut
+    def submit_many(self, items):
+        self.batches.append(len(items))
+        futures = [Future() for _ in items]
+        self.futures.extend(futures)
+        return futures
 
 
 def rollout(i: int, text: str = "\\boxed{2}") -> Rollout:
@@ -31,7 +33,7 @@ def rollout(i: int, text: str = "\\boxed{2}") -> Rollout:
 
 def test_finished_gradings_are_written_in_finish_order_and_the_rest_at_a_waiting_flush(tmp_path):
     pool, shard = ManualPool(), Shard(tmp_path / "rollouts.jsonl", Rollout)
-    writer = RolloutWriter(pool, shard, write_every_s=0)
+    writer = RolloutWriter(pool, shard, write_every_s=0, grade_batch=1)
     for i in range(4):
         writer.add(rollout(i), "2", "math")
     t = threading.Thread(target=lambda: (pool.futures[2].set_result(Grade(1.0, "2", "boxed")),
@@ -61,3 +63,22 @@ def test_writes_are_batched_by_time_and_nothing_is_lost(tmp_path):
     assert [r.sample_index for r in rs] == list(range(50))
     assert sum(r.reward == 1.0 for r in rs) == 17
     assert all(isinstance(o, Outcome) for o in writer.done.values()) and len(writer.done) == 50
+
+
+def test_answers_go_to_the_pool_in_batches():
+    pool = ManualPool()
+    writer = RolloutWriter(pool, None, grade_batch=4, grade_wait_s=3600)
+    for i in range(10):
+        writer.add(rollout(i), "2", "math")
+    cut = Rollout(problem_id="t/p", policy="pi", budget=64, sample_index=10, text="", reasoning="2+2 is",
+                  finish_reason="length")
+    writer.add(cut, "2", "math")  # cut off while thinking: reward 0 without grading, never sent
+    assert pool.batches == [4, 4]
+    for fut in pool.futures:
+        fut.set_result(Grade(1.0, "2", "boxed"))
+    # a waiting flush sends the last two first, then waits for their grades
+    t = threading.Timer(0.2, lambda: [f.set_result(Grade(0.0, "3", "boxed")) for f in pool.futures[8:]])
+    t.start()
+    writer.flush(wait=True)
+    assert pool.batches == [4, 4, 2] and len(writer.done) == 11
+    assert writer.done[("t/p", "pi", 64, 10)].reward == 0.0 and writer.done[("t/p", "pi", 64, 9)].reward == 0.0
