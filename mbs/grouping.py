@@ -81,6 +81,50 @@ class Outcome(NamedTuple):
         return self.reward == 1.0 and self.finish_reason == "stop"
 
 
+class Mark(NamedTuple):
+    """What :class:`GroupOutcomes` keeps of a finished rollout: what
+    :func:`mbs.calibration.settled` reads (``reward`` 1.0 if correct, else 0.0)."""
+
+    reward: float
+    complete_correct: bool
+
+
+class GroupOutcomes:
+    """The finished rollouts of a calibration as three bit masks per (problem, policy, budget L)
+    group: which samples are done, correct, and correct and complete. A mapping from
+    :attr:`~mbs.records.Rollout.key` to :class:`Mark`, as much of one as
+    :class:`mbs.sampling.RolloutWriter` and :func:`mbs.sampling.draw` use (``in``, ``[]``,
+    ``[] =``, ``len``): memory grows with the groups (~0.3 KiB each), not with the rollouts.
+    """
+
+    def __init__(self, rollouts: Iterable[Any] = ()) -> None:
+        self._groups: dict[tuple, list[int]] = {}
+        self._n = 0
+        for r in rollouts:
+            self[r.key] = r
+
+    def __setitem__(self, key: tuple, rollout: Any) -> None:
+        masks = self._groups.setdefault(key[:3], [0, 0, 0])
+        bit = 1 << int(key[3])
+        self._n += not masks[0] & bit
+        masks[0] |= bit
+        for slot, on in ((1, rollout.reward == 1.0), (2, rollout.complete_correct)):
+            masks[slot] = masks[slot] | bit if on else masks[slot] & ~bit
+
+    def __contains__(self, key: object) -> bool:
+        masks = self._groups.get(key[:3]) if isinstance(key, tuple) and len(key) == 4 else None
+        return masks is not None and bool(masks[0] >> int(key[3]) & 1)
+
+    def __getitem__(self, key: tuple) -> Mark:
+        if key not in self:
+            raise KeyError(key)
+        masks, i = self._groups[key[:3]], int(key[3])
+        return Mark(1.0 if masks[1] >> i & 1 else 0.0, bool(masks[2] >> i & 1))
+
+    def __len__(self) -> int:
+        return self._n
+
+
 class RolloutIndex:
     """Graded rollouts of a run, grouped per (problem, policy, budget L), in bounded memory.
 

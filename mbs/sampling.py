@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -135,10 +135,10 @@ class RolloutWriter:
     Args:
         pool: The grading pool.
         shard: Where graded rollouts are appended (``None``: memory only).
-        done: Rollouts already finished, by :attr:`Rollout.key` (filled as they are written).
-        keep: What ``done`` keeps of a graded rollout (default: the rollout itself; a stage
-            that streams its rollouts back from ``shard`` keeps :meth:`mbs.grouping.Outcome.of`,
-            which drops the text, so memory does not grow with the responses).
+        done: Rollouts already finished, by :attr:`Rollout.key` (filled as they are written): a
+            dict, or for a stage that streams its rollouts back from ``shard`` a
+            :class:`mbs.grouping.GroupOutcomes`, which keeps three bits per rollout, so memory
+            does not grow with the rollouts.
         write_every_s: Seconds between writes while generation runs (0: every finished grading
             is written at the next :meth:`add`).
         grade_batch: Most answers sent to the grading pool as one task (1: one each).
@@ -150,7 +150,6 @@ class RolloutWriter:
         pool: GradingPool,
         shard: Shard | None,
         done: dict[tuple, Any] | None = None,
-        keep: Callable[[Rollout], Any] | None = None,
         write_every_s: float = 1.0,
         grade_batch: int = 16,
         grade_wait_s: float = 0.25,
@@ -158,7 +157,6 @@ class RolloutWriter:
         self.pool = pool
         self.shard = shard
         self.done: dict[tuple, Any] = {} if done is None else done
-        self.keep = keep
         self.write_every_s = float(write_every_s)
         self.grade_batch = max(1, int(grade_batch))
         self.grade_wait_s = float(grade_wait_s)
@@ -254,7 +252,7 @@ class RolloutWriter:
             if self.shard is not None:
                 self.shard.append(ready)
             for r in ready:
-                self.done[r.key] = r if self.keep is None else self.keep(r)
+                self.done[r.key] = r
             self._last_write = time.monotonic()
         if failed is not None and not propagating:
             raise failed  # (in a ``finally`` that an exception runs, e.g. submitit's requeue exit, that one goes on)
@@ -297,7 +295,7 @@ def draw(
 
     Returns:
         ``{(group id, budget): rollouts sorted by sample index}`` for every group (what
-        ``writer.done`` keeps of them: see :class:`RolloutWriter`'s ``keep``).
+        ``writer.done`` keeps of them: see :class:`RolloutWriter`).
 
     Raises:
         mbs.llm.BackendError: The backend failed after its retries (finished work is kept).

@@ -14,7 +14,7 @@ import pytest
 
 from mbs.calibration import calibrate_group, trap_summary
 from mbs.calibration_run import early_stop_simulation
-from mbs.grouping import BandTable, Outcome, RolloutIndex, SeenKeys, budget_key, budget_sort_key
+from mbs.grouping import BandTable, GroupOutcomes, Mark, Outcome, RolloutIndex, SeenKeys, budget_key, budget_sort_key
 from mbs.records import BANDS, Rollout
 
 sys.path.insert(0, str(Path(__file__).parent / "data_loaders"))
@@ -172,3 +172,22 @@ def test_load_problem_shards_equals_loading_each_shard(tmp_path, limit):
         assert problems == one and report.as_dict() == one_report.as_dict()
         assert report.skipped == 1
     assert sum(len(p) for p, _ in shards) == (40 if limit is None else 12)
+
+
+def test_group_outcomes_answer_like_a_dict_of_rollouts():
+    rs = random_rollouts(7)
+    bits, ref = GroupOutcomes(rs[:100]), {r.key: r for r in rs[:100]}
+    for r in rs[100:]:
+        bits[r.key] = r
+        ref[r.key] = r
+    again = rs[0]
+    flipped = Rollout(**{**again.__dict__, "reward": 0.0 if again.reward == 1.0 else 1.0, "finish_reason": "stop"})
+    bits[again.key] = ref[again.key] = flipped  # a key set twice: the last outcome holds
+    assert len(bits) == len(ref)
+    for key, r in ref.items():
+        assert key in bits
+        assert bits[key] == Mark(1.0 if r.reward == 1.0 else 0.0, r.complete_correct)
+    for r in rs[:50]:
+        assert (r.problem_id, r.policy, r.budget, 9) not in bits and (r.problem_id, "other", r.budget, 0) not in bits
+    with pytest.raises(KeyError):
+        bits[("nope", "pi", 64, 0)]

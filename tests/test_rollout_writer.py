@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from concurrent.futures import Future
 
-from mbs.grouping import Outcome
+from mbs.grouping import GroupOutcomes
 from mbs.io import Shard
 from mbs.records import Rollout
 from mbs.sampling import RolloutWriter
@@ -54,7 +54,7 @@ def test_finished_gradings_are_written_in_finish_order_and_the_rest_at_a_waiting
 def test_writes_are_batched_by_time_and_nothing_is_lost(tmp_path):
     shard = Shard(tmp_path / "rollouts.jsonl", Rollout)
     with GradingPool(workers=0) as pool:  # gradings finish at once
-        writer = RolloutWriter(pool, shard, keep=Outcome.of, write_every_s=3600)
+        writer = RolloutWriter(pool, shard, GroupOutcomes(), write_every_s=3600)
         for i in range(50):
             writer.add(rollout(i, f"\\boxed{{{i % 3}}}"), "1", "math")
         assert not shard.path.exists() and not writer.done  # within the hour: held
@@ -62,7 +62,8 @@ def test_writes_are_batched_by_time_and_nothing_is_lost(tmp_path):
     rs = shard.read()
     assert [r.sample_index for r in rs] == list(range(50))
     assert sum(r.reward == 1.0 for r in rs) == 17
-    assert all(isinstance(o, Outcome) for o in writer.done.values()) and len(writer.done) == 50
+    assert len(writer.done) == 50 and ("t/p", "pi", 64, 49) in writer.done and ("t/p", "pi", 64, 50) not in writer.done
+    assert [writer.done[("t/p", "pi", 64, i)].reward for i in range(4)] == [0.0, 1.0, 0.0, 0.0]
 
 
 def test_answers_go_to_the_pool_in_batches():

@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 
 from mbs.calibration_run import CalibrationSettings, finalize
 from mbs.data import load_problems
-from mbs.grouping import Outcome
+from mbs.grouping import GroupOutcomes
 from mbs.io import RunDir
 from mbs.llm.meter import BackendMeter
 from mbs.recorded import calibrate_recorded
@@ -115,16 +115,16 @@ def run(cfg: DictConfig) -> Path:
 
     shard = out.shard("rollouts", Rollout)
     cond_shard = out.shard("conditioned", Rollout)
-    # rollouts already written (a resumed run), without their text: the rollouts stream from the
-    # shard file into finalize, so memory does not grow with them (mbs.grouping)
-    done = {o.key: o for o in map(Outcome.of, shard.iter()) if o.problem_id in by_id}
+    # which rollouts are written already (a resumed run) and how they came out, as bits per group:
+    # the rollouts themselves stream from the shard file into finalize (memory does not grow with them)
+    done = GroupOutcomes(r for r in shard.iter() if r.problem_id in by_id)
     cond_done = {r.key: r for r in cond_shard.read() if r.problem_id in by_id}
     resumed = len(done)
     stats: Counter = Counter()
     backends: dict[str, Any] = {}
     t1 = time.perf_counter()
     with GradingPool.from_config(cfg.verifier) as pool, shard, cond_shard:
-        writer = RolloutWriter(pool, shard, done, keep=Outcome.of)
+        writer = RolloutWriter(pool, shard, done)
         cond_writer = RolloutWriter(pool, cond_shard, cond_done)
         try:
             _draw_all(policies, problems, budgets, ccfg, cfg, writer, stats, cond_writer, backends)
