@@ -18,6 +18,7 @@ import sys
 import time
 from collections import Counter, deque
 from collections.abc import Sequence
+import concurrent.futures
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -129,8 +130,9 @@ class RolloutWriter:
     again without a backend call). Answers go to the pool in batches of up to ``grade_batch``
     (one worker task each, :meth:`mbs.verify.pool.GradingPool.submit_many`), sent once full or
     ``grade_wait_s`` after the first of them arrived (checked at each :meth:`add`) and at every
-    :meth:`flush` that waits. Each :meth:`add` costs O(1) whatever the number of gradings in
-    flight (a fast backend outruns the graders by hundreds of thousands of rollouts).
+    :meth:`flush` that waits. Each :meth:`add` costs O(1), and at most ``max_pending`` rollouts
+    wait for their grade: a backend faster than the graders (an instant one, or a cache full of
+    samples) waits for them instead of piling up rollouts in memory.
 
     Args:
         pool: The grading pool.
@@ -143,6 +145,7 @@ class RolloutWriter:
             is written at the next :meth:`add`).
         grade_batch: Most answers sent to the grading pool as one task (1: one each).
         grade_wait_s: Seconds an answer may wait for its batch to fill.
+        max_pending: Most rollouts submitted and not graded yet; :meth:`add` waits beyond it.
     """
 
     def __init__(
@@ -153,6 +156,7 @@ class RolloutWriter:
         write_every_s: float = 1.0,
         grade_batch: int = 16,
         grade_wait_s: float = 0.25,
+        max_pending: int = 4096,
     ):
         self.pool = pool
         self.shard = shard
@@ -160,6 +164,7 @@ class RolloutWriter:
         self.write_every_s = float(write_every_s)
         self.grade_batch = max(1, int(grade_batch))
         self.grade_wait_s = float(grade_wait_s)
+        self.max_pending = max(self.grade_batch, int(max_pending))
         self.pending: dict[int, tuple[Rollout, Future | None]] = {}  # number -> rollout, grading (None: not sent)
         self._unsent: list[tuple[int, tuple[str, str, str]]] = []  # numbers and answers waiting for their batch
         self._unsent_since = 0.0
@@ -193,6 +198,12 @@ class RolloutWriter:
             if len(self._unsent) >= self.grade_batch or time.monotonic() - self._unsent_since >= self.grade_wait_s:
                 self._send()
         self.flush(wait=False)
+        while len(self.pending) > self.max_pending:  # backpressure: wait for the oldest grading
+            if self._unsent:
+                self._send()
+            oldest = next(iter(self.pending.values()))[1]
+            concurrent.futures.wait([oldest], timeout=1.0)
+            self.flush(wait=False)
 
     def _track(self, number: int, rollout: Rollout, fut: Future) -> None:
         self.pending[number] = (rollout, fut)

@@ -83,3 +83,15 @@ def test_answers_go_to_the_pool_in_batches():
     writer.flush(wait=True)
     assert pool.batches == [4, 4, 2] and len(writer.done) == 11
     assert writer.done[("t/p", "pi", 64, 10)].reward == 0.0 and writer.done[("t/p", "pi", 64, 9)].reward == 0.0
+
+
+def test_a_backend_faster_than_the_graders_waits_for_them():
+    pool = ManualPool()
+    writer = RolloutWriter(pool, None, grade_batch=2, max_pending=4, write_every_s=0)
+    for i in range(4):
+        writer.add(rollout(i), "2", "math")
+    assert len(writer.pending) == 4
+    t = threading.Timer(0.3, lambda: pool.futures[0].set_result(Grade(1.0, "2", "boxed")))
+    t.start()
+    writer.add(rollout(4), "2", "math")  # a fifth in flight: waits until the oldest is graded
+    assert pool.futures[0].done() and len(writer.pending) == 4 and ("t/p", "pi", 64, 0) in writer.done
