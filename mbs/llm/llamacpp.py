@@ -28,7 +28,7 @@ from mbs.llm.base import (
     sample_seed,
     split_completion,
 )
-from mbs.llm.llamacpp_batched import BatchedDecoder, prompt_too_long, widen_context
+from mbs.llm.llamacpp_batched import BatchedDecoder, prompt_too_long
 from mbs.reasoning import ReasoningConfig
 from mbs.resources import usable_cpus
 
@@ -186,7 +186,6 @@ class LlamaCppBackend:
                 )
                 llm._mbs_primed = None  # the request key whose prompt this context holds
                 if self.batch_samples > 1:
-                    widen_context(llm, self.batch_samples, self.n_ctx)
                     llm._mbs_decoder = BatchedDecoder(llm, self.batch_samples, self.n_ctx, self.n_batch)
                 self._llms.append(llm)
         return self._llms[0]
@@ -284,7 +283,6 @@ class LlamaCppBackend:
 
     def _sample_batch(self, llm, req: ChatRequest, indices: list[int]) -> list[Completion]:
         """Samples ``indices`` of ``req`` decoded together (:class:`BatchedDecoder`)."""
-        llm._mbs_primed = None  # the batched decoder leaves the context empty
         try:
             tokens = self._prompt_tokens(llm, req.messages)
             raws = llm._mbs_decoder.decode(
@@ -385,6 +383,8 @@ class LlamaCppBackend:
 
     def close(self) -> None:
         for llm in self._llms:
+            if getattr(llm, "_mbs_decoder", None) is not None:
+                llm._mbs_decoder.close()
             llm.close() if hasattr(llm, "close") else None
         self._llms = []
 

@@ -5,9 +5,12 @@ The prompt is evaluated once (sequence 0) and shared to the other sequences with
 ``llama_batch`` (its own position and sequence id) and calls ``llama_decode`` once, so the
 weights are read once per step for all samples instead of once per sample.
 
-The context holds ``n_seq`` sequences of ``n_ctx_seq`` KV cells each in separate streams
+The decoder owns a llama.cpp context of its own (beside the ``Llama``'s, which keeps tokenizing
+and probing chat templates) holding ``n_seq`` sequences in separate KV streams
 (``kv_unified=false``): a sequence attends only over its own cells, laid out the same whatever
-shares the batch. Each sequence samples with its own sampler chain, the one llama-cpp-python
+shares the batch. A stream holds prompt plus budget rounded up to 256 tokens, grown when a
+request needs more (at most ``n_ctx``), so KV memory is ``n_seq`` x what a sample needs, not
+``n_seq`` x ``n_ctx``. Each sequence samples with its own sampler chain, the one llama-cpp-python
 0.3.36's ``create_chat_completion`` builds with its defaults (see :func:`sampler_chain`), seeded
 ``sample_seed(seed, i)``.
 
@@ -22,6 +25,9 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from mbs.llm.base import BackendError, sample_seed
+
+#: KV cells per stream are rounded up to this (llama.cpp pads its attention window to 256 cells).
+CELL_STEP = 256
 
 #: What ``Llama.create_chat_completion`` (llama-cpp-python 0.3.36) applies besides a request's
 #: temperature and top_p, in its sampler chain's order: top-k 40, typical-p 1.0 (off), min-p 0.05;
@@ -68,42 +74,6 @@ def prompt_too_long(n_prompt: int, n_ctx: int) -> str:
     return f"prompt of {n_prompt} tokens does not fit the context of {n_ctx} tokens per sample (raise backend.n_ctx)"
 
 
-def widen_context(llm, n_seq: int, n_ctx_seq: int) -> None:
-    """Replace ``llm``'s llama.cpp context by one holding ``n_seq`` sequences of ``n_ctx_seq`` cells.
-
-    The new context keeps the Llama's settings (threads, batch sizes, attention) and gets
-    ``n_seq_max = n_seq``, ``n_ctx = n_seq * n_ctx_seq`` and one KV stream per sequence
-    (``kv_unified = false``), so every sequence, sequence 0 of llama-cpp-python's own calls
-    included, holds ``n_ctx_seq`` tokens. KV memory grows ``n_seq``-fold.
-
-    Args:
-        llm: A loaded ``llama_cpp.Llama`` (its ``_ctx`` is replaced; the old one is freed).
-        n_seq: Sequences decoded together (>= 1).
-        n_ctx_seq: KV cells per sequence (the backend's ``n_ctx``).
-
-    Raises:
-        BackendError: llama.cpp could not create the context (e.g. out of memory).
-    """
-    import llama_cpp
-    from llama_cpp import _internals
-
-    params = llm.context_params
-    params.n_seq_max = int(n_seq)
-    params.n_ctx = int(n_seq) * int(n_ctx_seq)
-    params.kv_unified = False
-    old = llm._ctx
-    try:
-        new = _internals.LlamaContext(model=llm._model, params=params, verbose=False)
-    except ValueError as err:
-        raise BackendError(f"llamacpp: cannot create a context of {n_seq} x {n_ctx_seq} tokens: {err}") from err
-    old.close()
-    llm._ctx = new
-    llm.reset()
-    got = llama_cpp.llama_n_ctx_seq(new.ctx)
-    if got < n_ctx_seq:
-        raise BackendError(f"llamacpp: context holds {got} tokens per sequence, {n_ctx_seq} asked")
-
-
 def sampler_chain(seed: int, temperature: float, top_p: float):
     """A llama.cpp sampler chain as llama-cpp-python 0.3.36's chat completion builds it.
 
@@ -139,12 +109,14 @@ def sampler_chain(seed: int, temperature: float, top_p: float):
 
 
 class BatchedDecoder:
-    """Decodes the samples of one prompt together in a widened context (see :func:`widen_context`).
+    """Decodes the samples of one prompt together in a context of its own.
 
     Args:
-        llm: A loaded ``llama_cpp.Llama`` whose context :func:`widen_context` sized.
+        llm: A loaded ``llama_cpp.Llama``: its model, tokenizer and context settings (threads,
+            batch sizes, attention) are used; its own context is left alone.
         n_seq: Most sequences decoded together (the context's ``n_seq_max``).
-        n_ctx_seq: KV cells per sequence: the prompt plus a sample's budget must fit.
+        n_ctx_seq: Most tokens per sequence (the backend's ``n_ctx``): the prompt plus a
+            sample's budget must fit.
         n_batch: Prompt tokens per ``llama_decode`` call.
     """
 
@@ -152,6 +124,8 @@ class BatchedDecoder:
         import llama_cpp
 
         self.llm = llm
+        self._ctx = None  # llama_cpp._internals.LlamaContext, made (and grown) by _context()
+        self.cells = 0  # KV cells per sequence of the current context
         self.n_seq = int(n_seq)
         self.n_ctx_seq = int(n_ctx_seq)
         self.n_batch = max(int(n_batch), self.n_seq)
@@ -162,6 +136,37 @@ class BatchedDecoder:
         eos = llama_cpp.llama_vocab_eos(self._vocab)
         # the chat handler adds the EOS token's text as a stop string; kept for the same stops
         self._eos_text = llm.detokenize([eos], special=True).decode("utf-8", "ignore") if eos >= 0 else ""
+
+    def _context(self, need: int):
+        """The decoding context, (re)made when a sequence needs more than ``cells`` tokens.
+
+        Raises:
+            BackendError: llama.cpp could not create it (e.g. out of memory).
+        """
+        if need > self.cells:
+            from llama_cpp import _internals
+
+            cells = -(-int(need) // CELL_STEP) * CELL_STEP
+            params = self._L.llama_context_params.from_buffer_copy(self.llm.context_params)
+            params.n_seq_max = self.n_seq
+            params.n_ctx = self.n_seq * cells
+            params.kv_unified = False  # one stream per sequence
+            self.close()
+            try:
+                self._ctx = _internals.LlamaContext(model=self.llm._model, params=params, verbose=False)
+            except ValueError as err:
+                raise BackendError(f"llamacpp: cannot create a context of {self.n_seq} x {cells} tokens: {err}") from err
+            got = self._L.llama_n_ctx_seq(self._ctx.ctx)
+            if got < cells:
+                raise BackendError(f"llamacpp: context holds {got} tokens per sequence, {cells} asked")
+            self.cells = cells
+        return self._ctx
+
+    def close(self) -> None:
+        """Free the decoding context (a later :meth:`decode` makes a new one)."""
+        if self._ctx is not None:
+            self._ctx.close()
+        self._ctx, self.cells = None, 0
 
     def _piece(self, token: int) -> bytes:
         """The bytes a token adds to the text (special tokens add none, as in llama-cpp-python)."""
@@ -213,7 +218,8 @@ class BatchedDecoder:
 
     def _decode_chunk(self, prompt, chunk, seed, budget, temperature, top_p, stops) -> list[RawSample]:
         L = self._L
-        ctx, mem = self.llm._ctx.ctx, self.llm._ctx.memory
+        context = self._context(len(prompt) + budget)
+        ctx, mem = context.ctx, context.memory
         t0 = time.perf_counter()
         seqs = [
             _Seq(RawSample(index=int(i)), seq_id=j, sampler=sampler_chain(sample_seed(seed, i), temperature, top_p),
@@ -255,7 +261,6 @@ class BatchedDecoder:
             for s in seqs:
                 L.llama_sampler_free(s.sampler)
             L.llama_memory_clear(mem, False)  # the next request starts clean
-            self.llm.reset()  # llama-cpp-python's own view of the context: empty
         share = (time.perf_counter() - t0) / len(seqs)
         for s in seqs:
             s.sample.completion_tokens = len(s.tokens)
@@ -283,7 +288,7 @@ class BatchedDecoder:
         rc = self._L.llama_decode(ctx, batch)
         if rc != 0:
             raise BackendError(
-                f"llamacpp: llama_decode returned {rc} for the {what} (context {self.n_seq} x {self.n_ctx_seq} tokens)"
+                f"llamacpp: llama_decode returned {rc} for the {what} (context {self.n_seq} x {self.cells} tokens)"
             )
 
     def _accept(self, s: _Seq, token: int, stops: list[bytes]) -> bool:

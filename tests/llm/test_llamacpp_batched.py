@@ -81,13 +81,17 @@ def test_a_rerun_gives_the_same_samples_and_a_fresh_backend_too(backend):
         fresh.close()
 
 
-def test_kv_cells_are_cleared_between_requests():
-    """A request after a long one (budget filling the context) gives the samples it gives first."""
+def test_kv_cells_are_cleared_between_requests(monkeypatch):
+    """A request after a long one (budget filling the context, which grows for it) gives the
+    samples it gives first."""
+    monkeypatch.setattr("mbs.llm.llamacpp_batched.CELL_STEP", 32)
     b = make(n_ctx=72)
     try:
         first = texts(b, [req(MSGS, max_tokens=24)])
+        assert b._llms[0]._mbs_decoder.cells == 64  # 38 prompt + 24 budget, rounded up to 32
         long = b.generate([req(LONG, n=4, max_tokens=0)])[0]  # 0: the whole context per sample
         assert [c.prompt_tokens + c.completion_tokens for c in long] == [72] * 4
+        assert b._llms[0]._mbs_decoder.cells == 96
         assert texts(b, [req(MSGS, max_tokens=24)]) == first
     finally:
         b.close()
