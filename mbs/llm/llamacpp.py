@@ -69,26 +69,40 @@ def file_sha256(path: str, size: int, mtime_ns: int) -> str:
 class LlamaCppBackend:
     """Runs any GGUF chat model in-process with its own chat template.
 
-    Engine, chosen by measurement (``tests/benchmarks/bench_llm.py``, issue 22): one llama.cpp
-    instance with as many threads as the process may use (:func:`mbs.resources.usable_cpus`:
-    SLURM's allocation or the affinity mask, not the machine's core count), and OpenMP threads
-    that wait passively (``OMP_WAIT_POLICY`` defaults to ``passive`` here): spinning threads
-    collapsed to 0.1 tokens/s on 2 cores shared with other work, passive ones ran 3.3. Measured
-    beside it in the same run, ``instances`` single-threaded contexts drawing different samples in
-    parallel (weights memory-mapped once) reached 2.3 tokens/s at the same tokens per CPU second:
-    probably llama-cpp-python's per-token Python work, serialised by the GIL; kept as an option
-    for many-core nodes. Batching the n samples of a request in one ``llama_batch`` was not taken:
-    1.07-1.16x per thread (measured in the issue), and its logits depend on what shares the batch,
-    so a sample would change with the request's other samples.
+    Engine, chosen by measurement (``tests/benchmarks/bench_llm.py``, issue 22): the ``n``
+    samples of a request are decoded together (``batch_samples``, default 8, per
+    :class:`mbs.llm.llamacpp_batched.BatchedDecoder`): the prompt is evaluated once and shared,
+    then one ``llama_decode`` per step advances every live sample, so the weights are read once
+    per step for all of them. On this 2-core machine with other work on it (load 2.2-2.6), 2 CHAMP
+    prompts x 8 samples at L=64: 94-123 tokens/s with 2 threads and 99-101 with 1, against 38-50
+    one sample at a time (the same run). One llama.cpp instance with as many threads as the
+    process may use (:func:`mbs.resources.usable_cpus`: SLURM's allocation or the affinity mask,
+    not the machine's core count), and OpenMP threads that wait passively (``OMP_WAIT_POLICY``
+    defaults to ``passive`` here): spinning threads collapsed to 0.1 tokens/s on 2 cores shared
+    with other work, passive ones ran 3.3. ``instances`` single-threaded contexts drawing
+    different requests in parallel (weights memory-mapped once) measured no faster on 2 cores;
+    kept as an option for many-core nodes (each instance batches its request's samples).
 
-    Sample ``i`` of a request seeded ``s`` uses seed :func:`mbs.llm.base.sample_seed` ``(s, i)``
-    and starts from the same primed context (see :meth:`_prime`) whichever instance draws it
-    and whatever it drew before, so the N rollouts of a prompt are distinct and reproducible
-    (same text for the same model file, threads per instance and seed).
+    Sample ``i`` of a request seeded ``s`` uses seed :func:`mbs.llm.base.sample_seed` ``(s, i)``,
+    so the N rollouts of a prompt are distinct and a rerun gives the same samples (same model
+    file and engine). Batched: each sample has its own KV stream (``kv_unified=false``) and
+    sampler chain; measured on this machine (x86 AVX-512, SmolLM2 Q4_1), sample ``i``'s text is
+    the same drawn alone, in a resumed run (samples 5-7 only), with batch 4 or 8 and after a
+    context regrowth (tests/llm/test_llamacpp_batched.py). llama.cpp does not promise it: its
+    kernels may pick other code paths by batch width on other CPUs or quantisations, so there a
+    sample can change with what shares its batch (a rerun of the same job still gives the same
+    samples). The batched and the one-at-a-time engine use the same sampling (top-k 40, top-p,
+    min-p 0.05, temperature, seeded draw: llama-cpp-python's chat defaults) but their texts
+    differ once the prompt is longer than a few dozen tokens (the one-at-a-time path evaluates
+    the last prompt token alone, another kernel path), so the cache key names the engine
+    (``cache_params["engine"] = "batched"``). One at a time (``batch_samples`` 0 or 1): every
+    sample starts from the same primed context (see :meth:`_prime`) whichever instance draws it
+    and whatever it drew before.
 
     Args:
         model_path: GGUF file; ``None`` means the embedded SmolLM2-135M-Instruct.
-        n_ctx: Context window in tokens per instance; must hold the prompt plus the largest budget L.
+        n_ctx: Context window in tokens per sample; must hold the prompt plus the largest budget L
+            (a budget beyond it is cut to what fits, as llama-cpp-python does).
         n_threads: CPU threads per instance (``None``: the usable cores divided among the
             instances, at least 1).
         instances: llama.cpp contexts drawing different samples in parallel (``None``: usable cores
@@ -100,11 +114,14 @@ class LlamaCppBackend:
             its ``format`` splits each response (reasoning tokens counted with the model's
             tokenizer). The GGUF's chat template is rendered with its own defaults:
             ``chat_template_kwargs`` and ``effort`` must be empty here.
+        batch_samples: Most samples of a request decoded together (0 or 1: one at a time). The
+            decoding context holds ``batch_samples`` KV streams of prompt plus budget (rounded up
+            to 256 tokens, at most ``n_ctx``) beside the instance's own ``n_ctx`` context.
 
     Raises:
         FileNotFoundError: The model file does not exist.
-        ValueError: ``instances`` or ``n_threads`` below 1; an invalid ``reasoning`` node, or one
-            with template switches.
+        ValueError: ``instances`` or ``n_threads`` below 1, ``batch_samples`` outside 0..256; an
+            invalid ``reasoning`` node, or one with template switches.
     """
 
     def __init__(

@@ -143,9 +143,3 @@ def test_instances_each_batch_their_requests(backend):
         assert texts(two, reqs) == texts(backend, reqs)
     finally:
         two.close()
-
-
-def test_batch_samples_is_validated():
-    with pytest.raises(ValueError, match="batch_samples"):
-        LlamaCppBackend(batch_samples=-1)
-    assert LlamaCppBackend(batch_samples=0).batch_samples == 1
