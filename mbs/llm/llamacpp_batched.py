@@ -128,7 +128,7 @@ class BatchedDecoder:
         self.cells = 0  # KV cells per sequence of the current context
         self.n_seq = int(n_seq)
         self.n_ctx_seq = int(n_ctx_seq)
-        self.n_batch = max(int(n_batch), self.n_seq)
+        self.n_batch = max(1, min(int(n_batch), int(llm.context_params.n_batch)))  # prompt tokens per llama_decode
         self._L = llama_cpp
         self._vocab = llm._model.vocab
         self._pieces: dict[int, bytes] = {}
@@ -151,6 +151,8 @@ class BatchedDecoder:
             params.n_seq_max = self.n_seq
             params.n_ctx = self.n_seq * cells
             params.kv_unified = False  # one stream per sequence
+            params.n_batch = max(int(params.n_batch), self.n_seq)  # a step holds one token per sequence
+            params.n_ubatch = max(int(params.n_ubatch), self.n_seq)
             self.close()
             try:
                 self._ctx = _internals.LlamaContext(model=self.llm._model, params=params, verbose=False)
@@ -226,7 +228,7 @@ class BatchedDecoder:
                  budget=budget)
             for j, i in enumerate(chunk)
         ]
-        batch = L.llama_batch_init(self.n_batch, 0, 1)
+        batch = L.llama_batch_init(max(self.n_batch, self.n_seq), 0, 1)
         try:
             L.llama_memory_clear(mem, False)
             last = self._eval_prompt(ctx, batch, prompt)
