@@ -10,12 +10,15 @@ reason ``stop``).
 
 from __future__ import annotations
 
-import itertools
-import math
-from collections import defaultdict
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
-from mbs.records import BANDS, Calibration, Rollout
+from mbs.grouping import BandTable, budget_key, budget_sort_key
+from mbs.records import Calibration, Rollout
+
+__all__ = [
+    "band_of", "budget_key", "budget_sort_key", "calibrate_group", "grpo_advantages", "settled", "trap_summary",
+]
 
 
 def band_of(successes: int, n: int) -> str:
@@ -107,13 +110,9 @@ def calibrate_group(rollouts: Sequence[Rollout], n_target: int, decision: str = 
     )
 
 
-def budget_key(budget: int | None) -> str:
-    """Summary key of a budget: the token count as a string, or ``recorded``."""
-    return "recorded" if budget is None else str(int(budget))
-
-
 def trap_summary(calibrations: Iterable[Calibration]) -> dict[str, Any]:
-    """The trap statistics of a set of calibrations.
+    """The trap statistics of a set of calibrations (streamed: memory does not grow with them,
+    see :class:`mbs.grouping.BandTable`).
 
     Returns:
         ``bands[policy][budget]`` = fractions of solved_all / goldilocks / failed_all (sum 1),
@@ -123,52 +122,6 @@ def trap_summary(calibrations: Iterable[Calibration]) -> dict[str, Any]:
         differs between policies A and B at that budget, and
         ``reclassification.budgets[policy]["L1|L2"]`` likewise between budgets.
     """
-    groups: dict[str, dict[str, dict[str, Calibration]]] = defaultdict(lambda: defaultdict(dict))
-    for c in calibrations:
-        groups[c.policy][budget_key(c.budget)][c.problem_id] = c
-    bands: dict[str, dict[str, dict[str, float]]] = {}
-    counts: dict[str, dict[str, dict[str, Any]]] = {}
-    for policy in sorted(groups):
-        bands[policy], counts[policy] = {}, {}
-        for bkey in sorted(groups[policy], key=budget_sort_key):
-            cals = list(groups[policy][bkey].values())
-            n = len(cals)
-            cnt = {b: sum(1 for c in cals if c.band == b) for b in BANDS}
-            bands[policy][bkey] = {b: cnt[b] / n for b in BANDS}
-            counts[policy][bkey] = {
-                **cnt,
-                "n_problems": n,
-                "usable": sum(1 for c in cals if c.usable),
-                "trapped": (cnt["solved_all"] + cnt["failed_all"]) / n,
-                "pass_rate_mean": math.fsum(c.pass_rate for c in cals) / n,
-                "rollouts": sum(c.n for c in cals),
-                "truncated": sum(c.truncated for c in cals),
-            }
-    recl_pol: dict[str, dict[str, float]] = {}
-    all_budgets = sorted({b for p in groups for b in groups[p]}, key=budget_sort_key)
-    for bkey in all_budgets:
-        pols = [p for p in sorted(groups) if bkey in groups[p]]
-        for a, b in itertools.combinations(pols, 2):
-            rate = _reclassified(groups[a][bkey], groups[b][bkey])
-            if rate is not None:
-                recl_pol.setdefault(bkey, {})[f"{a}|{b}"] = rate
-    recl_bud: dict[str, dict[str, float]] = {}
-    for policy in sorted(groups):
-        for x, y in itertools.combinations(sorted(groups[policy], key=budget_sort_key), 2):
-            rate = _reclassified(groups[policy][x], groups[policy][y])
-            if rate is not None:
-                recl_bud.setdefault(policy, {})[f"{x}|{y}"] = rate
-    return {"bands": bands, "counts": counts, "reclassification": {"policies": recl_pol, "budgets": recl_bud}}
-
-
-def _reclassified(a: dict[str, Calibration], b: dict[str, Calibration]) -> float | None:
-    common = sorted(set(a) & set(b))
-    if not common:
-        return None
-    return sum(1 for pid in common if a[pid].band != b[pid].band) / len(common)
-
-
-def budget_sort_key(key: str) -> tuple[int, int]:
-    """Sort key of a budget key: numeric budgets L in order (``"64"`` before ``"128"``), then
-    ``"recorded"``."""
-    return (1, 0) if key == "recorded" else (0, int(key))
+    with BandTable() as table:
+        table.add(calibrations)
+        return table.summary()

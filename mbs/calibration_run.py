@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from mbs.data.champ import gold_report
 from mbs.difficulty import difficulty_fields
 from mbs.errors import ConfigError
 from mbs.figures.calibration import calibration_figures
+from mbs.grouping import RolloutIndex
 from mbs.io import RunDir
 from mbs.recorded import recorded_report
 from mbs.records import Calibration, Problem, Rollout, reason_kind
@@ -97,16 +98,10 @@ def _hard_seed_budget(explicit: Any, budgets: Sequence[int], policies: Sequence[
     return max(budgets)
 
 
-def hard_seeds(calibrations: Sequence[Calibration], problems: Sequence[Problem], target: str, budget: int | None) -> list[Problem]:
-    """Problems the target policy fails on every rollout at the hard-seed budget (synthesis input)."""
-    failed = {c.problem_id for c in calibrations if c.policy == target and c.budget == budget and c.band == "failed_all"}
-    return [p for p in problems if p.id in failed]
-
-
-def _extraction(rollouts: Sequence[Rollout]) -> dict[str, Any]:
+def _extraction(graded: Iterable[tuple[str | None, float | None]]) -> dict[str, Any]:
     """Rollouts and rewards per extraction rule (:func:`mbs.verify.rules.extraction_report`);
     warns when the rewards rest mostly on the last-sentence fallback."""
-    report = extraction_report((r.reason, r.reward) for r in rollouts)
+    report = extraction_report(graded)
     if report["mostly_fallback"]:
         log.warning(
             "%.0f%% of rewarded rollouts were graded by the last-sentence fallback (no box or answer "
@@ -116,45 +111,79 @@ def _extraction(rollouts: Sequence[Rollout]) -> dict[str, Any]:
     return report
 
 
+def early_stop_group(rollouts: Sequence[Rollout], full: Calibration, batch: int, decision: str, alpha: float) -> tuple[int, int, bool]:
+    """Replay sequential early stopping on one fully drawn group.
+
+    Args:
+        rollouts: The group's rollouts (or :class:`mbs.grouping.Outcome`), sorted by sample index.
+        full: The group's calibration over all ``full.n_target`` rollouts.
+        batch: Rollouts per early-stopping round.
+        decision: ``band`` or ``above_alpha``.
+        alpha: Threshold of ``above_alpha``.
+
+    Returns:
+        ``(rollouts drawn in full, rollouts early stopping saves, same decision as the full draw)``.
+    """
+    rs = list(rollouts[: full.n_target])
+    n = len(rs)
+    k = n
+    for stop in range(batch, n + batch, batch):
+        stop = min(stop, n)
+        if settled(rs[:stop], n, decision, alpha):
+            k = stop
+            break
+    early = calibrate_group(rs[:k], n, decision, alpha)
+    if decision == "band":
+        same = (early.band, early.usable) == (full.band, full.usable)
+    else:
+        same = (early.successes > alpha * n if k < n else full.pass_rate > alpha) == (full.pass_rate > alpha)
+    return n, n - k, same
+
+
 def early_stop_simulation(calibrations_full: Sequence[Calibration], rollouts: Sequence[Rollout], batch: int, decision: str, alpha: float) -> dict[str, Any]:
     """Replay sequential early stopping on fully drawn groups: rollouts it would save, and
-    whether every decision (band, usability) is identical to the full draw."""
+    whether every decision (band, usability) is identical to the full draw (see
+    :func:`early_stop_group`)."""
     by_group: dict[tuple, list[Rollout]] = defaultdict(list)
     for r in rollouts:
         by_group[(r.problem_id, r.policy, r.budget)].append(r)
-    total = saved = same = 0
+    sim = _EarlyStopTally(batch, decision, alpha)
     for c in calibrations_full:
-        rs = sorted(by_group[c.key], key=lambda r: r.sample_index)[: c.n_target]
-        n = len(rs)
-        k = n
-        for stop in range(batch, n + batch, batch):
-            stop = min(stop, n)
-            if settled(rs[:stop], n, decision, alpha):
-                k = stop
-                break
-        early = calibrate_group(rs[:k], n, decision, alpha)
-        total += n
-        saved += n - k
-        if decision == "band":
-            same += (early.band, early.usable) == (c.band, c.usable)
-        else:
-            same += (early.successes > alpha * n if k < n else c.pass_rate > alpha) == (c.pass_rate > alpha)
-    return {
-        "rollouts": total,
-        "saved": saved,
-        "saved_share": saved / total if total else 0.0,
-        "identical_decisions": same,
-        "groups": len(calibrations_full),
-        "batch": batch,
-        "decision": decision,
-    }
+        sim.add(sorted(by_group[c.key], key=lambda r: r.sample_index), c)
+    return sim.report()
+
+
+class _EarlyStopTally:
+    """:func:`early_stop_simulation`, one group at a time."""
+
+    def __init__(self, batch: int, decision: str, alpha: float):
+        self.batch, self.decision, self.alpha = batch, decision, alpha
+        self.total = self.saved = self.same = self.groups = 0
+
+    def add(self, rollouts: Sequence[Rollout], full: Calibration) -> None:
+        n, saved, same = early_stop_group(rollouts, full, self.batch, self.decision, self.alpha)
+        self.total += n
+        self.saved += saved
+        self.same += same
+        self.groups += 1
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "rollouts": self.total,
+            "saved": self.saved,
+            "saved_share": self.saved / self.total if self.total else 0.0,
+            "identical_decisions": self.same,
+            "groups": self.groups,
+            "batch": self.batch,
+            "decision": self.decision,
+        }
 
 
 def finalize(
     out: RunDir,
     settings: CalibrationSettings,
     problems: Sequence[Problem],
-    rollouts: Sequence[Rollout],
+    rollouts: Iterable[Rollout],
     conditioned: Sequence[Rollout] = (),
     *,
     stats: dict[str, int] | None = None,
@@ -167,11 +196,17 @@ def finalize(
     Everything here is a pure function of the rollouts, so rerunning (or merging the rollout
     shards of several processes and finalising once) gives identical files.
 
+    The rollouts are streamed once into a :class:`mbs.grouping.RolloutIndex` (no text kept,
+    memory bounded) and read back one (problem, policy, budget) group at a time; calibrations
+    are written as they are computed. Nothing is written before ``rollouts`` is exhausted, so
+    an iterator that raises (e.g. on a rollout of an unknown problem) leaves the run as it was.
+
     Args:
         out: The run directory (this process's shard index names the files written).
         settings: The calibration settings (derived once from the stage config).
         problems: The problems calibrated (for hard seeds and reports).
-        rollouts: Every graded rollout (recorded policies: budget ``None``).
+        rollouts: Every graded rollout (recorded policies: budget ``None``), any order, read
+            once; a rollout given twice (same key) counts once, the last one given.
         conditioned: Graded recorded answers under hint / partial-solution settings.
         stats: ``resumed`` and ``rollouts_saved`` counters of the drawing phase.
         backends: Per-policy backend usage of the drawing phase.
@@ -186,20 +221,41 @@ def finalize(
     budgets = list(settings.budgets)
     n_target = settings.n
     has_live = any(p.source == "live" for p in policies)
-    groups: dict[tuple, list[Rollout]] = defaultdict(list)
-    for r in rollouts:
-        groups[(r.problem_id, r.policy, r.budget)].append(r)
-    calibrations = []
-    for key in sorted(groups, key=lambda k: (k[1], -1 if k[2] is None else k[2], k[0])):
-        rs = sorted(groups[key], key=lambda r: r.sample_index)
-        n_group = len(rs) if key[2] is None else n_target  # recorded: every no-hint setting is a rollout
-        calibrations.append(calibrate_group(rs[:n_group], n_group, settings.decision, settings.alpha))
-    out.shard("calibrations", Calibration).rewrite(calibrations)
+    recorded: dict[tuple, Rollout] = {}  # recorded policies' answers, for the CHAMP report (a few thousand)
+
+    def keep_recorded(stream: Iterable[Rollout]) -> Iterator[Rollout]:
+        for r in stream:
+            if r.budget is None:
+                recorded[r.key] = r
+            yield r
+
+    with RolloutIndex() as index:
+        index.add(keep_recorded(rollouts))
+        totals = index.totals()
+        target = (settings.target, settings.hard_seed_budget)
+        failed: set[str] = set()  # the target's failed_all problems at the hard-seed budget
+        sim = None if settings.early_stop else _EarlyStopTally(settings.batch, settings.decision, settings.alpha)
+
+        def calibrations() -> Iterator[Calibration]:
+            for rs in index.groups():
+                first = rs[0]
+                n_group = len(rs) if first.budget is None else n_target  # recorded: every no-hint setting is a rollout
+                c = calibrate_group(rs[:n_group], n_group, settings.decision, settings.alpha)
+                if (c.policy, c.budget) == target and c.band == "failed_all":
+                    failed.add(c.problem_id)
+                if sim is not None and c.n == c.n_target:
+                    sim.add(rs, c)
+                yield c
+
+        cal_shard = out.shard("calibrations", Calibration)
+        n_calibrations = cal_shard.rewrite(calibrations())
+        grading = Counter(reason_kind(reason) for reason, _ in index.graded())
+        extraction = _extraction(index.graded())
     ungradable = ungradable_golds(problems, settings.verifier)  # never hard seeds: no trace can verify them
-    hard = [p for p in hard_seeds(calibrations, problems, settings.target, settings.hard_seed_budget) if p.id not in ungradable]
+    hard = [p for p in problems if p.id in failed and p.id not in ungradable]
     out.shard("hard_seeds", Problem).rewrite(hard)
 
-    summary = trap_summary(calibrations)
+    summary = trap_summary(cal_shard.iter())
     summary.update(
         {
             "problems": len(problems),
@@ -214,27 +270,24 @@ def finalize(
             "ungradable": {"count": len(ungradable), "ids": list(ungradable), "reasons": ungradable},
             "hard_seed_budget": settings.hard_seed_budget,
             "rollouts": {
-                "drawn": len(rollouts),
+                "drawn": totals["drawn"],
                 "resumed": int(stats.get("resumed", 0)),
                 "saved_by_early_stopping": int(stats.get("rollouts_saved", 0)),
-                "ungraded": sum(1 for r in rollouts if r.reward is None),
-                "completion_tokens": sum(r.completion_tokens for r in rollouts),
-                "truncated": sum(1 for r in rollouts if r.finish_reason == "length"),
+                "ungraded": totals["ungraded"],
+                "completion_tokens": totals["completion_tokens"],
+                "truncated": totals["truncated"],
             },
-            "grading": dict(sorted(Counter(reason_kind(r.reason) for r in rollouts).items())),
-            "extraction": _extraction(rollouts),
+            "grading": dict(sorted(grading.items())),
+            "extraction": extraction,
             "data": load_report or {},
             "backends": backends,
         }
     )
-    summary.update(difficulty_fields(calibrations, problems))  # band shares per (difficulty level, L)
-    full = [c for c in calibrations if c.n == c.n_target]
-    if full and not settings.early_stop:
-        summary["early_stop_simulation"] = early_stop_simulation(
-            full, rollouts, settings.batch, settings.decision, settings.alpha
-        )
+    summary.update(difficulty_fields(cal_shard.iter(), problems))  # band shares per (difficulty level, L)
+    if sim is not None and sim.groups:
+        summary["early_stop_simulation"] = sim.report()
     if any(p.source == "recorded" for p in policies):
-        summary["recorded"] = recorded_report(problems, rollouts, conditioned)
+        summary["recorded"] = recorded_report(problems, list(recorded.values()), conditioned)
         summary["champ_gold"] = gold_report()
     out.write_summary(summary)
     if settings.figures:
@@ -244,8 +297,8 @@ def finalize(
     out.write_manifest(
         {
             "problems": len(problems),
-            "rollouts": len(rollouts),
-            "calibrations": len(calibrations),
+            "rollouts": totals["drawn"],
+            "calibrations": n_calibrations,
             "hard_seeds": len(hard),
             "skipped_records": (load_report or {}).get("skipped", 0),
             # rollouts read back from this run directory's own files (a resumed or repeated run)

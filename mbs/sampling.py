@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -122,39 +122,92 @@ class RolloutWriter:
     """Grades completions in the worker pool while generation goes on; appends graded rollouts.
 
     Rollouts are written in the order their gradings finish to an append-only shard (or only
-    kept in memory when ``shard`` is ``None``), flushed per write, so a kill loses only gradings
-    still in flight (their completions are in the LLM cache).
+    kept in memory when ``shard`` is ``None``). Finished gradings are written (and flushed to
+    disk) at most every ``write_every_s`` seconds while generation runs, and all of them at each
+    :meth:`flush` that waits, so a kill loses at most the gradings of the last ``write_every_s``
+    seconds and those in flight (their completions are in the LLM cache: a rerun grades them
+    again without a backend call). Answers go to the pool in batches of up to ``grade_batch``
+    (one worker task each, :meth:`mbs.verify.pool.GradingPool.submit_many`), sent once full or
+    ``grade_wait_s`` after the first of them arrived (checked at each :meth:`add`) and at every
+    :meth:`flush` that waits. Each :meth:`add` costs O(1) whatever the number of gradings in
+    flight (a fast backend outruns the graders by hundreds of thousands of rollouts).
 
     Args:
         pool: The grading pool.
         shard: Where graded rollouts are appended (``None``: memory only).
-        done: Rollouts already finished, by :attr:`Rollout.key` (filled as gradings finish).
+        done: Rollouts already finished, by :attr:`Rollout.key` (filled as they are written): a
+            dict, or for a stage that streams its rollouts back from ``shard`` a
+            :class:`mbs.grouping.GroupOutcomes`, which keeps three bits per rollout, so memory
+            does not grow with the rollouts.
+        write_every_s: Seconds between writes while generation runs (0: every finished grading
+            is written at the next :meth:`add`).
+        grade_batch: Most answers sent to the grading pool as one task (1: one each).
+        grade_wait_s: Seconds an answer may wait for its batch to fill.
     """
 
-    def __init__(self, pool: GradingPool, shard: Shard | None, done: dict[tuple, Rollout] | None = None):
+    def __init__(
+        self,
+        pool: GradingPool,
+        shard: Shard | None,
+        done: dict[tuple, Any] | None = None,
+        write_every_s: float = 1.0,
+        grade_batch: int = 16,
+        grade_wait_s: float = 0.25,
+    ):
         self.pool = pool
         self.shard = shard
-        self.done: dict[tuple, Rollout] = {} if done is None else done
-        self.pending: list[tuple[Rollout, Future]] = []
+        self.done: dict[tuple, Any] = {} if done is None else done
+        self.write_every_s = float(write_every_s)
+        self.grade_batch = max(1, int(grade_batch))
+        self.grade_wait_s = float(grade_wait_s)
+        self.pending: dict[int, tuple[Rollout, Future | None]] = {}  # number -> rollout, grading (None: not sent)
+        self._unsent: list[tuple[int, tuple[str, str, str]]] = []  # numbers and answers waiting for their batch
+        self._unsent_since = 0.0
+        self._finished: deque[int] = deque()  # submission numbers, as their gradings finish (any thread)
+        self._ready: list[Rollout] = []  # graded, not written yet
+        self._submitted = 0
+        self._last_write = time.monotonic()
 
     def add(self, rollout: Rollout, ground_truth: str, verifier: str) -> None:
-        """Submit ``rollout`` for grading; write whatever gradings have finished.
+        """Submit ``rollout`` for grading; write the gradings that have finished (see the class).
 
         The verifier sees the final answer only (:func:`mbs.reasoning.final_answer`); a rollout
         without one (the budget L ran out inside the thinking) is not graded: reward 0 with
         :data:`mbs.reasoning.CUT_OFF_REASON`, whatever ``\\boxed{}`` guesses its thinking holds.
+
+        Raises:
+            GradingPoolError: As :meth:`flush`.
         """
         answer = final_answer(rollout.text, "server", reasoning=rollout.reasoning)
+        number = self._submitted
+        self._submitted += 1
         if answer is None:
             fut: Future = Future()
             fut.set_result(Grade(0.0, None, no_answer_reason(rollout.finish_reason)))
+            self._track(number, rollout, fut)
         else:
-            fut = self.pool.submit(answer, ground_truth, verifier)
-        self.pending.append((rollout, fut))
+            self.pending[number] = (rollout, None)
+            if not self._unsent:
+                self._unsent_since = time.monotonic()
+            self._unsent.append((number, (answer, ground_truth, verifier)))
+            if len(self._unsent) >= self.grade_batch or time.monotonic() - self._unsent_since >= self.grade_wait_s:
+                self._send()
         self.flush(wait=False)
 
+    def _track(self, number: int, rollout: Rollout, fut: Future) -> None:
+        self.pending[number] = (rollout, fut)
+        fut.add_done_callback(lambda _f, number=number: self._finished.append(number))
+
+    def _send(self) -> None:
+        """Send the answers waiting for their batch to the grading pool."""
+        batch, self._unsent = self._unsent, []
+        futures = self.pool.submit_many([item for _, item in batch])
+        for (number, _), fut in zip(batch, futures):
+            self._track(number, self.pending[number][0], fut)
+
     def flush(self, wait: bool) -> None:
-        """Write finished gradings (all of them, waiting, when ``wait``).
+        """Write finished gradings (all of them, waiting, when ``wait``; else only once
+        ``write_every_s`` passed since the last write).
 
         Raises:
             GradingPoolError: The grading pool failed (e.g. its workers were killed by the
@@ -164,25 +217,44 @@ class RolloutWriter:
                 Not raised while another exception propagates (a ``finally`` block), so it
                 never masks e.g. the ``SystemExit`` of submitit's requeue.
         """
-        ready, still, failed = [], [], None
-        for rollout, fut in self.pending:
-            if wait or fut.done():
+        failed = None
+        propagating = sys.exc_info()[1] is not None  # called from a ``finally`` an exception runs
+        if wait:
+            if self._unsent:
                 try:
-                    grade = fut.result()
-                except GradingPoolError as err:  # not graded at all: never stored as "could not grade"
-                    failed = failed or err
-                    continue
-                rollout.reward, rollout.extracted, rollout.reason = grade.score, grade.extracted, grade.reason
-                ready.append(rollout)
-            else:
-                still.append((rollout, fut))
-        self.pending = still
-        if ready:
+                    self._send()
+                except Exception:
+                    if not propagating:
+                        raise
+                    for number, _ in self._unsent:  # never graded: a rerun grades them (LLM cache)
+                        self.pending.pop(number, None)
+                    self._unsent = []
+            numbers = list(self.pending)  # every grading, in submission order
+            self._finished.clear()
+        else:
+            numbers = []
+            while self._finished:
+                numbers.append(self._finished.popleft())
+        for number in numbers:
+            item = self.pending.pop(number, None)
+            if item is None:
+                continue
+            rollout, fut = item
+            try:
+                grade = fut.result()
+            except GradingPoolError as err:  # not graded at all: never stored as "could not grade"
+                failed = failed or err
+                continue
+            rollout.reward, rollout.extracted, rollout.reason = grade.score, grade.extracted, grade.reason
+            self._ready.append(rollout)
+        if self._ready and (wait or time.monotonic() - self._last_write >= self.write_every_s):
+            ready, self._ready = self._ready, []
             if self.shard is not None:
                 self.shard.append(ready)
             for r in ready:
                 self.done[r.key] = r
-        if failed is not None and sys.exc_info()[1] is None:
+            self._last_write = time.monotonic()
+        if failed is not None and not propagating:
             raise failed  # (in a ``finally`` that an exception runs, e.g. submitit's requeue exit, that one goes on)
 
 
@@ -222,7 +294,8 @@ def draw(
         desc: Progress-bar label.
 
     Returns:
-        ``{(group id, budget): rollouts sorted by sample index}`` for every group.
+        ``{(group id, budget): rollouts sorted by sample index}`` for every group (what
+        ``writer.done`` keeps of them: see :class:`RolloutWriter`).
 
     Raises:
         mbs.llm.BackendError: The backend failed after its retries (finished work is kept).

@@ -30,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from mbs.data import load_problems
 from mbs.errors import UserError
-from mbs.io import read_records, read_summary
+from mbs.io import Shard, read_records, read_summary, shard_files
 from mbs.records import BANDS, Calibration, Problem
 
 log = logging.getLogger(__name__)
@@ -118,28 +118,31 @@ def _calibration_source(run_dir: Path, summary: dict, select: str, policy: str |
     policy = policy if policy is not None else summary.get("target_policy")
     if budget is None:
         budget = summary.get("hard_seed_budget")
-    cals = read_records(run_dir, "calibrations", Calibration)
-    mine = [c for c in cals if c.policy == policy and c.budget == (None if budget is None else int(budget))]
-    if cals and not mine:
-        have = sorted({(c.policy, c.budget) for c in cals}, key=str)
-        raise SourceError(f"{run_dir}: no calibration of policy {policy!r} at budget {budget}; the run has {have}")
-    if select == "usable":
-        chosen = [c for c in mine if c.usable]
-    elif select == "all":
-        chosen = mine
-    else:
-        chosen = [c for c in mine if c.band == select]
+    want = None if budget is None else int(budget)
+    have: set[tuple] = set()
+    mine = 0
+    chosen: list[str] = []  # problem ids; the calibrations stream through (a run may hold millions)
+    for path in shard_files(run_dir, "calibrations"):
+        for c in Shard(path, Calibration).iter():
+            have.add((c.policy, c.budget))
+            if c.policy != policy or c.budget != want:
+                continue
+            mine += 1
+            if select == "all" or (c.usable if select == "usable" else c.band == select):
+                chosen.append(c.problem_id)
+    if have and not mine:
+        raise SourceError(f"{run_dir}: no calibration of policy {policy!r} at budget {budget}; the run has {sorted(have, key=str)}")
     data_cfg = OmegaConf.create(OmegaConf.to_container(cfg.data, resolve=False))
     data_cfg.limit = None  # calibrations say which problems were used; reload them all
     problems, _ = load_problems(data_cfg)
     by_id = {p.id: p for p in problems}
-    missing = [c.problem_id for c in chosen if c.problem_id not in by_id]
+    missing = [pid for pid in chosen if pid not in by_id]
     if missing:
         raise SourceError(
             f"{run_dir}: calibrated problem(s) {missing[:5]} are not in the run's data config "
             f"({run_dir / 'config.yaml'}: data.loader={data_cfg.loader}); has the dataset changed?"
         )
-    ids = {c.problem_id for c in chosen}
+    ids = set(chosen)
     templates = OmegaConf.to_container(cfg.calibrate.templates) if OmegaConf.select(cfg, "calibrate.templates") is not None else None
     return Source(
         name,
@@ -147,7 +150,7 @@ def _calibration_source(run_dir: Path, summary: dict, select: str, policy: str |
         str(run_dir),
         [p for p in problems if p.id in ids],
         templates,
-        {"select": select, "policy": policy, "budget": budget, "calibrated": len(mine)},
+        {"select": select, "policy": policy, "budget": budget, "calibrated": mine},
     )
 
 

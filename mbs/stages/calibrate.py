@@ -24,6 +24,7 @@ from omegaconf import DictConfig
 
 from mbs.calibration_run import CalibrationSettings, finalize
 from mbs.data import load_problems
+from mbs.grouping import GroupOutcomes
 from mbs.io import RunDir
 from mbs.llm.meter import BackendMeter
 from mbs.recorded import calibrate_recorded
@@ -114,7 +115,9 @@ def run(cfg: DictConfig) -> Path:
 
     shard = out.shard("rollouts", Rollout)
     cond_shard = out.shard("conditioned", Rollout)
-    done = {r.key: r for r in shard.read() if r.problem_id in by_id}
+    # which rollouts are written already (a resumed run) and how they came out, as bits per group:
+    # the rollouts themselves stream from the shard file into finalize (memory does not grow with them)
+    done = GroupOutcomes(r for r in shard.iter() if r.problem_id in by_id)
     cond_done = {r.key: r for r in cond_shard.read() if r.problem_id in by_id}
     resumed = len(done)
     stats: Counter = Counter()
@@ -131,7 +134,8 @@ def run(cfg: DictConfig) -> Path:
     out.timings["rollouts"] = time.perf_counter() - t1
     if not cond_done:
         cond_shard.path.unlink(missing_ok=True)
+    written = (r for r in shard.iter() if r.problem_id in by_id)  # every graded rollout, read once
     return finalize(
-        out, settings, problems, list(done.values()), list(cond_done.values()),
+        out, settings, problems, written, list(cond_done.values()),
         stats={**stats, "resumed": resumed}, backends=backends, load_report=report.as_dict(),
     )

@@ -27,10 +27,11 @@ removed first, and ``manifest.json`` (written last) marks a merge that finished.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,9 +39,10 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from mbs.calibration_run import CalibrationSettings, finalize
-from mbs.data import load_problems
+from mbs.data import load_problem_shards
+from mbs.grouping import SeenKeys
 from mbs.errors import UserError
-from mbs.io import MANIFEST, RunDir, Shard, read_json, read_records, write_json_atomic
+from mbs.io import MANIFEST, RunDir, Shard, read_json, read_records, shard_files, write_json_atomic
 from mbs.records import Rollout
 from mbs.validate import validate_config
 
@@ -251,29 +253,29 @@ def union_records(shards: Sequence[ShardDir], out: RunDir) -> dict[str, int]:
     names = sorted({n for s in shards for n in s.files})
     counts: dict[str, int] = {}
     for name in names:
-        seen: dict[Any, int] = {}  # identity -> shard index (records stream through, never all held)
-        with out.shard(name) as target:
+        # identity -> shard index, on disk: records stream through, never all held (mbs.grouping)
+        with SeenKeys() as seen, out.shard(name) as target:
             for s in sorted(shards, key=lambda s: s.index):
                 if name not in s.files:
                     continue
                 batch: list[dict[str, Any]] = []
                 for rec in Shard(s.files[name]).iter():
                     ident = _identity(rec)
-                    if ident in seen:
-                        first = next(x.files[name] for x in shards if x.index == seen[ident])
+                    before = seen.add(json.dumps(ident, default=str), s.index)
+                    if before is not None:
+                        first = next(x.files[name] for x in shards if x.index == before)
                         target.close()
                         target.path.unlink(missing_ok=True)
                         raise MergeError(
                             f"duplicate {name} record {ident!r} in {first} and {s.files[name]}: "
                             "the shards overlap (were they written with different shard.count?)"
                         )
-                    seen[ident] = s.index
                     batch.append(rec)
                     if len(batch) >= 10_000:
                         target.append(batch)
                         batch = []
                 target.append(batch)
-        counts[name] = len(seen)
+            counts[name] = len(seen)
     return counts
 
 
@@ -340,24 +342,30 @@ def register_finalizer(stage: str) -> Callable:
 def finalize_calibration(out: RunDir, cfg: DictConfig, shards: Sequence[ShardDir]) -> Path:
     """Recompute a calibration from the union of its shards' rollouts.
 
-    The problems are loaded again exactly as each shard loaded them (``load_problems`` with
-    the shard's index and count), then :func:`mbs.calibration_run.finalize` derives
+    The problems are loaded again exactly as each shard loaded them (:func:`mbs.data.load_problem_shards`:
+    the data read once and split as ``load_problems`` with each shard's index and count), then :func:`mbs.calibration_run.finalize` derives
     calibrations, hard seeds, the summary, figures and the manifest, as a single process does.
 
     Raises:
         MergeError: A rollout of a problem no shard loaded (the data changed since the run).
     """
     problems, reports = [], []
-    for s in sorted(shards, key=lambda s: s.index):
-        ps, report = load_problems(cfg.data, s.index, s.count)
+    for ps, report in load_problem_shards(cfg.data, shards[0].count):  # the data read once, not once per shard
         problems.extend(ps)
         reports.append(report.as_dict())
     ids = {p.id for p in problems}
-    rollouts = read_records(out.path, "rollouts", Rollout)
-    conditioned = read_records(out.path, "conditioned", Rollout)
-    stray = sorted({r.problem_id for r in [*rollouts, *conditioned]} - ids)
-    if stray:
-        raise MergeError(f"rollouts of problems the shards' data config no longer loads: {stray[:5]} (data changed?)")
+    conditioned = read_records(out.path, "conditioned", Rollout)  # recorded answers under hints: a few thousand
+    stray = {r.problem_id for r in conditioned} - ids
+
+    def rollouts() -> Iterator[Rollout]:  # streamed into finalize, which writes nothing before the end
+        for path in shard_files(out.path, "rollouts"):
+            for r in Shard(path, Rollout).iter():
+                if r.problem_id not in ids:
+                    stray.add(r.problem_id)
+                yield r
+        if stray:
+            raise MergeError(f"rollouts of problems the shards' data config no longer loads: {sorted(stray)[:5]} (data changed?)")
+
     summaries = [s.summary for s in shards]
     stats = {
         "resumed": sum(int(x.get("rollouts", {}).get("resumed", 0)) for x in summaries),
@@ -365,7 +373,7 @@ def finalize_calibration(out: RunDir, cfg: DictConfig, shards: Sequence[ShardDir
     }
     backends = merge_backend_usage([s.manifest.get("backends", {}) for s in shards if s.manifest])
     return finalize(
-        out, CalibrationSettings.from_cfg(cfg), problems, rollouts, conditioned,
+        out, CalibrationSettings.from_cfg(cfg), problems, rollouts(), conditioned,
         stats=stats, backends=backends, load_report=merge_load_reports(reports),
     )
 

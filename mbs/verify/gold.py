@@ -12,18 +12,20 @@ own answer, or cannot grade a probe against (score ``None``: "could not parse go
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 from omegaconf import OmegaConf
 
 from mbs.records import Problem
-from mbs.sampling import verifier_for
 from mbs.verify.pool import GradingPool
 
 #: How the self-check writes a gold answer as a response, per verifier (others: boxed).
 _RESPONSE = {"mcq": "The answer is ({gold})."}
 #: The probe answer per verifier (others: 0).
 _PROBE = {"mcq": "A"}
+#: Distinct gold answers checked per call of the grading pool (bounds the futures held at once).
+WINDOW = 4096
 
 
 def self_check_response(ground_truth: str, verifier: str) -> str:
@@ -58,28 +60,32 @@ def ungradable_golds(problems: Sequence[Problem], verifier_cfg, pool=None) -> di
     """
     if verifier_cfg is None:  # the verifier of each answer type, graded in this process
         verifier_cfg = OmegaConf.create({"path": None, "workers": 0, "timeout_s": 5.0, "wall_timeout_s": None})
-    out: dict[str, str] = {}
-    items, ids = [], []
+    forced = verifier_cfg.path  # verifier_for(p, verifier_cfg), read once
+    # each distinct (gold, verifier) is graded once, WINDOW of them at a time: memory does not grow with the problems
+    verdicts: dict[tuple[str, str], str | None] = {}  # -> why it is ungradable, or None
+    for p in problems:
+        if p.ground_truth:
+            verdicts.setdefault((p.ground_truth, forced or p.answer_type), None)
+    todo = list(verdicts)
+    if todo:
+        with contextlib.ExitStack() as stack:
+            grader = pool if pool is not None else stack.enter_context(GradingPool.from_config(verifier_cfg))
+            for start in range(0, len(todo), WINDOW):
+                pairs = todo[start : start + WINDOW]
+                grades = grader.map(
+                    [(self_check_response(answer, v), gold, v) for gold, v in pairs for answer in (gold, _PROBE.get(v, "0"))]
+                )
+                for i, (gold, v) in enumerate(pairs):
+                    own, probe = grades[2 * i], grades[2 * i + 1]
+                    if probe.score is None:
+                        verdicts[(gold, v)] = f"gold {gold[:60]!r} not gradable: {probe.reason}"
+                    elif own.score != 1.0:
+                        what = "not gradable" if own.score is None else "not accepted as its own answer"
+                        verdicts[(gold, v)] = f"gold {gold[:60]!r} {what}: {own.reason}"
+    out: dict[str, str] = {}  # in problem order
     for p in problems:
         if not p.ground_truth:
             out[p.id] = "no ground truth"
-            continue
-        v = verifier_for(p, verifier_cfg)
-        items.append((self_check_response(p.ground_truth, v), p.ground_truth, v))
-        items.append((self_check_response(_PROBE.get(v, "0"), v), p.ground_truth, v))
-        ids.append(p)
-    if items:
-        if pool is None:
-            with GradingPool.from_config(verifier_cfg) as own:
-                grades = own.map(items)
-        else:
-            grades = pool.map(items)
-        for i, p in enumerate(ids):
-            own, probe = grades[2 * i], grades[2 * i + 1]
-            if probe.score is None:
-                out[p.id] = f"gold {p.ground_truth[:60]!r} not gradable: {probe.reason}"
-            elif own.score != 1.0:
-                what = "not gradable" if own.score is None else "not accepted as its own answer"
-                out[p.id] = f"gold {p.ground_truth[:60]!r} {what}: {own.reason}"
-    order = {p.id: i for i, p in enumerate(problems)}
-    return dict(sorted(out.items(), key=lambda kv: order[kv[0]]))
+        elif (why := verdicts[(p.ground_truth, forced or p.answer_type)]) is not None:
+            out[p.id] = why
+    return out

@@ -250,6 +250,26 @@ class GradingPool:
         """
         return self._start([(response, ground_truth, verifier)], chunk=1)[0]
 
+    def submit_many(self, items: Sequence[Sequence[str]]) -> list[concurrent.futures.Future]:
+        """Schedule several gradings, sent to the workers as chunks of up to :data:`MAX_CHUNK`.
+
+        One task per chunk instead of one per grading: the process round trip (about 4 ms on
+        2 cores) costs ~80x a typical grading (0.05 ms for ``\\boxed{56}`` against ``56``).
+        Limits, retries and failures are per grading, as :meth:`submit` describes.
+
+        Args:
+            items: ``(response, ground_truth, verifier)`` triples (a pair uses ``"math"``).
+
+        Returns:
+            One future per item, in order (see :meth:`submit`).
+
+        Raises:
+            UnknownVerifierError: As :meth:`submit`.
+            RuntimeError: If the pool is closed.
+        """
+        triples = [(item[0], item[1], item[2] if len(item) > 2 else "math") for item in items]
+        return self._start(triples, max(1, min(MAX_CHUNK, len(triples)))) if triples else []
+
     def map(self, items: Iterable[Sequence[str]]) -> list[Grade]:
         """Grade many items, in chunks; results keep the input order.
 

@@ -47,7 +47,7 @@ def overrides(tmp: Path, data: Path, n: int) -> list[str]:
     return [
         f"paths.root={tmp}", f"paths.cache_dir={tmp / 'cache'}", "data=jsonl", f"data.path={data}", "data.origin=toy",
         f"calibrate.n={n}", "calibrate.budgets=[64]", "calibrate.figures=false", "verifier.workers=1",
-        *fake_backend_overrides(),
+        *fake_backend_overrides(), "+backend.wrong='1{h:02d}'",  # wrong numbers, as a real policy's
     ]
 
 

@@ -53,3 +53,25 @@ def test_gold_self_check():
     assert list(bad) == ["c", "d"] and bad["d"] == "no ground truth"
     assert "could not parse gold option" in bad["c"]
     assert self_check_response("C", "mcq") == "The answer is (C)."
+
+
+def test_each_distinct_gold_is_graded_once_in_windows(monkeypatch):
+    import mbs.verify.gold as gold
+    from mbs.verify.pool import GradingPool
+
+    golds = ["\\frac{", "12", "\\frac{1}{2}", "12", "\\frac{", "", "x^2"]
+    problems = [Problem(id=f"t/{i}", data_source="mbs/math/t", prompt="?", ground_truth=g, answer_type="math")
+                for i, g in enumerate(golds)]
+    graded = []
+    real_map = GradingPool.map
+
+    def counting_map(self, items):
+        graded.append(len(items))
+        return real_map(self, items)
+
+    monkeypatch.setattr(GradingPool, "map", counting_map)
+    monkeypatch.setattr(gold, "WINDOW", 2)
+    out = ungradable_golds(problems, None)
+    assert graded == [4, 4]  # 4 distinct golds, 2 per window, 2 gradings each
+    assert list(out) == ["t/0", "t/4", "t/5"]  # problem order; a repeated bad gold is reported for each problem
+    assert out["t/0"] == out["t/4"] and out["t/5"] == "no ground truth"

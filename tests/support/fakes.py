@@ -24,6 +24,10 @@ class FakeBackend:
         truncate: prompt substrings whose samples end with finish reason ``length``.
         fail_after: raise :class:`BackendError` once this many samples were produced (a kill).
         name: backend kind.
+        wrong: the boxed answer of an incorrect sample, formatted with ``h`` (0..96, from the
+            sample's hash): ``wrong{h}`` by default (sympy reads it as a product of symbols,
+            ~7 ms a grading); ``1{h:02d}`` gives numbers (100..196) graded in ~0.1 ms, as a
+            real policy's wrong numbers are.
     """
 
     preferred_batch = 4
@@ -36,6 +40,7 @@ class FakeBackend:
         truncate: Sequence[str] = (),
         fail_after: int | None = None,
         name: str = "fake",
+        wrong: str = "wrong{h}",
     ):
         self.answers = dict(answers or {})
         self.rates = dict(rates or {})
@@ -43,6 +48,7 @@ class FakeBackend:
         self.truncate = tuple(truncate)
         self.fail_after = fail_after
         self.name = name
+        self.wrong = wrong
         self.stats = BackendStats()
         self.requests: list[ChatRequest] = []
 
@@ -69,7 +75,7 @@ class FakeBackend:
                     raise BackendError("fake backend: killed")
                 h = int.from_bytes(hashlib.sha256(f"{prompt}|{req.seed}|{idx}".encode()).digest()[:8], "little")
                 correct = (h % 10_000) < rate * 10_000
-                text = f"Working... so the answer is \\boxed{{{answer if correct else 'wrong' + str(h % 97)}}}."
+                text = f"Working... so the answer is \\boxed{{{answer if correct else self.wrong.format(h=h % 97)}}}."
                 length = any(t in prompt for t in self.truncate)
                 comps.append(
                     Completion(
