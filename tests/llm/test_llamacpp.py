@@ -1,4 +1,5 @@
-"""The in-process llama.cpp backend on the embedded SmolLM2-135M model (real weights, CPU)."""
+"""The in-process llama.cpp backend on the embedded SmolLM2-135M model (real weights, CPU), one
+sample at a time (``batch_samples=1``; the batched engine: test_llamacpp_batched.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ OTHER = [{"role": "user", "content": "Say hello."}]
 
 @pytest.fixture(scope="module")
 def backend():
-    b = LlamaCppBackend(n_ctx=512)
+    b = LlamaCppBackend(n_ctx=512, batch_samples=1)
     yield b
     b.close()
 
@@ -64,7 +65,7 @@ def test_parallel_instances_draw_the_same_samples(backend):
     """Two single-threaded instances splitting the samples give the texts one instance gives."""
     reqs = [req(MSGS, 3), req(OTHER, 2)]
     one = [[c.text for c in comps] for comps in backend.generate(reqs)]
-    two = LlamaCppBackend(n_ctx=512, instances=2, n_threads=1)
+    two = LlamaCppBackend(n_ctx=512, instances=2, n_threads=1, batch_samples=1)
     try:
         assert two.preferred_batch == 2
         assert [[c.text for c in comps] for comps in two.generate(reqs)] == one
