@@ -286,7 +286,9 @@ class CachedBackend:
                     have[idx] = comp
                 remaining[k] -= 1
                 if remaining[k] == 0:
-                    yield i, [have[idx] for idx in req.indices]
+                    done = [have[idx] for idx in req.indices]
+                    have.clear()  # handed over: a long job must not keep every completion it made
+                    yield i, done
 
     def _store(self, req: ChatRequest, idx: int, comp: Completion, model_id: str, extra: dict[str, Any] | None) -> None:
         """Cache sample ``idx`` of ``req``.

@@ -295,14 +295,15 @@ class SegmentWriter:
         name = f"{socket.gethostname()}-{os.getpid()}-{time.time_ns()}-{secrets.token_hex(3)}{SUFFIX}"
         self.path = Path(root) / name
         self.fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
-        self.keys: list[tuple[bytes, int]] = []
+        self.footer = bytearray()  # FOOT_ENTRY per record, packed as written: 40 bytes a sample in memory
+        self.records = 0
         self.bytes = 0
         self.pid = os.getpid()  # a forked child never writes to or seals its parent's segment
 
     @property
     def full(self) -> bool:
         """Whether the segment reached :data:`SEGMENT_MAX_RECORDS` or :data:`SEGMENT_MAX_BYTES`."""
-        return len(self.keys) >= SEGMENT_MAX_RECORDS or self.bytes >= SEGMENT_MAX_BYTES
+        return self.records >= SEGMENT_MAX_RECORDS or self.bytes >= SEGMENT_MAX_BYTES
 
     def append(self, key: bytes, rec: bytes) -> int:
         """Write one encoded record with a single ``write()``; returns its offset.
@@ -315,16 +316,16 @@ class SegmentWriter:
         if written != len(rec):
             raise OSError(f"short write to {self.path} ({written} of {len(rec)} bytes)")
         self.bytes += len(rec)
-        self.keys.append((key, off))
+        self.footer += FOOT_ENTRY.pack(key, off)
+        self.records += 1
         return off
 
     def seal(self) -> None:
         """Append the footer index and close (a failed seal leaves a readable unsealed segment)."""
         if self.fd is None or self.pid != os.getpid():
             return
-        footer = b"".join(FOOT_ENTRY.pack(k, o) for k, o in self.keys)
         try:
-            os.write(self.fd, footer + TRAILER.pack(FOOT_MAGIC, self.bytes, len(self.keys)))
+            os.write(self.fd, bytes(self.footer) + TRAILER.pack(FOOT_MAGIC, self.bytes, self.records))
         except OSError as err:
             log.warning("could not seal cache segment %s: %s", self.path, err)
         self.abandon()
