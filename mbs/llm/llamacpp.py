@@ -73,9 +73,10 @@ class LlamaCppBackend:
     samples of a request are decoded together (``batch_samples``, default 8, per
     :class:`mbs.llm.llamacpp_batched.BatchedDecoder`): the prompt is evaluated once and shared,
     then one ``llama_decode`` per step advances every live sample, so the weights are read once
-    per step for all of them. On this 2-core machine with other work on it (load 2.2-2.6), 2 CHAMP
-    prompts x 8 samples at L=64: 94-123 tokens/s with 2 threads and 99-101 with 1, against 38-50
-    one sample at a time (the same run). One llama.cpp instance with as many threads as the
+    per step for all of them. On this 2-core machine, 4 CHAMP prompts x 8 samples at L=64, in
+    one run: 130 tokens/s with 2 threads quiet (1.38x the engine before issue 22: one sample at
+    a time, spinning OpenMP threads), 92 with the grading pool busy beside it (2.76x), 123 in the
+    calibration stage (2.21x). One llama.cpp instance with as many threads as the
     process may use (:func:`mbs.resources.usable_cpus`: SLURM's allocation or the affinity mask,
     not the machine's core count), and OpenMP threads that wait passively (``OMP_WAIT_POLICY``
     defaults to ``passive`` here): spinning threads collapsed to 0.1 tokens/s on 2 cores shared
