@@ -14,11 +14,11 @@ Golden Goose (difficulty filter).
 
 from __future__ import annotations
 
+import concurrent.futures
 import sys
 import time
 from collections import Counter, deque
 from collections.abc import Sequence
-import concurrent.futures
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any

@@ -14,7 +14,16 @@ import pytest
 
 from mbs.calibration import calibrate_group, trap_summary
 from mbs.calibration_run import early_stop_simulation
-from mbs.grouping import BandTable, GroupOutcomes, Mark, Outcome, RolloutIndex, SeenKeys, budget_key, budget_sort_key
+from mbs.grouping import (
+    BandTable,
+    GroupOutcomes,
+    Mark,
+    Outcome,
+    RolloutIndex,
+    SeenKeys,
+    budget_key,
+    budget_sort_key,
+)
 from mbs.records import BANDS, Rollout
 
 sys.path.insert(0, str(Path(__file__).parent / "data_loaders"))

@@ -40,8 +40,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from mbs.calibration_run import CalibrationSettings, finalize
 from mbs.data import load_problem_shards
-from mbs.grouping import SeenKeys
 from mbs.errors import UserError
+from mbs.grouping import SeenKeys
 from mbs.io import MANIFEST, RunDir, Shard, read_json, read_records, shard_files, write_json_atomic
 from mbs.records import Rollout
 from mbs.validate import validate_config
