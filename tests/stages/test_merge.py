@@ -146,3 +146,13 @@ def test_empty_inputs_and_non_run_folders_fail_clearly(make_cfg, tmp_path):
     (tmp_path / "nothing").mkdir()
     with pytest.raises(MergeError, match="holds no run directory"):
         merge([tmp_path / "nothing"], tmp_path / "merged")
+
+
+def test_rollouts_of_problems_the_data_no_longer_has_are_refused_before_finalising(make_cfg, toy12, tmp_path):
+    run_shards(make_cfg, toy12, 2)
+    rows = toy12.read_text().splitlines()
+    toy12.write_text("\n".join(r for r in rows if '"easy0"' not in r and '"hard1"' not in r) + "\n")  # the data changed
+    with pytest.raises(MergeError, match=r"no longer loads: \['toy/easy0', 'toy/hard1'\]"):
+        merge([tmp_path / "sweep"], tmp_path / "merged")
+    # the union of the record files is written, nothing derived from it: no summary, no manifest (unfinished)
+    assert not (tmp_path / "merged" / "summary.json").exists() and not (tmp_path / "merged" / "manifest.json").exists()
