@@ -46,6 +46,24 @@ def _connect() -> sqlite3.Connection:
     return db
 
 
+class _OnDisk:
+    """A table in its own anonymous SQLite database (:func:`_connect`); a context manager."""
+
+    def __init__(self, schema: str) -> None:
+        self._db = _connect()
+        self._db.execute(schema)
+
+    def close(self) -> None:
+        """Drop the database (its temporary file goes with it)."""
+        self._db.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class Outcome(NamedTuple):
     """A graded rollout without its text: what calibration needs of it.
 
@@ -125,7 +143,7 @@ class GroupOutcomes:
         return self._n
 
 
-class RolloutIndex:
+class RolloutIndex(_OnDisk):
     """Graded rollouts of a run, grouped per (problem, policy, budget L), in bounded memory.
 
     A rollout added twice (same :attr:`~mbs.records.Rollout.key`) is kept once, the last one
@@ -133,8 +151,7 @@ class RolloutIndex:
     """
 
     def __init__(self) -> None:
-        self._db = _connect()
-        self._db.execute(
+        super().__init__(
             "CREATE TABLE r (policy TEXT NOT NULL, budget INTEGER NOT NULL, problem_id TEXT NOT NULL, "
             "sample_index INTEGER NOT NULL, reward REAL, finish_reason TEXT, completion_tokens INTEGER NOT NULL, "
             "reason TEXT, PRIMARY KEY (policy, budget, problem_id, sample_index)) WITHOUT ROWID"
@@ -188,23 +205,13 @@ class RolloutIndex:
         for (pid,) in self._db.execute("SELECT DISTINCT problem_id FROM r"):
             yield pid
 
-    def close(self) -> None:
-        self._db.close()
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class SeenKeys:
+class SeenKeys(_OnDisk):
     """A set of record identities, each with the number of the input it came from, on disk
     (bounded memory; for the duplicate check of :func:`mbs.stages.merge.union_records`)."""
 
     def __init__(self) -> None:
-        self._db = _connect()
-        self._db.execute("CREATE TABLE k (key TEXT PRIMARY KEY, source INTEGER NOT NULL) WITHOUT ROWID")
+        super().__init__("CREATE TABLE k (key TEXT PRIMARY KEY, source INTEGER NOT NULL) WITHOUT ROWID")
         self._n = 0
 
     def add(self, key: str, source: int) -> int | None:
@@ -219,17 +226,8 @@ class SeenKeys:
     def __len__(self) -> int:
         return self._n
 
-    def close(self) -> None:
-        self._db.close()
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class BandTable:
+class BandTable(_OnDisk):
     """Calibrations reduced to the trap statistics (:func:`mbs.calibration.trap_summary`), in
     bounded memory: one row per (policy, budget key, problem) holding band, usability, pass
     rate, rollouts and truncations. A calibration added twice for the same key replaces the
@@ -237,8 +235,7 @@ class BandTable:
     """
 
     def __init__(self) -> None:
-        self._db = _connect()
-        self._db.execute(
+        super().__init__(
             "CREATE TABLE c (policy TEXT NOT NULL, bkey TEXT NOT NULL, problem_id TEXT NOT NULL, band TEXT NOT NULL, "
             "usable INTEGER NOT NULL, pass_rate REAL NOT NULL, n INTEGER NOT NULL, truncated INTEGER NOT NULL, "
             "PRIMARY KEY (policy, bkey, problem_id)) WITHOUT ROWID"
@@ -307,12 +304,3 @@ class BandTable:
             "AND y.problem_id = x.problem_id WHERE x.policy=? AND x.bkey=?", (*b, *a)
         ).fetchone()
         return moved / common if common else None
-
-    def close(self) -> None:
-        self._db.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
