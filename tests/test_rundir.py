@@ -94,7 +94,7 @@ def test_kill_while_refinalising_leaves_no_manifest_and_no_missing_shard(make_cf
     def killed(*args, **kwargs):
         raise KeyboardInterrupt  # stands in for a kill between two derived files
 
-    monkeypatch.setattr(calibration_run, "hard_seeds", killed)
+    monkeypatch.setattr(calibration_run, "ungradable_golds", killed)  # after calibrations, before hard seeds
     with pytest.raises(KeyboardInterrupt):
         calibrate_stage.run(make_cfg("calibrate", toy(toy_jsonl)))
     assert not (out / MANIFEST).exists()  # the directory no longer claims to be finished
