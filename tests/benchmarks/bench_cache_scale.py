@@ -83,9 +83,8 @@ def bench(kind: str, n: int, base: Path, texts: list[str], gets: int) -> dict:
         t = time.perf_counter()
         store = SegmentStore(root)
         row["open_s"] = time.perf_counter() - t
-        # the dict and its int keys and values (what a reader holds per sample)
-        row["index_mib"] = (sys.getsizeof(store._index) + sum(sys.getsizeof(k) + sys.getsizeof(v)
-                            for k, v in store._index.items())) / 2**20
+        # what a reader holds per sample (mbs.llm.segments.PrefixIndex: arrays, and a dict of the newest)
+        row["index_mib"] = store._index.nbytes() / 2**20
         assert len(store) == n
     else:
         t = time.perf_counter()

@@ -162,3 +162,33 @@ def test_a_forked_child_does_not_seal_its_parents_segment(tmp_path):
     fill(store, 0, 6)
     store.close()
     assert len(SegmentStore(tmp_path)) == 6 and stats(tmp_path)["sealed"] == 1
+
+
+def test_prefix_index_answers_like_a_dict_through_merges_and_footers():
+    import random
+
+    from mbs.llm.segments import PrefixIndex
+
+    rng = random.Random(0)
+    idx, ref = PrefixIndex(merge_at=64), {}
+    keys = [rng.randbytes(32) for _ in range(3000)]
+    keys += keys[:200]  # keys written again
+    for step in range(4):
+        chunk = keys[step * 800 : (step + 1) * 800]
+        if step % 2:  # a sealed segment's footer: the first record of a key wins
+            entries = [(k, rng.randrange(1 << 30)) for k in chunk]
+            idx.add_footer(entries, step)
+            for k, off in entries:
+                ref.setdefault(PrefixIndex.prefix(k), step << 40 | off)
+        else:
+            for k in chunk:
+                loc = rng.randrange(1 << 40)
+                if rng.random() < 0.5:  # another writer's record
+                    idx.setdefault(PrefixIndex.prefix(k), loc)
+                    ref.setdefault(PrefixIndex.prefix(k), loc)
+                else:  # this process's own put: the newest wins
+                    idx.set(PrefixIndex.prefix(k), loc)
+                    ref[PrefixIndex.prefix(k)] = loc
+        assert len(idx) == len(ref)
+        assert all(idx.get(PrefixIndex.prefix(k)) == ref.get(PrefixIndex.prefix(k)) for k in keys)
+    assert idx.get(PrefixIndex.prefix(rng.randbytes(32))) is None
