@@ -128,7 +128,7 @@ class Beanstalk(SynthBase):
 
     def __init__(self, cfg: DictConfig, seeds: list[Problem]):
         super().__init__(cfg, cfg.mbs)
-        self.base = load_base_calibrations(cfg)
+        self.base = load_base_calibrations(cfg, {(s.name, s.budget) for s in self.students})
         self.weakest, self.weakest_report = weakest_student(self.students, self.base)
         self.docs: dict[str, list[Any]] = {}
         if cfg.mbs.grounding.enabled:

@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 
 from mbs.data import DataError, in_shard
 from mbs.errors import ConfigError, InputNotFoundError
-from mbs.io import read_records, read_summary, shard_files
+from mbs.io import Shard, read_records, read_summary, shard_files
 from mbs.records import Calibration, Problem
 from mbs.sampling import Policy, policies_from_cfg
 
@@ -88,12 +88,26 @@ def seed_provenance(cfg: DictConfig, target: Policy) -> dict[str, Any]:
     return {"calibration_target": cal_target, "calibration_budget": cal_budget, "same_target": same}
 
 
-def load_base_calibrations(cfg: DictConfig) -> dict[tuple[str, str, int | None], Calibration]:
-    """acc(S, p) measured by the calibration run: ``{(problem id, policy, budget): Calibration}``."""
+def load_base_calibrations(
+    cfg: DictConfig, cells: set[tuple[str, int | None]] | None = None
+) -> dict[tuple[str, str, int | None], Calibration]:
+    """acc(S, p) measured by the calibration run: ``{(problem id, policy, budget): Calibration}``.
+
+    Args:
+        cfg: The synthesize config (``synth.calibration_dir``).
+        cells: Keep only these ``(policy, budget)`` (the live students at their budgets); the
+            calibrations stream through, so a run of other policies and budgets costs no memory.
+    """
     path = calibration_dir(cfg)
-    if not shard_files(path, "calibrations"):
+    files = shard_files(path, "calibrations")
+    if not files:
         log.warning("%s has no calibrations.*.jsonl: acc(S, p) of the seeds will be measured", path)
-    return {c.key: c for c in read_records(path, "calibrations", Calibration)}
+    return {
+        c.key: c
+        for f in files
+        for c in Shard(f, Calibration).iter()
+        if cells is None or (c.policy, c.budget) in cells
+    }
 
 
 def live_students(cfg: DictConfig) -> tuple[list[Policy], Policy]:
