@@ -167,7 +167,7 @@ def test_a_forked_child_does_not_seal_its_parents_segment(tmp_path):
 def test_prefix_index_answers_like_a_dict_through_merges_and_footers():
     import random
 
-    from mbs.llm.segments import PrefixIndex
+    from mbs.llm.prefix_index import PrefixIndex
 
     rng = random.Random(0)
     idx, ref = PrefixIndex(merge_at=64), {}
