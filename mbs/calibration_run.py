@@ -249,8 +249,14 @@ def finalize(
 
         cal_shard = out.shard("calibrations", Calibration)
         n_calibrations = cal_shard.rewrite(calibrations())
-        grading = Counter(reason_kind(reason) for reason, _ in index.graded())
-        extraction = _extraction(index.graded())
+        grading: Counter[str] = Counter()
+
+        def graded() -> Iterator[tuple[str | None, float | None]]:  # one scan for both reports
+            for reason, reward in index.graded():
+                grading[reason_kind(reason)] += 1
+                yield reason, reward
+
+        extraction = _extraction(graded())
     ungradable = ungradable_golds(problems, settings.verifier)  # never hard seeds: no trace can verify them
     hard = [p for p in problems if p.id in failed and p.id not in ungradable]
     out.shard("hard_seeds", Problem).rewrite(hard)

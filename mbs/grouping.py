@@ -80,14 +80,6 @@ class Outcome(NamedTuple):
     completion_tokens: int
     reason: str | None
 
-    @classmethod
-    def of(cls, r: Any) -> Outcome:
-        """The outcome of a :class:`~mbs.records.Rollout` (or of an outcome: itself)."""
-        if isinstance(r, Outcome):
-            return r
-        return cls(r.problem_id, r.policy, r.budget, int(r.sample_index), r.reward, r.finish_reason,
-                   int(r.completion_tokens), r.reason)
-
     @property
     def key(self) -> tuple:
         """(problem, policy, budget, sample), as :attr:`mbs.records.Rollout.key`."""
@@ -199,11 +191,6 @@ class RolloutIndex(_OnDisk):
             "COALESCE(SUM(finish_reason = 'length'), 0) FROM r"
         ).fetchone()
         return {"drawn": drawn, "ungraded": ungraded, "completion_tokens": tokens, "truncated": truncated}
-
-    def problem_ids(self) -> Iterator[str]:
-        """Each problem id with a rollout, once."""
-        for (pid,) in self._db.execute("SELECT DISTINCT problem_id FROM r"):
-            yield pid
 
 
 class SeenKeys(_OnDisk):

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from omegaconf import OmegaConf
 
 from mbs.records import Problem
+from mbs.sampling import verifier_for
 from mbs.verify.pool import GradingPool
 
 #: How the self-check writes a gold answer as a response, per verifier (others: boxed).
@@ -60,12 +61,12 @@ def ungradable_golds(problems: Sequence[Problem], verifier_cfg, pool=None) -> di
     """
     if verifier_cfg is None:  # the verifier of each answer type, graded in this process
         verifier_cfg = OmegaConf.create({"path": None, "workers": 0, "timeout_s": 5.0, "wall_timeout_s": None})
-    forced = verifier_cfg.path  # verifier_for(p, verifier_cfg), read once
+    verifiers = [verifier_for(p, verifier_cfg) for p in problems]
     # each distinct (gold, verifier) is graded once, WINDOW of them at a time: memory does not grow with the problems
     verdicts: dict[tuple[str, str], str | None] = {}  # -> why it is ungradable, or None
-    for p in problems:
+    for p, v in zip(problems, verifiers):
         if p.ground_truth:
-            verdicts.setdefault((p.ground_truth, forced or p.answer_type), None)
+            verdicts.setdefault((p.ground_truth, v), None)
     todo = list(verdicts)
     if todo:
         with contextlib.ExitStack() as stack:
@@ -83,9 +84,9 @@ def ungradable_golds(problems: Sequence[Problem], verifier_cfg, pool=None) -> di
                         what = "not gradable" if own.score is None else "not accepted as its own answer"
                         verdicts[(gold, v)] = f"gold {gold[:60]!r} {what}: {own.reason}"
     out: dict[str, str] = {}  # in problem order
-    for p in problems:
+    for p, v in zip(problems, verifiers):
         if not p.ground_truth:
             out[p.id] = "no ground truth"
-        elif (why := verdicts[(p.ground_truth, forced or p.answer_type)]) is not None:
+        elif (why := verdicts[(p.ground_truth, v)]) is not None:
             out[p.id] = why
     return out
