@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple, Self
 
 from mbs.records import BANDS
+from mbs.stats import share
 
 #: Rows per ``executemany`` (bounds the rows held while inserting).
 CHUNK = 10_000
@@ -247,9 +248,10 @@ class BandTable(_OnDisk):
             cells.setdefault(policy, []).append(bkey)
         bands: dict[str, dict[str, dict[str, float]]] = {}
         counts: dict[str, dict[str, dict[str, Any]]] = {}
+        intervals: dict[str, dict[str, dict[str, Any]]] = {}
         for policy in sorted(cells):
             cells[policy].sort(key=budget_sort_key)
-            bands[policy], counts[policy] = {}, {}
+            bands[policy], counts[policy], intervals[policy] = {}, {}, {}
             for bkey in cells[policy]:
                 where = (policy, bkey)
                 cnt = {b: 0 for b in BANDS}
@@ -260,6 +262,11 @@ class BandTable(_OnDisk):
                 ).fetchone()
                 rates = math.fsum(r for (r,) in db.execute("SELECT pass_rate FROM c WHERE policy=? AND bkey=?", where))
                 bands[policy][bkey] = {b: cnt[b] / n for b in BANDS}
+                intervals[policy][bkey] = {
+                    **{b: share(cnt[b], n) for b in BANDS},
+                    "trapped": share(cnt["solved_all"] + cnt["failed_all"], n),
+                    "usable": share(int(usable), n),
+                }
                 counts[policy][bkey] = {
                     **cnt,
                     "n_problems": n,
@@ -269,25 +276,33 @@ class BandTable(_OnDisk):
                     "rollouts": rollouts,
                     "truncated": truncated,
                 }
-        recl_pol: dict[str, dict[str, float]] = {}
+        recl: dict[str, dict[str, dict[str, float]]] = {"policies": {}, "budgets": {}}
+        recl_ci: dict[str, dict[str, dict[str, Any]]] = {"policies": {}, "budgets": {}}
+
+        def reclassified(axis: str, group: str, pair: str, a: tuple[str, str], b: tuple[str, str]) -> None:
+            moved, common = self._reclassified(a, b)
+            if common:
+                recl[axis].setdefault(group, {})[pair] = moved / common
+                recl_ci[axis].setdefault(group, {})[pair] = share(moved, common)
+
         for bkey in sorted({b for bs in cells.values() for b in bs}, key=budget_sort_key):
             pols = [p for p in sorted(cells) if bkey in cells[p]]
             for a, b in itertools.combinations(pols, 2):
-                rate = self._reclassified((a, bkey), (b, bkey))
-                if rate is not None:
-                    recl_pol.setdefault(bkey, {})[f"{a}|{b}"] = rate
-        recl_bud: dict[str, dict[str, float]] = {}
+                reclassified("policies", bkey, f"{a}|{b}", (a, bkey), (b, bkey))
         for policy in sorted(cells):
             for x, y in itertools.combinations(cells[policy], 2):
-                rate = self._reclassified((policy, x), (policy, y))
-                if rate is not None:
-                    recl_bud.setdefault(policy, {})[f"{x}|{y}"] = rate
-        return {"bands": bands, "counts": counts, "reclassification": {"policies": recl_pol, "budgets": recl_bud}}
+                reclassified("budgets", policy, f"{x}|{y}", (policy, x), (policy, y))
+        return {
+            "bands": bands,
+            "counts": counts,
+            "reclassification": recl,
+            "intervals": {"bands": intervals, "reclassification": recl_ci},
+        }
 
-    def _reclassified(self, a: tuple[str, str], b: tuple[str, str]) -> float | None:
-        """Share of the problems calibrated in both cells whose band differs (``None``: none in common)."""
+    def _reclassified(self, a: tuple[str, str], b: tuple[str, str]) -> tuple[int, int]:
+        """``(moved, common)``: problems calibrated in both cells, and how many of them changed band."""
         common, moved = self._db.execute(
             "SELECT COUNT(*), COALESCE(SUM(x.band != y.band), 0) FROM c x JOIN c y ON y.policy=? AND y.bkey=? "
             "AND y.problem_id = x.problem_id WHERE x.policy=? AND x.bkey=?", (*b, *a)
         ).fetchone()
-        return moved / common if common else None
+        return int(moved), int(common)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from mbs.stats import share
 from mbs.calibration import calibrate_group, trap_summary
 from mbs.calibration_run import early_stop_simulation
 from mbs.grouping import (
@@ -97,9 +98,9 @@ def reference_trap_summary(cals) -> dict:
     groups: dict = defaultdict(lambda: defaultdict(dict))
     for c in cals:
         groups[c.policy][budget_key(c.budget)][c.problem_id] = c
-    bands, counts = {}, {}
+    bands, counts, ci = {}, {}, {}
     for pol in sorted(groups):
-        bands[pol], counts[pol] = {}, {}
+        bands[pol], counts[pol], ci[pol] = {}, {}, {}
         for bk in sorted(groups[pol], key=budget_sort_key):
             cs = list(groups[pol][bk].values())
             cnt = {b: sum(c.band == b for c in cs) for b in BANDS}
@@ -108,21 +109,27 @@ def reference_trap_summary(cals) -> dict:
                                "trapped": (cnt["solved_all"] + cnt["failed_all"]) / len(cs),
                                "pass_rate_mean": math.fsum(c.pass_rate for c in cs) / len(cs),
                                "rollouts": sum(c.n for c in cs), "truncated": sum(c.truncated for c in cs)}
+            ci[pol][bk] = {**{b: share(cnt[b], len(cs)) for b in BANDS},
+                           "trapped": share(cnt["solved_all"] + cnt["failed_all"], len(cs)),
+                           "usable": share(sum(c.usable for c in cs), len(cs))}
 
     def recl(a, b):
         common = set(a) & set(b)
-        return sum(a[p].band != b[p].band for p in common) / len(common) if common else None
+        return (sum(a[p].band != b[p].band for p in common), len(common)) if common else None
 
-    pol_r, bud_r = {}, {}
+    pol_r, bud_r, pol_ci, bud_ci = {}, {}, {}, {}
     for bk in sorted({b for p in groups for b in groups[p]}, key=budget_sort_key):
         for a, b in itertools.combinations([p for p in sorted(groups) if bk in groups[p]], 2):
             if (r := recl(groups[a][bk], groups[b][bk])) is not None:
-                pol_r.setdefault(bk, {})[f"{a}|{b}"] = r
+                pol_r.setdefault(bk, {})[f"{a}|{b}"] = r[0] / r[1]
+                pol_ci.setdefault(bk, {})[f"{a}|{b}"] = share(*r)
     for pol in sorted(groups):
         for x, y in itertools.combinations(sorted(groups[pol], key=budget_sort_key), 2):
             if (r := recl(groups[pol][x], groups[pol][y])) is not None:
-                bud_r.setdefault(pol, {})[f"{x}|{y}"] = r
-    return {"bands": bands, "counts": counts, "reclassification": {"policies": pol_r, "budgets": bud_r}}
+                bud_r.setdefault(pol, {})[f"{x}|{y}"] = r[0] / r[1]
+                bud_ci.setdefault(pol, {})[f"{x}|{y}"] = share(*r)
+    return {"bands": bands, "counts": counts, "reclassification": {"policies": pol_r, "budgets": bud_r},
+            "intervals": {"bands": ci, "reclassification": {"policies": pol_ci, "budgets": bud_ci}}}
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import matplotlib
 
@@ -79,13 +79,21 @@ def figure(width: str = "single", aspect: float = 0.7, ncols: int = 1):
     return fig, axes[0]
 
 
-def band_bars(width: str, labels: Sequence[str], shares: Sequence[dict[str, float]]):
+def band_bars(
+    width: str,
+    labels: Sequence[str],
+    shares: Sequence[dict[str, float]],
+    intervals: Sequence[dict[str, Any] | None] | None = None,
+):
     """One horizontal bar per row, stacked solved_all | Goldilocks | failed_all, in percent.
 
     Args:
         width: ``single`` or ``double`` (see :func:`figure`).
         labels: Row labels, top to bottom.
         shares: Per row, the share of problems in each band (fractions in [0, 1]).
+        intervals: Per row (or ``None``), ``{band: {"ci": [lo, hi], ...}}`` as in a summary's
+            ``intervals.bands`` (:func:`mbs.stats.share`): the 95% intervals of the solved_all and
+            failed_all shares are drawn as error bars at the edges of their segments.
 
     Returns:
         ``(fig, ax)``, with axis, labels and legend set; the caller adds a title and saves.
@@ -99,6 +107,16 @@ def band_bars(width: str, labels: Sequence[str], shares: Sequence[dict[str, floa
             if v >= 8:
                 ax.text(left[i] + v / 2, i, f"{v:.0f}", ha="center", va="center", fontsize=6, color="white")
         left = [a + b for a, b in zip(left, vals)]
+    for i, ci in enumerate(intervals or []):
+        for band, edge, dy in (
+            ("solved_all", 100 * shares[i]["solved_all"], -0.17), ("failed_all", 100 * (1 - shares[i]["failed_all"]), 0.17)
+        ):
+            if not ci or band not in ci:
+                continue
+            lo, hi = (100 * x for x in ci[band]["ci"])
+            if band == "failed_all":  # the segment's left edge moves opposite to its share
+                lo, hi = 100 - hi, 100 - lo
+            ax.errorbar([edge], [i + dy], xerr=[[edge - lo], [hi - edge]], fmt="none", ecolor="black", elinewidth=0.7, capsize=2)
     ax.set_xlim(0, 100)
     ax.set_xlabel("share of problems (%)")
     ax.invert_yaxis()

@@ -25,10 +25,15 @@ def trap_bands(summary: dict[str, Any], out_dir: Path, formats: Sequence[str], w
     rows = [(p, b, bands[p][b]) for p in bands for b in sorted(bands[p], key=budget_sort_key)]
     if not rows:
         raise ValueError("summary has no bands")
-    fig, ax = band_bars(width, [f"{p} @ {_budget_label(b)}" for p, b, _ in rows], [r[2] for r in rows])
+    ci = (summary.get("intervals") or {}).get("bands") or {}
+    fig, ax = band_bars(
+        width, [f"{p} @ {_budget_label(b)}" for p, b, _ in rows], [r[2] for r in rows],
+        [ci.get(p, {}).get(b) for p, b, _ in rows],
+    )
     n = next(iter(summary.get("counts", {}).values()), {})
     total = next(iter(n.values()), {}).get("n_problems") if n else None
-    ax.set_title(f"Zero-advantage trap ({total} problems)" if total else "Zero-advantage trap")
+    what = f"{total} problems, 95% Wilson intervals" if total and ci else (f"{total} problems" if total else "")
+    ax.set_title(f"Zero-advantage trap ({what})" if what else "Zero-advantage trap")
     return save(fig, out_dir, "trap_bands", formats)
 
 
@@ -41,10 +46,16 @@ def failed_all_vs_budget(summary: dict[str, Any], out_dir: Path, formats: Sequen
     series = {p: s for p, s in series.items() if s}
     if not series:
         raise ValueError("no live-policy budgets in the summary (recorded policies have no budget L)")
+    ci = (summary.get("intervals") or {}).get("bands") or {}
     fig, (ax,) = figure(width)
     for p, pts in series.items():
         xs, ys = zip(*pts)
-        ax.plot(xs, ys, marker="o", label=p)
+        line, = ax.plot(xs, ys, marker="o", label=p)
+        cis = [ci.get(p, {}).get(str(x), {}).get("failed_all") for x in xs]
+        if all(cis):
+            lo = [y - 100 * c["ci"][0] for y, c in zip(ys, cis)]
+            hi = [100 * c["ci"][1] - y for y, c in zip(ys, cis)]
+            ax.errorbar(xs, ys, yerr=[lo, hi], fmt="none", ecolor=line.get_color(), elinewidth=0.8, capsize=2)
     ax.set_xscale("log", base=2)
     ticks = sorted({x for s in series.values() for x, _ in s})
     ax.set_xticks(ticks, [_budget_label(str(t)) for t in ticks])

@@ -1,0 +1,101 @@
+"""Intervals for the shares and rates mbs reports: every headline number carries n and a 95% interval.
+
+* :func:`wilson`: the Wilson score interval of a binomial share k/n (Wilson 1927), the default for
+  the trap shares, band shares, reclassification and yields: it stays inside [0, 1], is not
+  degenerate at k = 0 or k = n, and covers close to its nominal level for the small n of a
+  calibration study (Brown, Cai & DasGupta 2001, §4).
+* :func:`clopper_pearson`: the exact (conservative) binomial interval from Beta quantiles, for
+  checks and for users who want coverage of at least the nominal level.
+* :func:`share`: a share with its count, sample size and interval, as written to ``summary.json``.
+
+Example::
+
+    >>> share(3, 10)
+    {'value': 0.3, 'k': 3, 'n': 10, 'ci': [0.1078, 0.6032], 'method': 'wilson', 'level': 0.95}
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from scipy.stats import beta, norm
+
+__all__ = ["clopper_pearson", "share", "wilson"]
+
+#: Default confidence level of every interval mbs reports.
+LEVEL = 0.95
+
+
+def _check(k: int, n: int, level: float) -> None:
+    if n < 0 or k < 0 or k > n:
+        raise ValueError(f"a share needs 0 <= k <= n, got k={k}, n={n}")
+    if not 0 < level < 1:
+        raise ValueError(f"confidence level must lie in (0, 1), got {level}")
+
+
+def wilson(k: int, n: int, level: float = LEVEL) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion.
+
+    Args:
+        k: Successes (problems in the band, rollouts correct, ...).
+        n: Trials; ``n = 0`` gives the uninformative ``(0.0, 1.0)``.
+        level: Two-sided confidence level.
+
+    Returns:
+        ``(lo, hi)`` with ``0 <= lo <= k/n <= hi <= 1``.
+
+    Raises:
+        ValueError: ``k`` outside ``[0, n]`` or ``level`` outside ``(0, 1)``.
+    """
+    _check(k, n, level)
+    if n == 0:
+        return 0.0, 1.0
+    z = float(norm.ppf(0.5 + level / 2))
+    p = k / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (0.0 if k == 0 else max(0.0, centre - half)), (1.0 if k == n else min(1.0, centre + half))
+
+
+def clopper_pearson(k: int, n: int, level: float = LEVEL) -> tuple[float, float]:
+    """Exact (Clopper-Pearson) binomial interval: Beta quantiles, coverage >= ``level`` for every p.
+
+    Raises:
+        ValueError: ``k`` outside ``[0, n]`` or ``level`` outside ``(0, 1)``.
+    """
+    _check(k, n, level)
+    if n == 0:
+        return 0.0, 1.0
+    a = 1 - level
+    lo = 0.0 if k == 0 else float(beta.ppf(a / 2, k, n - k + 1))
+    hi = 1.0 if k == n else float(beta.ppf(1 - a / 2, k + 1, n - k))
+    return lo, hi
+
+
+def share(k: int, n: int, *, level: float = LEVEL, method: str = "wilson", digits: int = 4) -> dict[str, Any]:
+    """A share as reported in ``summary.json``: value, count, sample size and interval.
+
+    Args:
+        k: Count.
+        n: Sample size (``0``: value ``None``, interval ``[0, 1]``).
+        level: Confidence level.
+        method: ``"wilson"`` or ``"exact"`` (Clopper-Pearson).
+        digits: Rounding of the interval's ends (the value is exact).
+
+    Raises:
+        ValueError: Bad ``k``/``n``/``level`` or an unknown ``method``.
+    """
+    fn = {"wilson": wilson, "exact": clopper_pearson}.get(method)
+    if fn is None:
+        raise ValueError(f"unknown interval method {method!r}; known: wilson, exact")
+    lo, hi = fn(k, n, level)
+    return {
+        "value": k / n if n else None,
+        "k": k,
+        "n": n,
+        "ci": [round(lo, digits), round(hi, digits)],
+        "method": method,
+        "level": level,
+    }

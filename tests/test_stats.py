@@ -1,0 +1,59 @@
+"""Intervals against exact binomial cases and textbook values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from scipy.stats import binom
+
+from mbs.stats import clopper_pearson, share, wilson
+
+
+def test_wilson_textbook_values():
+    # Brown, Cai & DasGupta (2001) and Agresti-Coull: 95% Wilson interval for 3/10 and 0/10
+    lo, hi = wilson(3, 10)
+    assert (round(lo, 4), round(hi, 4)) == (0.1078, 0.6032)
+    lo, hi = wilson(0, 10)
+    assert lo == 0.0 and round(hi, 4) == 0.2775
+    lo, hi = wilson(10, 10)
+    assert hi == 1.0 and round(lo, 4) == 0.7225
+    assert wilson(0, 0) == (0.0, 1.0)
+
+
+@pytest.mark.parametrize("k,n", [(0, 5), (1, 5), (4, 9), (9, 9), (17, 40), (1, 192)])
+def test_clopper_pearson_is_exact(k, n):
+    """The exact interval's ends are where the binomial tail probabilities equal alpha/2."""
+    lo, hi = clopper_pearson(k, n)
+    if k > 0:
+        assert binom.sf(k - 1, n, lo) == pytest.approx(0.025, abs=1e-9)  # P(X >= k | lo)
+    else:
+        assert lo == 0.0
+    if k < n:
+        assert binom.cdf(k, n, hi) == pytest.approx(0.025, abs=1e-9)  # P(X <= k | hi)
+    else:
+        assert hi == 1.0
+    w_lo, w_hi = wilson(k, n)
+    assert (hi - lo) >= (w_hi - w_lo) - 1e-12  # the exact interval is the wider one
+    assert lo <= k / n <= hi and w_lo <= k / n <= w_hi
+
+
+def test_wilson_coverage_near_nominal():
+    """Exact coverage of the 95% Wilson interval, summed over the binomial pmf, is 0.93..0.97 for n=20."""
+    n = 20
+    for p in (0.1, 0.3, 0.5):
+        cov = math.fsum(binom.pmf(k, n, p) for k in range(n + 1) if wilson(k, n)[0] <= p <= wilson(k, n)[1])
+        assert 0.92 <= cov <= 0.98, (p, cov)
+
+
+def test_share_record_and_errors():
+    s = share(2, 8, method="exact")
+    assert s["value"] == 0.25 and s["k"] == 2 and s["n"] == 8 and s["method"] == "exact"
+    assert s["ci"][0] < 0.25 < s["ci"][1]
+    assert share(0, 0)["value"] is None
+    with pytest.raises(ValueError, match="k=5, n=3"):
+        share(5, 3)
+    with pytest.raises(ValueError, match="unknown interval method"):
+        share(1, 2, method="bayes")
+    with pytest.raises(ValueError, match="level"):
+        wilson(1, 2, level=1.5)
