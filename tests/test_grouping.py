@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from mbs.stats import share
 from mbs.calibration import calibrate_group, trap_summary
 from mbs.calibration_run import early_stop_simulation
 from mbs.grouping import (
@@ -26,6 +25,7 @@ from mbs.grouping import (
     budget_sort_key,
 )
 from mbs.records import BANDS, Rollout
+from mbs.stats import share
 
 sys.path.insert(0, str(Path(__file__).parent / "data_loaders"))
 
