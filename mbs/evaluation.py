@@ -16,11 +16,12 @@ wrong, as in training (:func:`mbs.rewards.compute_score`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from mbs.records import Rollout
+from mbs.stats import bootstrap_mean
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -66,6 +67,8 @@ class Score:
         ungraded: Samples the verifier could not grade (counted as wrong).
         truncated: Samples that hit the budget (finish reason ``length``).
         completion_tokens_mean: Mean generated tokens per sample.
+        avg_ci: 95% percentile-bootstrap interval of ``avg`` over problems (:func:`mbs.stats.bootstrap_mean`).
+        pass_at_ci: The same for each pass@k.
     """
 
     problems: int
@@ -75,6 +78,8 @@ class Score:
     ungraded: int
     truncated: int
     completion_tokens_mean: float
+    avg_ci: tuple[float, float] = (0.0, 1.0)
+    pass_at_ci: dict[int, tuple[float, float]] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         """JSON-ready dict (pass@k keys as strings)."""
@@ -86,6 +91,9 @@ class Score:
             "ungraded": self.ungraded,
             "truncated": self.truncated,
             "completion_tokens_mean": self.completion_tokens_mean,
+            "avg_ci": [round(x, 4) for x in self.avg_ci],
+            "pass_at_ci": {str(k): [round(x, 4) for x in v] for k, v in sorted(self.pass_at_ci.items())},
+            "interval": "95% percentile bootstrap over problems",
         }
 
 
@@ -113,11 +121,15 @@ def score(groups: Iterable[Sequence[Rollout]], ks: Sequence[int]) -> Score:
         raise ValueError(f"score: pass@k needs 1 <= k <= n = {n_min} samples per problem, got k={bad}")
     correct = [sum(1 for r in g if r.reward == 1.0) for g in groups]
     all_rollouts = [r for g in groups for r in g]
+    per_avg = [c / len(g) for c, g in zip(correct, groups)]
+    per_pass = {int(k): [pass_at_k(len(g), c, int(k)) for c, g in zip(correct, groups)] for k in ks}
     return Score(
         problems=len(groups),
         samples=n_min,
-        avg=float(np.mean([c / len(g) for c, g in zip(correct, groups)])),
-        pass_at={int(k): float(np.mean([pass_at_k(len(g), c, int(k)) for c, g in zip(correct, groups)])) for k in ks},
+        avg=float(np.mean(per_avg)),
+        pass_at={k: float(np.mean(v)) for k, v in per_pass.items()},
+        avg_ci=bootstrap_mean(per_avg),
+        pass_at_ci={k: bootstrap_mean(v) for k, v in per_pass.items()},
         ungraded=sum(1 for r in all_rollouts if r.reward is None),
         truncated=sum(1 for r in all_rollouts if r.finish_reason == "length"),
         completion_tokens_mean=float(np.mean([r.completion_tokens for r in all_rollouts])),

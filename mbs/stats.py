@@ -6,6 +6,8 @@
   calibration study (Brown, Cai & DasGupta 2001, §4).
 * :func:`clopper_pearson`: the exact (conservative) binomial interval from Beta quantiles, for
   checks and for users who want coverage of at least the nominal level.
+* :func:`bootstrap_mean`: a percentile bootstrap interval of a mean over problems or seeds (avg@k,
+  pass@k, yields over seeds).
 * :func:`share`: a share with its count, sample size and interval, as written to ``summary.json``.
 
 Example::
@@ -17,11 +19,13 @@ Example::
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 from scipy.stats import beta, norm
 
-__all__ = ["clopper_pearson", "share", "wilson"]
+__all__ = ["bootstrap_mean", "clopper_pearson", "share", "wilson"]
 
 #: Default confidence level of every interval mbs reports.
 LEVEL = 0.95
@@ -99,3 +103,32 @@ def share(k: int, n: int, *, level: float = LEVEL, method: str = "wilson", digit
         "method": method,
         "level": level,
     }
+
+
+def bootstrap_mean(values: Sequence[float], *, level: float = LEVEL, n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of a mean, resampling the values (problems, seeds) with replacement.
+
+    Used for avg@k and pass@k (resampling problems: the unit that varies between studies) and for
+    yields averaged over seeds. Deterministic for a given ``seed``.
+
+    Args:
+        values: One value per unit (e.g. per problem c_i / n_i); ``len >= 1``.
+        level: Two-sided confidence level.
+        n_boot: Bootstrap resamples.
+        seed: Seed of the resampling generator.
+
+    Returns:
+        ``(lo, hi)``; a single value gives ``(v, v)``.
+
+    Raises:
+        ValueError: No values, or ``level`` outside ``(0, 1)``.
+    """
+    if len(values) == 0:
+        raise ValueError("bootstrap_mean: no values")
+    if not 0 < level < 1:
+        raise ValueError(f"confidence level must lie in (0, 1), got {level}")
+    x = np.asarray(values, dtype=float)
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, len(x), size=(n_boot, len(x)))].mean(axis=1)
+    a = (1 - level) / 2
+    return float(np.quantile(means, a)), float(np.quantile(means, 1 - a))

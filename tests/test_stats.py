@@ -57,3 +57,19 @@ def test_share_record_and_errors():
         share(1, 2, method="bayes")
     with pytest.raises(ValueError, match="level"):
         wilson(1, 2, level=1.5)
+
+
+def test_bootstrap_mean_is_deterministic_and_covers_the_mean():
+    from mbs.stats import bootstrap_mean
+
+    vals = [0.0, 0.25, 0.5, 1.0, 0.0, 0.75, 0.25, 0.5]
+    lo, hi = bootstrap_mean(vals, seed=3)
+    assert (lo, hi) == bootstrap_mean(vals, seed=3)
+    assert lo < sum(vals) / len(vals) < hi
+    assert 0.0 <= lo and hi <= 1.0
+    assert bootstrap_mean([0.5]) == (0.5, 0.5)
+    # a larger sample of the same spread gives a narrower interval
+    lo2, hi2 = bootstrap_mean(vals * 10, seed=3)
+    assert hi2 - lo2 < hi - lo
+    with pytest.raises(ValueError, match="no values"):
+        bootstrap_mean([])

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from mbs.records import Problem, Rollout, TreeNode
+from mbs.stats import share
 
 
 def histogram(values: Iterable[int]) -> dict[str, int]:
@@ -39,7 +40,8 @@ def base_summary(
         teacher_tokens: Teacher completion tokens spent over all seeds.
 
     Returns:
-        ``hard_seeds``, ``seeds_qualified``, ``yield``, ``qualified_problems``,
+        ``hard_seeds``, ``seeds_qualified``, ``yield``, ``yield_ci`` (its count, n and 95% Wilson
+        interval, :func:`mbs.stats.share`), ``qualified_problems``,
         ``qualified_per_seed`` (a list in seed order), ``qualified_per_seed_histogram``,
         ``teacher_tokens``, ``student_tokens`` and both per qualified problem.
     """
@@ -53,6 +55,7 @@ def base_summary(
         "seeds_finished": len({n.seed_id for n in nodes}),
         "seeds_qualified": seeds_q,
         "yield": seeds_q / len(seeds) if seeds else 0.0,
+        "yield_ci": share(seeds_q, len(seeds)),
         "qualified_problems": n_q,
         "qualified_per_seed": counts,
         "qualified_per_seed_histogram": histogram(counts),

@@ -51,6 +51,7 @@ from mbs.llm.meter import BackendMeter
 from mbs.prompts import user_messages
 from mbs.records import BANDS, MCQ, Calibration, Problem, Rollout
 from mbs.sampling import Group, Policy, RolloutWriter, draw, policies_from_cfg
+from mbs.stats import share
 from mbs.synth.goose.build import (
     LETTERS,
     Bounds,
@@ -537,9 +538,11 @@ def run(cfg: DictConfig, out: RunDir) -> dict[str, Any]:
         "attempt_rejections": dict(sorted(book.attempt_rejections.items())),
         "resumed_decisions": book.resumed,
         "effective_share": (len(kept_ids) / n_filtered) if filtered and n_filtered else None,
+        "effective_share_ci": share(len(kept_ids), n_filtered) if filtered and n_filtered else None,
         "kept": len(kept_problems),
         "bands": {b: (band_counts[b] / n_filtered if n_filtered else 0.0) for b in BANDS},
         "band_counts": band_counts,
+        "band_intervals": {b: share(band_counts[b], n_filtered) for b in BANDS},
         "usable": sum(1 for c in cals.values() if c.usable),
         "letters": {
             "built": letter_report([it.answer for it in items], k),
