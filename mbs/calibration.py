@@ -75,10 +75,17 @@ def calibrate_group(rollouts: Sequence[Rollout], n_target: int, decision: str = 
     """Summarise the rollouts of one (problem, policy, budget) into a :class:`Calibration`.
 
     With early stopping (fewer than ``n_target`` rollouts), the band reported is the one that
-    drawing all N would give; :func:`settled` guarantees it is decided.
+    drawing all N would give: with ``decision="band"`` a short group must be :func:`settled`
+    (both outcomes and a complete correct rollout seen: Goldilocks and usable whatever the rest
+    gives), else it is refused. With ``decision="above_alpha"`` (synthesis' alpha_leaf and
+    alpha_parent check) only the above-alpha decision is settled: a short group's band is its
+    observed one and ``early_stopped`` says it is not a full-N band. The pass rate s/k of a
+    stopped group is biased toward the stopping rule; it is recorded as observed, and callers
+    that estimate a rate must not read it from an ``early_stopped`` record.
 
     Raises:
-        ValueError: No rollouts, or rollouts of several (problem, policy, budget) groups.
+        ValueError: No rollouts, rollouts of several (problem, policy, budget) groups, or a
+            short ``decision="band"`` group that is not settled.
     """
     if not rollouts:
         raise ValueError("calibrate_group: no rollouts")
@@ -90,7 +97,12 @@ def calibrate_group(rollouts: Sequence[Rollout], n_target: int, decision: str = 
     s = sum(1 for r in rollouts if r.reward == 1.0)
     early = n < n_target
     if early and decision == "band":
-        band = "goldilocks"  # settled() only stops early once both outcomes were seen
+        if not settled(rollouts, n_target, "band"):
+            raise ValueError(
+                f"calibrate_group: {first.problem_id!r} ({first.policy}, L={first.budget}) stopped at {n} of {n_target} "
+                f"rollouts ({s} correct) before its band was settled"
+            )
+        band = "goldilocks"  # settled: both outcomes seen
     else:
         band = band_of(s, n)
     return Calibration(

@@ -77,6 +77,13 @@ class CalibrationSettings:
         policies = tuple(policies_from_cfg(cfg.students))
         budgets = tuple(int(b) for b in ccfg.budgets)
         target = str(cfg.students.target)
+        if bool(es.enabled) and str(es.decision) != "band":
+            raise ConfigError(
+                f"calibrate.early_stop.decision={str(es.decision)!r} with calibrate.early_stop.enabled=true: mbs-calibrate "
+                "reports bands, pass rates and hard seeds, and only decision=band stops a group once its band is "
+                "settled (above_alpha would label a stopped 0/2 group failed_all and make it a hard seed); "
+                "above_alpha is the rule synthesis applies to candidates"
+            )
         return cls(
             policies=policies, budgets=budgets, n=int(ccfg.n), target=target,
             hard_seed_budget=_hard_seed_budget(ccfg.hard_seed_budget, budgets, policies, target),

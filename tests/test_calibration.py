@@ -66,3 +66,13 @@ def test_trap_summary_fractions_and_reclassification():
     assert s["reclassification"]["policies"]["64"]["A|B"] == 0.75
     assert s["reclassification"]["budgets"]["A"]["64|128"] == 0.0
     assert s["counts"]["A"]["64"]["trapped"] == 0.75
+
+
+def test_a_short_group_is_labelled_only_when_settled():
+    """decision=band: a group stopped before both outcomes (and a complete correct one) were seen is refused."""
+    with pytest.raises(ValueError, match="stopped at 2 of 8 rollouts \\(0 correct\\) before its band was settled"):
+        calibrate_group(rollouts([0.0, 0.0], ["stop", "stop"]), 8)
+    with pytest.raises(ValueError, match="before its band was settled"):
+        calibrate_group(rollouts([1.0, 0.0], ["length", "stop"]), 8)  # correct but not complete: usability open
+    c = calibrate_group(rollouts([1.0, 0.0], ["stop", "stop"]), 8)
+    assert c.band == "goldilocks" and c.early_stopped and c.n == 2

@@ -169,3 +169,17 @@ def test_calibration_rewards_equal_compute_score(make_cfg):
     ]
     assert all(agree)
     assert 0 < sum(r.reward == 1.0 for r in rollouts) < len(rollouts)  # both outcomes occur
+
+
+def test_early_stopping_on_above_alpha_is_refused_before_anything_is_drawn(make_cfg, toy_jsonl):
+    """above_alpha settles only "pass rate > alpha": a stopped 0/2 group would become failed_all and a hard seed."""
+    from mbs.errors import ConfigError
+
+    cfg = make_cfg(
+        "calibrate",
+        toy_overrides(toy_jsonl, "calibrate.early_stop.enabled=true", "calibrate.early_stop.decision=above_alpha"),
+        out="es_alpha",
+    )
+    with pytest.raises(ConfigError, match="decision='above_alpha' with calibrate.early_stop.enabled=true"):
+        run(cfg)
+    assert not list(Path(cfg.out_dir).glob("rollouts*.jsonl"))
