@@ -268,7 +268,12 @@ def finalize(
     hard = [p for p in problems if p.id in failed and p.id not in ungradable]
     out.shard("hard_seeds", Problem).rewrite(hard)
 
-    summary = trap_summary(cal_shard.iter())
+    # the trap shares are of gradable problems: an ungradable gold fails every rollout, which
+    # says nothing about the policy, so those problems leave every denominator (reported below)
+    def gradable() -> Iterator[Calibration]:
+        return (c for c in cal_shard.iter() if c.problem_id not in ungradable)
+
+    summary = trap_summary(gradable())
     summary.update(
         {
             "problems": len(problems),
@@ -279,8 +284,12 @@ def finalize(
             "budgets": budgets if has_live else [],
             "n": n_target if has_live else None,
             "hard_seeds": len(hard),
-            # problems whose gold the verifier cannot parse: every rollout fails them, so they are never hard seeds
-            "ungradable": {"count": len(ungradable), "ids": list(ungradable), "reasons": ungradable},
+            # problems whose gold the verifier cannot parse: every rollout fails them, so they are never hard
+            # seeds and are left out of bands, counts, intervals and difficulty shares
+            "ungradable": {
+                "count": len(ungradable), "ids": list(ungradable), "reasons": ungradable,
+                "excluded_from_trap_shares": True,
+            },
             "hard_seed_budget": settings.hard_seed_budget,
             "rollouts": {
                 "drawn": totals["drawn"],
@@ -296,7 +305,7 @@ def finalize(
             "backends": backends,
         }
     )
-    summary.update(difficulty_fields(cal_shard.iter(), problems))  # band shares per (difficulty level, L)
+    summary.update(difficulty_fields(gradable(), problems))  # band shares per (difficulty level, L)
     if sim is not None and sim.groups:
         summary["early_stop_simulation"] = sim.report()
     if any(p.source == "recorded" for p in policies):

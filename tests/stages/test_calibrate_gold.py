@@ -37,6 +37,12 @@ def test_unparseable_gold_is_reported_ungradable_and_is_not_a_hard_seed(make_cfg
     assert s["ungradable"]["count"] == 1 and s["ungradable"]["ids"] == ["toy/badgold"]
     assert s["ungradable"]["reasons"]["toy/badgold"].startswith("gold '\\\\frac{' not gradable")
     assert s["hard_seeds"] == 1
+    # the ungradable problem leaves the trap shares' denominators: they count the gradable problems only
+    n_gradable = len(cals) - 1
+    cell = s["counts"][next(iter(s["counts"]))]["64"]
+    assert cell["n_problems"] == n_gradable
+    assert cell["failed_all"] == sum(c.band == "failed_all" for i, c in cals.items() if i != "toy/badgold")
+    assert s["intervals"]["bands"][next(iter(s["counts"]))]["64"]["failed_all"]["n"] == n_gradable
 
 
 def test_gold_self_check():
