@@ -77,9 +77,14 @@ def calibration_findings(step: str, s: dict[str, Any]) -> list[Finding]:
     n = c.get("n_problems", s.get("problems"))
     at = "" if top == "recorded" else f" at L = {top} tokens"
     seeds = f" Hard seeds for synthesis (failed_all for {target}): {s['hard_seeds']}." if "hard_seeds" in s else ""
+    ci = s.get("intervals", {}).get("bands", {}).get(target, {}).get(top, {}).get("trapped")
+    ci_text = f" (95% interval {_pct(ci['ci'][0])} to {_pct(ci['ci'][1])}, n = {ci['n']})" if ci else ""
+    what = (" These are recorded answers under the dataset's prompt settings, each no-hint setting counted as one "
+            "rollout: a proxy for the trap, not N samples of one policy at a budget L." if top == "recorded" else "")
     out.append(Finding(
         step, f"{_pct(b['solved_all'] + b['failed_all'])} of {_n(n, 'problem')} are in the zero-advantage trap for {target}{at}",
-        f"solved_all {_pct(b['solved_all'])}, failed_all {_pct(b['failed_all'])}: all rollouts of such a problem get "
+        f"Trapped share{ci_text}: solved_all {_pct(b['solved_all'])}, failed_all {_pct(b['failed_all'])}.{what} "
+        "All rollouts of such a problem get "
         f"the same reward, so every GRPO advantage is zero and it teaches nothing. Only {_pct(b['goldilocks'])} "
         f"({_n(c.get('goldilocks', '?'), 'problem')}) are in the Goldilocks band, with mixed rollouts.{seeds}",
         "trap_bands",
