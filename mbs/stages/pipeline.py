@@ -188,7 +188,8 @@ def run(cfg: DictConfig) -> Path:
     summary: dict[str, Any] = {"steps": {name: str(Path(p).relative_to(out.path)) for name, p in steps.items()}}
     for name, path in steps.items():
         s = read_summary(path)
-        keep = ("bands", "hard_seeds", "problems", "target_policy", "rows", "removed", "train_rows", "val_rows", "difficulty_moves")
+        keep = ("bands", "intervals", "hard_seeds", "problems", "target_policy", "rows", "removed", "train_rows", "val_rows",
+                "difficulty_moves", "yield", "yield_ci", "effective_share", "effective_share_ci")
         summary[name] = {k: s[k] for k in keep if k in s}
     summary["step_seconds"] = {name: round(sec, 1) for name, sec in progress.seconds.items()}
     out.write_summary(summary)
