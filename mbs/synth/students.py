@@ -34,12 +34,18 @@ def weakest_student(
         ``pass_rates[name]`` is the mean pass rate over the common problems (``None`` when
         there is none) and ``rule`` is ``measured`` or ``config order`` (no problem was
         calibrated for every live student, or a single student: the first one is taken).
-        Ties go to the student listed first.
+        Ties go to the student listed first. Only full-N calibrations count: the pass rate s/k of
+        a group that early stopping cut short is biased toward the stopping rule (a group stops
+        once both outcomes were seen), so such problems are left out (``early_stopped_skipped``).
     """
     per: dict[str, dict[str, float]] = {s.name: {} for s in students}
     budgets = {s.name: s.budget for s in students}
+    skipped = 0
     for (pid, policy, budget), c in calibrations.items():
         if policy in per and budget == budgets[policy]:
+            if c.early_stopped:
+                skipped += 1
+                continue
             per[policy][pid] = c.pass_rate
     common = sorted(set.intersection(*(set(v) for v in per.values()))) if per else []
     if len(students) < 2 or not common:
@@ -47,7 +53,9 @@ def weakest_student(
             log.warning("no problem was calibrated for every live student at its budget: the weakest student is "
                         "the first in the config (%s)", students[0].name)
         rates = {s.name: None for s in students}
-        return students[0], {"rule": "config order", "policy": students[0].name, "problems": 0, "pass_rates": rates}
+        return students[0], {"rule": "config order", "policy": students[0].name, "problems": 0, "pass_rates": rates,
+                             "early_stopped_skipped": skipped}
     rates = {s.name: math.fsum(per[s.name][p] for p in common) / len(common) for s in students}
     weakest = min(students, key=lambda s: rates[s.name])  # min keeps the first of equal rates
-    return weakest, {"rule": "measured", "policy": weakest.name, "problems": len(common), "pass_rates": rates}
+    return weakest, {"rule": "measured", "policy": weakest.name, "problems": len(common), "pass_rates": rates,
+                     "early_stopped_skipped": skipped}
