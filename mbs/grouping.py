@@ -226,16 +226,16 @@ class BandTable(_OnDisk):
         super().__init__(
             "CREATE TABLE c (policy TEXT NOT NULL, bkey TEXT NOT NULL, problem_id TEXT NOT NULL, band TEXT NOT NULL, "
             "usable INTEGER NOT NULL, pass_rate REAL NOT NULL, n INTEGER NOT NULL, truncated INTEGER NOT NULL, "
-            "PRIMARY KEY (policy, bkey, problem_id)) WITHOUT ROWID"
+            "early INTEGER NOT NULL, PRIMARY KEY (policy, bkey, problem_id)) WITHOUT ROWID"
         )
 
     def add(self, calibrations: Iterable[Any]) -> None:
         """Add :class:`~mbs.records.Calibration` records (streamed)."""
-        sql = "INSERT OR REPLACE INTO c VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+        sql = "INSERT OR REPLACE INTO c VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
         it = iter(calibrations)
         while chunk := [
             (c.policy, budget_key(c.budget), c.problem_id, c.band, int(bool(c.usable)), float(c.pass_rate), int(c.n),
-             int(c.truncated))
+             int(c.truncated), int(bool(c.early_stopped)))
             for c in itertools.islice(it, CHUNK)
         ]:
             self._db.executemany(sql, chunk)
@@ -260,7 +260,8 @@ class BandTable(_OnDisk):
                 n, usable, rollouts, truncated = db.execute(
                     "SELECT COUNT(*), SUM(usable), SUM(n), SUM(truncated) FROM c WHERE policy=? AND bkey=?", where
                 ).fetchone()
-                rates = math.fsum(r for (r,) in db.execute("SELECT pass_rate FROM c WHERE policy=? AND bkey=?", where))
+                # early-stopped groups' s/k is biased by the stopping rule: the mean is over full-N groups
+                full = [r for (r,) in db.execute("SELECT pass_rate FROM c WHERE policy=? AND bkey=? AND early=0", where)]
                 bands[policy][bkey] = {b: cnt[b] / n for b in BANDS}
                 intervals[policy][bkey] = {
                     **{b: share(cnt[b], n) for b in BANDS},
@@ -272,7 +273,8 @@ class BandTable(_OnDisk):
                     "n_problems": n,
                     "usable": usable,
                     "trapped": (cnt["solved_all"] + cnt["failed_all"]) / n,
-                    "pass_rate_mean": rates / n,
+                    "pass_rate_mean": math.fsum(full) / len(full) if full else None,
+                    "pass_rate_groups": len(full),
                     "rollouts": rollouts,
                     "truncated": truncated,
                 }

@@ -76,3 +76,14 @@ def test_a_short_group_is_labelled_only_when_settled():
         calibrate_group(rollouts([1.0, 0.0], ["length", "stop"]), 8)  # correct but not complete: usability open
     c = calibrate_group(rollouts([1.0, 0.0], ["stop", "stop"]), 8)
     assert c.band == "goldilocks" and c.early_stopped and c.n == 2
+
+
+def test_mean_pass_rate_leaves_out_early_stopped_groups():
+    """A stopped group's s/k (1/2 here) is biased by the stopping rule: the mean is over full-N groups."""
+    full = calibrate_group(rollouts([1.0, 0.0, 0.0, 0.0], ["stop"] * 4), 4)
+    stopped = calibrate_group(rollouts([1.0, 0.0], ["stop", "stop"], pid="q"), 4)
+    assert stopped.early_stopped and stopped.pass_rate == 0.5
+    s = trap_summary([full, stopped])
+    cell = next(iter(next(iter(s["counts"].values())).values()))
+    assert cell["n_problems"] == 2 and cell["goldilocks"] == 2
+    assert cell["pass_rate_mean"] == 0.25 and cell["pass_rate_groups"] == 1

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mbs.calibration import calibrate_group, trap_summary
+from mbs.calibration import calibrate_group, settled, trap_summary
 from mbs.calibration_run import early_stop_simulation
 from mbs.grouping import (
     BandTable,
@@ -72,7 +72,12 @@ def test_rollout_index_groups_like_memory(seed):
         assert [[outcome(r) for r in g] for g in ref] == got
         for g_ref, g_got in zip(ref, got):
             for n in (len(g_ref), 8):
-                assert calibrate_group(g_got, n) == calibrate_group(g_ref, n)
+                if settled(g_ref, n):
+                    assert calibrate_group(g_got, n) == calibrate_group(g_ref, n)
+                else:  # a short group whose band is open is refused, from either source
+                    for g in (g_got, g_ref):
+                        with pytest.raises(ValueError, match="before its band was settled"):
+                            calibrate_group(g, n)
         flat = [r for g in ref for r in g]
         assert index.totals() == {
             "drawn": len(flat), "ungraded": sum(r.reward is None for r in flat),
@@ -104,10 +109,12 @@ def reference_trap_summary(cals) -> dict:
         for bk in sorted(groups[pol], key=budget_sort_key):
             cs = list(groups[pol][bk].values())
             cnt = {b: sum(c.band == b for c in cs) for b in BANDS}
+            full = [c for c in cs if not c.early_stopped]
             bands[pol][bk] = {b: cnt[b] / len(cs) for b in BANDS}
             counts[pol][bk] = {**cnt, "n_problems": len(cs), "usable": sum(c.usable for c in cs),
                                "trapped": (cnt["solved_all"] + cnt["failed_all"]) / len(cs),
-                               "pass_rate_mean": math.fsum(c.pass_rate for c in cs) / len(cs),
+                               "pass_rate_mean": (math.fsum(c.pass_rate for c in full) / len(full)) if full else None,
+                               "pass_rate_groups": len(full),
                                "rollouts": sum(c.n for c in cs), "truncated": sum(c.truncated for c in cs)}
             ci[pol][bk] = {**{b: share(cnt[b], len(cs)) for b in BANDS},
                            "trapped": share(cnt["solved_all"] + cnt["failed_all"], len(cs)),
@@ -136,7 +143,9 @@ def reference_trap_summary(cals) -> dict:
 def test_trap_summary_on_disk_equals_in_memory(seed):
     with RolloutIndex() as index:
         index.add(random_rollouts(seed, problems=40))
-        cals = [calibrate_group(g, 8) for g in index.groups()]
+        # early-stopped groups (short and settled) included: the mean pass rate must leave them out
+        cals = [calibrate_group(g, 8 if settled(g, 8) else len(g)) for g in index.groups()]
+    assert any(c.early_stopped for c in cals)
     random.Random(seed).shuffle(cals)
     got = trap_summary(iter(cals))  # a one-shot stream
     assert json.dumps(got, sort_keys=False) == json.dumps(reference_trap_summary(cals), sort_keys=False)
