@@ -79,7 +79,7 @@ from mbs.synth.inputs import load_base_calibrations, load_seeds
 from mbs.synth.judge import judge_summary
 from mbs.synth.paths import path_details, yield_by_path
 from mbs.synth.problems import above, clip, origin_of, reason_kind
-from mbs.synth.restate import answer_response, restatement, same_answer_reason
+from mbs.synth.restate import restatement, same_answer_reason
 from mbs.synth.run import RunState, run_method, setup_summary
 from mbs.synth.store import root_id
 from mbs.synth.structured import StructureError, parse_items, self_reference
@@ -87,6 +87,7 @@ from mbs.synth.students import weakest_student
 from mbs.synth.summary import base_summary
 from mbs.synth.teacher import find_trace
 from mbs.synth.traces import blueprint, trace_for_prompt
+from mbs.verify.gold import answer_as_response, shown_answer
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,11 @@ class Beanstalk(SynthBase):
         """The node's verified trace as Stage-2/3 prompts receive it (``mbs.trace_context``;
         clipped to ``mbs.max_chars`` keeping the conclusion)."""
         return trace_for_prompt(node.trace, node.trace_reasoning, self.trace_context, self.max_chars)
+
+    def shown(self, node: TreeNode) -> str:
+        """The node's answer as Stage-2/3 prompts show it: the answer alone (a Reasoning Gym gold is a
+        JSON entry with generator metadata, :func:`mbs.verify.gold.shown_answer`)."""
+        return shown_answer(node.answer, verifier_for(node.problem, self.cfg.verifier))
 
     # -- one seed ----------------------------------------------------------------------
 
@@ -224,7 +230,7 @@ class Beanstalk(SynthBase):
         accs = yield from self.base_acc(node)
         messages = user_messages(
             m.templates.decompose, problem=clip(node.problem.prompt, self.max_chars),
-            solution=self.trace_text(node), answer=node.answer or "", k=str(k_max),
+            solution=self.trace_text(node), answer=self.shown(node), k=str(k_max),
         )
         attempts: list[dict[str, Any]] = []
         accepted: list[dict[str, Any]] | None = None
@@ -250,12 +256,16 @@ class Beanstalk(SynthBase):
                 subs.append(sub)
             pending = [s for s in subs if s["status"] == Status.PENDING]
             if pending:
+                # "is its answer the parent's a*?" is graded by the parent's own verifier (a Reasoning Gym
+                # gold is a JSON entry that only its score_answer reads)
+                parent_verifier = verifier_for(node.problem, self.cfg.verifier)
                 grades = yield Verify([(s["solution"], s["answer"], "math") for s in pending]
-                                      + [(answer_response(s["answer"]), node.answer or "", "math") for s in pending])
+                                      + [(answer_as_response(s["answer"], parent_verifier), node.answer or "", parent_verifier)
+                                         for s in pending])
                 for s, g, same in zip(pending, grades, grades[len(pending):]):
                     mark_verified(s, g)
                     why = restatement(s["problem"], node.problem.prompt, float(m.restate_similarity)) or (
-                        same_answer_reason(s["answer"], node.answer or "") if same.score == 1.0 else None)
+                        same_answer_reason(s["answer"], self.shown(node)) if same.score == 1.0 else None)
                     if s["status"] == Status.VALID and why:
                         s.update(status=Status.REJECTED, reason=why)
             att["subproblems"] = subs
@@ -322,7 +332,7 @@ class Beanstalk(SynthBase):
         th, m = self.th, self.cfg.mbs
         messages = user_messages(
             m.templates.leaf, problem=clip(node.problem.prompt, self.max_chars),
-            solution=self.trace_text(node), answer=node.answer or "",
+            solution=self.trace_text(node), answer=self.shown(node),
         )
         comps = (yield from generate(self.gen, [self.gen.request(messages, 0, int(th.N_l))], tree.tally))[0]
         variants = [
@@ -367,7 +377,7 @@ class Beanstalk(SynthBase):
             return []
         avail = list(zip(kids, kept_lists))
         parent = clip(node.problem.prompt, self.max_chars)
-        originals = _blocks([(k.problem.prompt, self.trace_text(k), k.answer) for k in kids], self.max_chars)
+        originals = _blocks([(k.problem.prompt, self.trace_text(k), self.shown(k)) for k in kids], self.max_chars)
         alpha, n_c, want = float(th.alpha_parent), int(th.N_c), int(m.parents_per_node)
         kept: list[Candidate] = []
         trials: list[dict[str, Any]] = []
@@ -375,7 +385,7 @@ class Beanstalk(SynthBase):
             chosen = [kl[t % len(kl)] for _, kl in avail]
             new = _blocks([(v["problem"], v["solution"], v["answer"]) for v in chosen], self.max_chars)
             messages = user_messages(m.templates.compose, parent=parent, parent_solution=self.trace_text(node),
-                                     parent_answer=node.answer or "", count=str(len(kids)), children=originals, new_children=new)
+                                     parent_answer=self.shown(node), count=str(len(kids)), children=originals, new_children=new)
             comp = (yield from generate(self.gen, [self.gen.request(messages, t)], tree.tally))[0][0]
             used = [v["id"] for v in chosen]
             v = self.candidate(tree, f"{node.node_id}/c{t}", "composed", comp, [node.node_id, *used], node_id=node.node_id, children=used)

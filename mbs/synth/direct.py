@@ -31,6 +31,7 @@ from omegaconf import DictConfig
 from mbs.io import RunDir, read_records
 from mbs.prompts import user_messages
 from mbs.records import Problem, TreeNode
+from mbs.sampling import verifier_for
 from mbs.synth.candidate import KEPT, Status
 from mbs.synth.engine import Task, generate
 from mbs.synth.grower import SeedTree, SynthBase
@@ -40,6 +41,7 @@ from mbs.synth.problems import clip, reason_kind
 from mbs.synth.run import RunState, run_method, setup_summary
 from mbs.synth.store import root_id
 from mbs.synth.summary import base_summary
+from mbs.verify.gold import shown_answer
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +69,8 @@ class Direct(SynthBase):
                         problem=dataclasses.replace(seed, metadata=dict(seed.metadata)), answer=seed.ground_truth)
         tree = SeedTree(seed, root)
         d = self.cfg.direct
-        messages = user_messages(d.templates.variant, problem=clip(seed.prompt, self.max_chars), answer=seed.ground_truth or "")
+        messages = user_messages(d.templates.variant, problem=clip(seed.prompt, self.max_chars),
+                                 answer=shown_answer(seed.ground_truth, verifier_for(seed, self.cfg.verifier)))
         step = int(d.n_variants)
         comps = (yield from generate(self.gen, [self.gen.request(messages, 0, step)], tree.tally))[0]
         if self.budgets is not None:  # cost-matched: go on until the seed has spent MBS's teacher tokens

@@ -60,11 +60,6 @@ def restatement(sub: str, parent: str, threshold: float) -> str | None:
     return None
 
 
-def answer_response(answer: str) -> str:
-    """A subproblem's answer written as a response, to grade against a* (``\\boxed{answer}``)."""
-    return f"\\boxed{{{answer}}}"
-
-
 def same_answer_reason(answer: str, parent_answer: str) -> str:
     """The rejection reason of a subproblem whose answer equals a*."""
     return f"restates parent: its answer {answer!r} equals the parent's answer a* = {parent_answer!r}"

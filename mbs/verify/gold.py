@@ -44,6 +44,45 @@ def self_check_response(ground_truth: str, verifier: str) -> str:
     return _RESPONSE.get(verifier, "\\boxed{{{gold}}}").format(gold=ground_truth)
 
 
+def shown_answer(ground_truth: str | None, verifier: str) -> str:
+    r"""A gold answer as a teacher or a reader sees it: the answer alone.
+
+    Reasoning Gym golds are JSON entries with the generator's metadata (what its ``score_answer``
+    reads); pasting that into a teacher prompt shows the metadata and asks for answers in that
+    shape. Other verifiers' golds are the answer itself.
+
+    >>> shown_answer('{"answer": "12", "metadata": {"x": 1}, "task": "chain_sum"}', "reasoning_gym")
+    '12'
+    >>> shown_answer("\\frac{7}{2}", "math")
+    '\\frac{7}{2}'
+    """
+    if ground_truth is None:
+        return ""
+    if verifier == "reasoning_gym":
+        from mbs.verify.reasoning_gym import GoldError, parse_gold
+
+        with contextlib.suppress(GoldError):
+            return str(parse_gold(ground_truth)["answer"])
+    return ground_truth
+
+
+def answer_as_response(answer: str, verifier: str) -> str:
+    r"""A plain answer (a subproblem's, a candidate's) written as the final answer ``verifier`` reads.
+
+    Used to grade "is this answer the parent's answer a*?" with the parent's own verifier:
+    ``\boxed{answer}`` for math, ``The answer is (X).`` for mcq, ``<answer>answer</answer>`` for
+    Reasoning Gym (graded by the generator's ``score_answer`` against the JSON gold).
+
+    >>> answer_as_response("12", "reasoning_gym")
+    '<answer>12</answer>'
+    >>> answer_as_response("12", "math")
+    '\\boxed{12}'
+    """
+    if verifier == "reasoning_gym":
+        return f"<answer>{answer}</answer>"
+    return _RESPONSE.get(verifier, "\\boxed{{{gold}}}").format(gold=answer)
+
+
 def ungradable_golds(problems: Sequence[Problem], verifier_cfg, pool=None) -> dict[str, str]:
     """Problems whose gold answer the verifier does not accept as a correct answer to itself.
 
