@@ -158,9 +158,14 @@ def find_trace(
     for t in pool:
         if not t.live:
             if seed.reference_solution:
-                attempts.append({"teacher": t.name, "index": None, "score": 1.0, "extracted": seed.ground_truth,
-                                 "reason": "reference solution shipped with the dataset"})
-                return TraceResult(seed.reference_solution, t.name, None, attempts)
+                # verified like every teacher's trace: a reference whose conclusion the verifier does not
+                # grade equal to a* (another form, a typo, no final answer) is not a verified trace
+                (g,) = yield Verify([(seed.reference_solution, seed.ground_truth or "", verifier)])
+                attempts.append({"teacher": t.name, "index": None, "score": g.score, "extracted": g.extracted,
+                                 "reason": f"reference solution shipped with the dataset: {g.reason}"})
+                if g.score == 1.0:
+                    return TraceResult(seed.reference_solution, t.name, None, attempts)
+                continue
             attempts.append({"teacher": t.name, "index": None, "score": None, "extracted": None,
                              "reason": "no reference solution"})
             continue
@@ -182,5 +187,6 @@ def find_trace(
     wrong = sum(1 for a in attempts if a["index"] is not None)
     reason = f"no verified trace: {wrong} traces from {n_live} live teacher(s) x N_t={n_t} did not verify"
     if any(not t.live for t in pool):
-        reason += "; no reference solution"
+        ref = [a for a in attempts if a["index"] is None and a["score"] is not None]
+        reason += "; the reference solution did not verify" if ref else "; no reference solution"
     return TraceResult(None, None, None, attempts, reason)
