@@ -8,6 +8,8 @@
   checks and for users who want coverage of at least the nominal level.
 * :func:`bootstrap_mean`: a percentile bootstrap interval of a mean over problems or seeds (avg@k,
   pass@k, yields over seeds).
+* :func:`paired_shares` and :func:`mcnemar_exact`: two methods on the same units (MBS and direct
+  on the same hard seeds): the difference with a bootstrap interval and an exact McNemar test.
 * :func:`share`: a share with its count, sample size and interval, as written to ``summary.json``.
 
 Example::
@@ -23,9 +25,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from scipy.stats import beta, norm
+from scipy.stats import beta, binom, norm
 
-__all__ = ["bootstrap_mean", "clopper_pearson", "share", "wilson"]
+__all__ = ["bootstrap_mean", "clopper_pearson", "mcnemar_exact", "paired_shares", "share", "wilson"]
 
 #: Default confidence level of every interval mbs reports.
 LEVEL = 0.95
@@ -132,3 +134,61 @@ def bootstrap_mean(values: Sequence[float], *, level: float = LEVEL, n_boot: int
     means = x[rng.integers(0, len(x), size=(n_boot, len(x)))].mean(axis=1)
     a = (1 - level) / 2
     return float(np.quantile(means, a)), float(np.quantile(means, 1 - a))
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """Two-sided exact McNemar p-value for paired binary outcomes.
+
+    Args:
+        b: Pairs where the first method succeeded and the second failed.
+        c: Pairs where the second succeeded and the first failed.
+
+    Returns:
+        ``P`` of a split at least as uneven as ``(b, c)`` among the ``b + c`` discordant pairs
+        under H0 (either method equally likely to win a discordant pair): ``min(1, 2 * Binom(b + c,
+        1/2).cdf(min(b, c)))``; ``1.0`` with no discordant pair.
+
+    Raises:
+        ValueError: A negative count.
+    """
+    if b < 0 or c < 0:
+        raise ValueError(f"mcnemar_exact: counts must be >= 0, got b={b}, c={c}")
+    n = b + c
+    if n == 0:
+        return 1.0
+    return float(min(1.0, 2 * binom.cdf(min(b, c), n, 0.5)))
+
+
+def paired_shares(x: Sequence[bool], y: Sequence[bool], *, level: float = LEVEL, seed: int = 0) -> dict[str, Any]:
+    """Two methods' success shares on the same units (hard seeds, problems), compared pairwise.
+
+    Args:
+        x: Per unit, whether method X succeeded (e.g. the seed got >= 1 qualified problem).
+        y: The same units, in the same order, for method Y.
+        level: Confidence level of the intervals.
+        seed: Seed of the bootstrap.
+
+    Returns:
+        ``{"n", "x": share, "y": share, "difference": x - y, "difference_ci": bootstrap interval
+        over units, "discordant": {"x_only", "y_only"}, "mcnemar_p": exact two-sided p}``.
+
+    Raises:
+        ValueError: ``x`` and ``y`` of different lengths, or empty.
+    """
+    if len(x) != len(y) or not x:
+        raise ValueError(f"paired_shares: need two equal, non-empty lists, got {len(x)} and {len(y)}")
+    xs, ys = [bool(v) for v in x], [bool(v) for v in y]
+    b = sum(1 for a, z in zip(xs, ys) if a and not z)
+    c = sum(1 for a, z in zip(xs, ys) if z and not a)
+    diffs = [float(a) - float(z) for a, z in zip(xs, ys)]
+    lo, hi = bootstrap_mean(diffs, level=level, seed=seed)
+    return {
+        "n": len(xs),
+        "x": share(sum(xs), len(xs), level=level),
+        "y": share(sum(ys), len(ys), level=level),
+        "difference": sum(diffs) / len(diffs),
+        "difference_ci": [round(lo, 4), round(hi, 4)],
+        "discordant": {"x_only": b, "y_only": c},
+        "mcnemar_p": mcnemar_exact(b, c),
+        "level": level,
+    }

@@ -73,3 +73,29 @@ def test_bootstrap_mean_is_deterministic_and_covers_the_mean():
     assert hi2 - lo2 < hi - lo
     with pytest.raises(ValueError, match="no values"):
         bootstrap_mean([])
+
+
+def test_mcnemar_exact_against_binomial_tails():
+    from mbs.stats import mcnemar_exact
+
+    assert mcnemar_exact(0, 0) == 1.0
+    assert mcnemar_exact(5, 0) == pytest.approx(2 * 0.5**5)  # 0.0625: 5 of 5 discordant pairs one way
+    assert mcnemar_exact(3, 3) == 1.0
+    assert mcnemar_exact(8, 2) == pytest.approx(2 * binom.cdf(2, 10, 0.5))
+    assert mcnemar_exact(2, 8) == mcnemar_exact(8, 2)
+    with pytest.raises(ValueError, match="b=-1"):
+        mcnemar_exact(-1, 2)
+
+
+def test_paired_shares():
+    from mbs.stats import paired_shares
+
+    x = [True, True, True, False, True, False, True, True]
+    y = [False, True, False, False, False, False, True, False]
+    p = paired_shares(x, y)
+    assert p["n"] == 8 and p["x"]["k"] == 6 and p["y"]["k"] == 2
+    assert p["difference"] == 0.5 and p["discordant"] == {"x_only": 4, "y_only": 0}
+    assert p["mcnemar_p"] == pytest.approx(0.125)
+    assert p["difference_ci"][0] <= 0.5 <= p["difference_ci"][1]
+    with pytest.raises(ValueError, match="equal, non-empty"):
+        paired_shares([True], [True, False])

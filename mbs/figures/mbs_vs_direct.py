@@ -25,11 +25,16 @@ from typing import Any
 
 from mbs.figures import figure, save
 from mbs.io import read_summary
+from mbs.stats import paired_shares, share
 
 #: Row labels, in table order.
 LABELS = ("MBS", "MBS root-only", "direct", "direct, cost-matched")
 COLORS = {"MBS": "#4C72B0", "MBS root-only": "#8EB1D8", "direct": "#DD8452", "direct, cost-matched": "#F0B27A"}
-HEAD = ["method", "hard seeds", "yield %", "qualified per seed", "teacher tokens", "teacher tokens per qualified"]
+HEAD = ["method", "hard seeds", "yield %", "qualified per seed", "teacher tokens", "teacher tokens per qualified",
+        "yield 95% CI"]
+#: Columns of the paired table (one row per baseline, each against MBS on the seeds both ran).
+PAIRED_HEAD = ["MBS against", "paired seeds", "MBS yield %", "baseline yield %", "difference (pp)", "95% CI (pp)",
+               "MBS only", "baseline only", "McNemar p"]
 
 
 def role(summary: dict[str, Any]) -> str | None:
@@ -45,7 +50,7 @@ def role(summary: dict[str, Any]) -> str | None:
 
 def _row(label: str, seeds: int, yld: float, qualified: int, tokens: int) -> dict[str, Any]:
     return {
-        "method": label, "hard_seeds": seeds, "yield": yld,
+        "method": label, "hard_seeds": seeds, "yield": yld, "yield_ci": share(round(yld * seeds), seeds)["ci"],
         "qualified_per_seed": qualified / seeds if seeds else 0.0, "qualified_problems": qualified,
         "teacher_tokens": tokens, "teacher_tokens_per_qualified": round(tokens / qualified, 1) if qualified else None,
     }
@@ -82,11 +87,46 @@ def comparison_rows(summaries: dict[str, dict[str, Any]]) -> list[dict[str, Any]
 def comparison_table(rows: Sequence[dict[str, Any]]) -> dict[str, str]:
     """The rows as ``{"md": ..., "tex": ...}``."""
     cells = [[r["method"], str(r["hard_seeds"]), f"{100 * r['yield']:.1f}", f"{r['qualified_per_seed']:.2f}",
-              str(r["teacher_tokens"]), "-" if r["teacher_tokens_per_qualified"] is None else f"{r['teacher_tokens_per_qualified']:.1f}"]
+              str(r["teacher_tokens"]), "-" if r["teacher_tokens_per_qualified"] is None else f"{r['teacher_tokens_per_qualified']:.1f}",
+              f"{100 * r['yield_ci'][0]:.1f}-{100 * r['yield_ci'][1]:.1f}"]
              for r in rows]
-    md = "| " + " | ".join(HEAD) + " |\n|" + "---|" * len(HEAD) + "\n" + "".join("| " + " | ".join(c) + " |\n" for c in cells)
+    return _tables(HEAD, cells)
+
+
+def paired_rows(summaries: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """MBS against each baseline on the hard seeds both ran, seed by seed (a seed succeeds when
+    it got >= 1 qualified problem): :func:`mbs.stats.paired_shares` (bootstrap interval of the
+    yield difference over seeds, exact McNemar test). Runs without ``seed_ids`` are skipped.
+    """
+    mbs = summaries.get("MBS")
+    if not mbs or "seed_ids" not in mbs:
+        return []
+    m = dict(zip(mbs["seed_ids"], mbs["qualified_per_seed"]))
+    out = []
+    for label in ("direct", "direct, cost-matched"):
+        s = summaries.get(label)
+        if not s or "seed_ids" not in s:
+            continue
+        d = dict(zip(s["seed_ids"], s["qualified_per_seed"]))
+        common = [i for i in mbs["seed_ids"] if i in d]
+        if common:
+            out.append({"baseline": label, **paired_shares([m[i] > 0 for i in common], [d[i] > 0 for i in common])})
+    return out
+
+
+def paired_table(rows: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """The paired rows as ``{"md": ..., "tex": ...}`` (differences in percentage points)."""
+    cells = [[r["baseline"], str(r["n"]), f"{100 * r['x']['value']:.1f}", f"{100 * r['y']['value']:.1f}",
+              f"{100 * r['difference']:+.1f}", f"{100 * r['difference_ci'][0]:+.1f} to {100 * r['difference_ci'][1]:+.1f}",
+              str(r["discordant"]["x_only"]), str(r["discordant"]["y_only"]), f"{r['mcnemar_p']:.3g}"] for r in rows]
+    return _tables(PAIRED_HEAD, cells)
+
+
+def _tables(head: Sequence[str], cells: Sequence[Sequence[str]]) -> dict[str, str]:
+    """Markdown and LaTeX (booktabs) of a header and rows of cells."""
+    md = "| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n" + "".join("| " + " | ".join(c) + " |\n" for c in cells)
     esc = lambda t: t.replace("_", "\\_").replace("%", "\\%").replace("&", "\\&")  # noqa: E731
-    tex = ("\\begin{tabular}{l" + "r" * (len(HEAD) - 1) + "}\n\\toprule\n" + " & ".join(esc(h) for h in HEAD) + " \\\\\n\\midrule\n"
+    tex = ("\\begin{tabular}{l" + "r" * (len(head) - 1) + "}\n\\toprule\n" + " & ".join(esc(h) for h in head) + " \\\\\n\\midrule\n"
            + "".join(" & ".join(esc(c) for c in r) + " \\\\\n" for r in cells) + "\\bottomrule\n\\end{tabular}\n")
     return {"md": md, "tex": tex}
 
@@ -97,7 +137,8 @@ def compare_methods(run_dirs: Sequence[str | Path], out_dir: str | Path, formats
     Returns:
         ``None`` when there is no MBS run or no direct run among them; else
         ``{"written": [paths], "skipped": {}, "tables": {"mbs_vs_direct": {"md", "tex"}},
-        "rows": [...], "html": a note when the runs have different hard-seed counts}``.
+        "rows": [...], "paired": :func:`paired_rows`, "html": a note when the runs have different
+        hard-seed counts}``; ``tables`` also holds ``mbs_vs_direct_paired`` when seeds can be paired.
     """
     found: dict[str, dict[str, Any]] = {}
     for rd in run_dirs:
@@ -111,10 +152,14 @@ def compare_methods(run_dirs: Sequence[str | Path], out_dir: str | Path, formats
     if "MBS" not in found or not ({"direct", "direct, cost-matched"} & set(found)):
         return None
     rows = comparison_rows(found)
+    paired = paired_rows(found)
     fig, axes = figure(width, aspect=0.3 + 0.1 * len(rows), ncols=2)
     labels = [r["method"] for r in rows]
     colors = [COLORS[r["method"]] for r in rows]
     axes[0].barh(labels, [100 * r["yield"] for r in rows], color=colors, height=0.6)
+    axes[0].errorbar([100 * r["yield"] for r in rows], range(len(rows)),
+                     xerr=[[100 * (r["yield"] - r["yield_ci"][0]) for r in rows], [100 * (r["yield_ci"][1] - r["yield"]) for r in rows]],
+                     fmt="none", ecolor="black", elinewidth=0.7, capsize=2)
     mbs = found["MBS"].get("yield_by_path")
     if mbs:  # MBS's bar stacked: decomposed (dark) then root-only (light)
         i = labels.index("MBS")
@@ -134,4 +179,7 @@ def compare_methods(run_dirs: Sequence[str | Path], out_dir: str | Path, formats
     written = [str(p) for p in save(fig, out_dir, "mbs_vs_direct", formats)]
     seeds = {r["hard_seeds"] for r in rows}
     note = "" if len(seeds) == 1 else f"<p><b>Note:</b> the runs have different numbers of hard seeds ({sorted(seeds)}).</p>"
-    return {"written": written, "skipped": {}, "tables": {"mbs_vs_direct": comparison_table(rows)}, "rows": rows, "html": note}
+    tables = {"mbs_vs_direct": comparison_table(rows)}
+    if paired:
+        tables["mbs_vs_direct_paired"] = paired_table(paired)
+    return {"written": written, "skipped": {}, "tables": tables, "rows": rows, "paired": paired, "html": note}

@@ -101,11 +101,12 @@ def _add_mbs_vs_direct(run_dir: Path, out_dir: Path, formats: Sequence[str], wid
     cmp = compare_methods([folder for _, folder in _steps(run_dir)], out_dir / "figures" / "mbs_vs_direct", formats, width)
     if cmp is None:
         return
-    for ext, text in sorted(cmp["tables"]["mbs_vs_direct"].items()):
-        result["tables"].append(str(write_text_atomic(out_dir / "tables" / f"mbs_vs_direct.{ext}", text)))
+    for name, table in sorted(cmp["tables"].items()):  # mbs_vs_direct and, where seeds pair, mbs_vs_direct_paired
+        for ext, text in sorted(table.items()):
+            result["tables"].append(str(write_text_atomic(out_dir / "tables" / f"{name}.{ext}", text)))
     result["figures"] += cmp["written"]
     pngs = [f for f in cmp["written"] if f.endswith(".png")]
-    sections.append(("MBS versus direct prompting", {"methods": len(cmp["rows"])}, pngs, [cmp["tables"]["mbs_vs_direct"]["md"]], cmp["html"]))
+    sections.append(("MBS versus direct prompting", {"methods": len(cmp["rows"])}, pngs, [t["md"] for _, t in sorted(cmp["tables"].items())], cmp["html"]))
 
 
 def _report_html(run_dir: Path, sections: list[tuple[str, dict[str, Any], list[str], list[str], str]]) -> str:

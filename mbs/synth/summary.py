@@ -40,7 +40,7 @@ def base_summary(
         teacher_tokens: Teacher completion tokens spent over all seeds.
 
     Returns:
-        ``hard_seeds``, ``seeds_qualified``, ``yield``, ``yield_ci`` (its count, n and 95% Wilson
+        ``hard_seeds``, ``seed_ids`` (seed order, the order of ``qualified_per_seed``), ``seeds_qualified``, ``yield``, ``yield_ci`` (its count, n and 95% Wilson
         interval, :func:`mbs.stats.share`), ``qualified_problems``,
         ``qualified_per_seed`` (a list in seed order), ``qualified_per_seed_histogram``,
         ``teacher_tokens``, ``student_tokens`` and both per qualified problem.
@@ -52,6 +52,7 @@ def base_summary(
     seeds_q = sum(1 for c in counts if c > 0)
     return {
         "hard_seeds": len(seeds),
+        "seed_ids": [x.id for x in seeds],
         "seeds_finished": len({n.seed_id for n in nodes}),
         "seeds_qualified": seeds_q,
         "yield": seeds_q / len(seeds) if seeds else 0.0,

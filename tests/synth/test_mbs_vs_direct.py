@@ -139,7 +139,17 @@ def test_cost_matched_direct_and_the_comparison_table(make_cfg, tmp_path):
     assert rows[3]["teacher_tokens"] == cs["teacher_tokens"]
     table = compare_methods([mbs, direct, matched], tmp_path / "cmp", formats=("png",))
     md = table["tables"]["mbs_vs_direct"]["md"]
-    assert md.splitlines()[0] == "| method | hard seeds | yield % | qualified per seed | teacher tokens | teacher tokens per qualified |"
+    assert md.splitlines()[0] == ("| method | hard seeds | yield % | qualified per seed | teacher tokens | teacher tokens per qualified "
+                                  "| yield 95% CI |")
+    # MBS and each baseline paired seed by seed: the yield difference with its interval and McNemar's exact p
+    paired = {r["baseline"]: r for r in table["paired"]}
+    assert set(paired) == {"direct", "direct, cost-matched"}
+    for label, s in (("direct", ds), ("direct, cost-matched", cs)):
+        r = paired[label]
+        assert r["n"] == 3 and r["x"]["value"] == ms["yield"] and r["y"]["value"] == s["yield"]
+        assert r["difference"] == pytest.approx(ms["yield"] - s["yield"])
+        assert r["difference_ci"][0] <= r["difference"] <= r["difference_ci"][1] and 0.0 <= r["mcnemar_p"] <= 1.0
+    assert "| direct | 3 |" in table["tables"]["mbs_vs_direct_paired"]["md"]
     assert md.splitlines()[2].startswith(f"| MBS | 3 | {100 * ms['yield']:.1f} |")
     assert md.splitlines()[3].startswith("| MBS root-only | 3 | 0.0 | 0.00 | ")
     assert (tmp_path / "cmp" / "mbs_vs_direct.png").is_file()
