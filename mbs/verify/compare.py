@@ -22,6 +22,7 @@ __all__ = [
     "parse_gold",
     "rational_verdict",
     "tower_digits",
+    "unparsed_rest",
 ]
 
 
@@ -54,6 +55,49 @@ def parse_gold(gold: str) -> tuple:
             return tuple(parsed)
         first = first or parsed
     return tuple(first)
+
+
+_COMMAND = re.compile(r"\\[a-zA-Z]+")
+# What may be left of a quantity once its number is read: unit words ("12 inches", "{meters}").
+_UNIT_REST = re.compile(r"[{}]*[A-Za-z]{2,}(?:[{}/^A-Za-z]*[A-Za-z{}])?[{}]*")
+
+
+def unparsed_rest(source: str, parsed: tuple | list) -> str | None:
+    """What math-verify left unread of ``source``, when it understood only a part of it.
+
+    math-verify's parse returns the sympy value and the text it read; where it stops early
+    (``1-\\mathrm{e}`` is read as ``1-``, ``x = \\frac12, x = 3`` as ``\\frac12``), the value
+    is that of the part only. Only a read text that occurs as is in ``source`` is judged (a
+    rewritten one, ``1/2`` read as ``\\frac{1}{2}``, says nothing); the rest counts when it
+    holds a digit or a letter outside LaTeX command names and is not a unit word after the
+    number (``12 inches``).
+
+    Args:
+        source: The normalized text that was parsed.
+        parsed: ``parse_gold``/``parse_answer``'s result.
+
+    Returns:
+        The unread rest (spaces removed), or ``None`` when the parse is whole (or cannot be
+        judged).
+
+    Examples:
+        >>> unparsed_rest("1-\\mathrm{e}", (1, "1-"))
+        '\\mathrm{e}'
+        >>> unparsed_rest("12 inches", (12, "12")) is None
+        True
+    """
+    if len(parsed) < 2 or not isinstance(parsed[-1], str):
+        return None
+    read, full = re.sub(r"\s+", "", parsed[-1]).strip("$"), re.sub(r"\s+", "", source).strip("$")
+    if not read or read == full or read not in full:
+        return None
+    at = full.index(read)
+    rest = full[:at] + full[at + len(read) :]
+    if not re.search(r"[A-Za-z0-9]", _COMMAND.sub("", rest)):
+        return None
+    if at == 0 and _UNIT_REST.fullmatch(_COMMAND.sub("", rest)) and re.search(r"\d$", read):
+        return None  # a quantity and its unit words
+    return rest
 
 
 def parse_answer(answer: str) -> list:
