@@ -59,6 +59,9 @@ def parse_gold(gold: str) -> tuple:
 
 _COMMAND = re.compile(r"\\[a-zA-Z]+")
 # What may be left of a quantity once its number is read: unit words ("12 inches", "{meters}").
+_UPRIGHT_UNIT = re.compile(
+    r"\\(?:mathrm|text|textrm|rm|mbox|operatorname)\{[^{}]*\}|\^\{?-?\d\}?|/|\\cdot|\\,|~"
+)
 _UNIT_REST = re.compile(r"[{}]*[A-Za-z]{2,}(?:[{}/^A-Za-z]*[A-Za-z{}])?[{}]*")
 
 
@@ -95,8 +98,9 @@ def unparsed_rest(source: str, parsed: tuple | list) -> str | None:
     rest = full[:at] + full[at + len(read) :]
     if not re.search(r"[A-Za-z0-9]", _COMMAND.sub("", rest)):
         return None
-    if at == 0 and _UNIT_REST.fullmatch(_COMMAND.sub("", rest)) and re.search(r"\d$", read):
-        return None  # a quantity and its unit words
+    if at == 0 and re.search(r"[\d})]$", read):  # a quantity and its unit (words, or upright)
+        if _UNIT_REST.fullmatch(_COMMAND.sub("", rest)) or not _UPRIGHT_UNIT.sub("", rest):
+            return None
     return rest
 
 
