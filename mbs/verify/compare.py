@@ -250,6 +250,8 @@ def _solution_set(x: object) -> sympy.Set | None:
     an interval or union as itself; else ``None``."""
     if isinstance(x, sympy.Set) and not isinstance(x, sympy.FiniteSet):
         return x
+    if _is_membership(x):  # "x \in [-2, 7]"
+        return x.rhs
     if isinstance(x, (sympy.FiniteSet, sympy.Tuple)) and len(x.args) > 1:
         # "$x < -1$ or $x > 2$" is extracted as a list of inequalities in one variable
         parts = [_solution_set(a) for a in x.args]
@@ -267,8 +269,16 @@ def _solution_set(x: object) -> sympy.Set | None:
     return None
 
 
+def _is_membership(x: object) -> bool:
+    """``x \\in [a, b]`` as math-verify parses it: ``Eq(x, Interval(a, b))``."""
+    return (
+        isinstance(x, sympy.Eq) and isinstance(x.lhs, sympy.Symbol)
+        and isinstance(x.rhs, sympy.Set) and not isinstance(x.rhs, sympy.FiniteSet)
+    )
+
+
 def _is_interval_like(x: object) -> bool:
-    return isinstance(x, sympy.Set) and not isinstance(x, sympy.FiniteSet)
+    return (isinstance(x, sympy.Set) and not isinstance(x, sympy.FiniteSet)) or _is_membership(x)
 
 
 def _same_solution_set(golds: tuple, preds: list) -> bool:

@@ -28,6 +28,7 @@ _UNICODE = str.maketrans(
         "³": "^3",
     }
 )
+_PYTHON_POWER = re.compile(r"(?<=[\w)])\s*\*\*\s*(?=[\w(])")
 _PLAIN_CALL = re.compile(r"\b(?:floor|ceil|binom|factorial|abs|C)\s*\(|\w\^\(|\)!")
 _TRAILING_UNIT = re.compile(
     r"(?<=[\w}).\s])\s*\\(?:text|textrm|mbox|mathrm|rm)\s*\{[^{}]*\}(?:\^\{?\d\}?)?\s*$"
@@ -57,6 +58,8 @@ def _mixed_number(m: re.Match[str]) -> str:
     whole, num, den = m.group("whole"), m.group("num"), m.group("den")
     if int(num) >= int(den):  # not a proper fraction: leave as written
         return m.group()
+    if m.string.startswith("%", m.end()):  # "4 4/9%": math-verify reads "(4+\frac{4}{9})%" as 4/9
+        return f"\\frac{{{int(whole) * int(den) + int(num)}}}{{{den}}}"
     return f"({whole}+\\frac{{{num}}}{{{den}}})"
 
 
@@ -139,6 +142,8 @@ def normalize(answer: str) -> str:
     s = answer.strip().translate(_UNICODE)
     s = s.replace("\\$", "").replace("$", "")
     s = _UPRIGHT_CONSTANT.sub(_upright_constant, s)
+    if "\\" not in s and "{" not in s:
+        s = _PYTHON_POWER.sub("^", s)  # "2**(1/4)" (Python syntax) -> 2^(1/4)
     if "\\" not in s and "{" not in s and _PLAIN_CALL.search(s):
         s = plain_to_latex(s) or s
     s = _E_NOTATION.sub(r"\1\\times 10^{\2}", s)

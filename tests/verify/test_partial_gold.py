@@ -75,3 +75,30 @@ def test_partial_golds_are_ungradable_problems():
     bad = ungradable_golds(problems, None)
     assert set(bad) == {"part", "list"}
     assert all("could not parse gold: only" in why for why in bad.values())
+
+
+@pytest.mark.parametrize(
+    "response,gold,score",
+    [
+        # false negatives of issue 31, each with a wrong answer of the same shape beside it
+        ("**25%**", "25", 1.0),
+        ("Compute it.\n\n**25%**", "25", 1.0),
+        ("**24%**", "25", 0.0),
+        ("**Step 2: Solve**", "2", 0.0),  # a bold heading is not an answer
+        ("\\boxed{4 4/9\\%}", "4\\frac{4}{9}", 1.0),
+        ("\\boxed{4 4/9\\%}", "\\frac{40}{9}\\%", 1.0),
+        ("\\boxed{4 5/9\\%}", "4\\frac{4}{9}", 0.0),
+        ("\\boxed{-2 \\le x \\le 7}", "x \\in [-2,7]", 1.0),
+        ("\\boxed{-2 < x \\le 7}", "x \\in [-2,7]", 0.0),
+        ("\\boxed{\\sqrt{\\sqrt{2}}}", "2**(1/4)", 1.0),
+        ("\\boxed{\\sqrt{2}}", "2**(1/4)", 0.0),
+        ("\\boxed{[0.5, 1]}", "[\\frac{1}{2}, 1]", 1.0),
+        ("\\boxed{\\begin{pmatrix} 0.5 & 1 \\end{pmatrix}}", "\\begin{pmatrix} \\frac{1}{2} & 1 \\end{pmatrix}", 1.0),
+        ("\\boxed{\\begin{pmatrix} 0.33 & 1 \\end{pmatrix}}", "\\begin{pmatrix} \\frac{1}{3} & 1 \\end{pmatrix}", 0.0),
+        ("So \\boxed{3} and \\boxed{4}", "(3, 4)", 1.0),
+        ("So \\boxed{3} and \\boxed{5}", "(3, 4)", 0.0),
+        ("Réponse : le total est 220 $", "220", 1.0),
+    ],
+)
+def test_issue_false_negatives(response, gold, score):
+    assert grade(response, gold, verifier="math").score == score
