@@ -3,7 +3,16 @@
 Every grader and parser of model output reads the *final answer* only. This module is the one
 place that decides it, from a raw response and the model's reasoning format:
 
-* ``none``: no thinking; the whole response is the answer (SmolLM2, Llama, ...).
+* ``auto`` (the default, where no format is configured): the shapes only a thinking model
+  writes are recognised, so a forgotten setting never grades thinking. A model that does not
+  think never writes ``<think>`` or harmony channel tokens, so for it this is ``none``. Raw
+  harmony channel tokens (or the stripped ``analysis...assistantfinal`` form, or a stripped
+  ``analysisWe need...`` with no final channel yet) are split as
+  ``harmony``; a closed ``<think>...</think>`` (or a lone ``</think>``: the template opened the
+  thinking) is thinking, the text after the last ``</think>`` the answer; an unterminated
+  ``<think>`` is a response cut off while thinking (no answer).
+* ``none``: no thinking; the whole response is the answer (SmolLM2, Llama, ...). Only where a
+  user names it: the whole text is graded, thinking included.
 * ``think``: ``<think> ... </think> answer`` (Qwen3 hybrid models). A response without any tag
   is all answer (Qwen3 with ``enable_thinking: false`` emits an empty ``<think>\\n\\n</think>``
   block or none); one that opened ``<think>`` and never closed it was cut off while thinking.
@@ -43,6 +52,7 @@ from typing import Any
 
 __all__ = [
     "CUT_OFF_REASON",
+    "DEFAULT_FORMAT",
     "FORMATS",
     "ReasoningConfig",
     "Split",
@@ -52,7 +62,9 @@ __all__ = [
 ]
 
 #: Reasoning formats understood by :func:`split_response`.
-FORMATS = ("none", "think", "think_open", "harmony", "server")
+FORMATS = ("auto", "none", "think", "think_open", "harmony", "server")
+#: The format where none is configured (compute_score, backends, calibration, training).
+DEFAULT_FORMAT = "auto"
 
 #: Grade reason of a response cut off by the budget L while still thinking.
 CUT_OFF_REASON = "no answer: cut off while thinking (budget L ran out inside the reasoning)"
@@ -67,6 +79,11 @@ _H_END_TOKENS = ("<|return|>", "<|end|>", "<|call|>")
 # Stripped harmony: special tokens removed leave ``analysis`` + text + ``assistantfinal`` + answer.
 _H_STRIPPED_FINAL = re.compile(r"assistantfinal(?: ?json)?")
 _H_STRIPPED_START = re.compile(r"^\s*(?:assistant\s*)?analysis")
+# Stripped harmony as ``auto`` recognises it without a final channel: ``analysis`` glued to the
+# first word of the thinking ("analysisWe need"), which no prose writes.
+_H_STRIPPED_GLUED = re.compile(r"^\s*(?:assistant)?analysis(?=[A-Z])")
+# Raw harmony special tokens: only gpt-oss writes them.
+_H_RAW = re.compile(r"<\|(?:channel|message|start|end|return|constrain|call)\|>")
 
 
 @dataclass(frozen=True)
@@ -88,7 +105,7 @@ class Split:
         return self.answer is not None
 
 
-def split_response(text: str, fmt: str = "none", *, reasoning: str | None = None) -> Split:
+def split_response(text: str, fmt: str = DEFAULT_FORMAT, *, reasoning: str | None = None) -> Split:
     """Split a raw response into reasoning and final answer for a reasoning format.
 
     Args:
@@ -100,7 +117,8 @@ def split_response(text: str, fmt: str = "none", *, reasoning: str | None = None
 
     Returns:
         The :class:`Split`; ``answer`` is ``None`` when the response has no final answer.
-        With formats ``none`` and ``server`` the answer is ``text`` unchanged; otherwise
+        With formats ``none`` and ``server`` (and ``auto`` when the text shows no thinking)
+        the answer is ``text`` unchanged; otherwise
         ``reasoning`` and ``answer`` are stripped of surrounding whitespace and of the
         format's markers.
 
@@ -116,6 +134,8 @@ def split_response(text: str, fmt: str = "none", *, reasoning: str | None = None
         return Split(reasoning.strip(), text.strip())
     if fmt in ("none", "server"):
         return Split("", text)
+    if fmt == "auto":
+        return _split_auto(text)
     if fmt in ("think", "think_open"):
         return _split_think(text, opened_by_template=fmt == "think_open")
     return _split_harmony(text)
@@ -134,6 +154,24 @@ def _split_think(text: str, opened_by_template: bool) -> Split:
     if opened_by_template:
         return Split(stripped, None)
     return Split("", stripped)
+
+
+def _split_auto(text: str) -> Split:
+    """The ``auto`` format: recognise the shapes only a thinking model writes (module doc)."""
+    if _H_RAW.search(text):
+        return _split_harmony(text)
+    if _H_STRIPPED_START.match(text) and _H_STRIPPED_FINAL.search(text) or _H_STRIPPED_GLUED.match(text):
+        return _split_harmony(text)
+    if _THINK_CLOSE in text:
+        head, _, tail = text.rpartition(_THINK_CLOSE)
+        thinking = head.replace(_THINK_OPEN, "").replace(_THINK_CLOSE, "\n").strip()
+        if _THINK_OPEN in tail:  # a new thinking block opened after the last one and never closed
+            before, _, after = tail.partition(_THINK_OPEN)
+            return Split("\n".join(t for t in (thinking, after.strip()) if t), None)
+        return Split(thinking, tail.strip())
+    if _THINK_OPEN in text:
+        return Split(text.split(_THINK_OPEN, 1)[1].strip(), None)
+    return Split("", text)
 
 
 def _split_harmony(text: str) -> Split:
@@ -160,7 +198,7 @@ def _split_harmony(text: str) -> Split:
     return Split(head.strip(), text[final.end():].strip())
 
 
-def final_answer(text: str, fmt: str = "none", *, reasoning: str | None = None) -> str | None:
+def final_answer(text: str, fmt: str = DEFAULT_FORMAT, *, reasoning: str | None = None) -> str | None:
     """The text every grader and parser reads: the final answer, or ``None`` when there is none.
 
     See :func:`split_response` for the arguments.
@@ -191,7 +229,7 @@ class ReasoningConfig:
     Built from a backend's ``reasoning`` config node (``conf/reasoning/*.yaml`` presets).
 
     Attributes:
-        format: One of :data:`FORMATS`.
+        format: One of :data:`FORMATS` (default :data:`DEFAULT_FORMAT`).
         chat_template_kwargs: Extra chat-template variables, e.g. Qwen3's
             ``{"enable_thinking": false}``; sent as ``chat_template_kwargs`` to vLLM (server and
             offline engine).
@@ -199,13 +237,13 @@ class ReasoningConfig:
             reasoning APIs (``reasoning_effort``), or ``None`` (the model's default).
     """
 
-    format: str = "none"
+    format: str = DEFAULT_FORMAT
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     effort: str | None = None
 
     @classmethod
     def of(cls, node: Mapping[str, Any] | ReasoningConfig | None, where: str = "backend.reasoning") -> ReasoningConfig:
-        """Validate a config node (``None``: a model that does not think).
+        """Validate a config node (``None`` or no ``format``: :data:`DEFAULT_FORMAT`).
 
         Raises:
             ValueError: An unknown key, format or effort (names ``where`` and the valid values).
@@ -217,7 +255,7 @@ class ReasoningConfig:
         unknown = sorted(set(node) - set(_CONFIG_KEYS))
         if unknown:
             raise ValueError(f"{where}: unknown key(s) {unknown}; valid keys: {', '.join(_CONFIG_KEYS)}")
-        fmt = node.get("format") or "none"
+        fmt = node.get("format") or DEFAULT_FORMAT
         if fmt not in FORMATS:
             raise ValueError(f"{where}.format={fmt!r}: valid formats are {', '.join(FORMATS)}")
         effort = node.get("effort")
@@ -227,8 +265,13 @@ class ReasoningConfig:
         return cls(format=str(fmt), chat_template_kwargs=kwargs, effort=effort)
 
     def cache_params(self) -> dict[str, Any]:
-        """What of this config changes a model's output or its split (enters the LLM cache key);
-        empty for a model that does not think, so older caches stay valid."""
+        """What of this config changes a model's output or its split (enters the LLM cache key).
+
+        Empty for the default (``auto``, no switches): the key that the default ``none`` had
+        before ``auto`` existed, so older caches stay valid (an old entry holds the whole
+        response, which ``auto`` splits again on a hit: :mod:`mbs.llm.cache`). An explicit
+        ``none`` now has a key of its own (its entries keep the thinking, ``auto``'s do not).
+        """
         if self == ReasoningConfig():
             return {}
         return {"format": self.format, "chat_template_kwargs": self.chat_template_kwargs, "effort": self.effort}

@@ -18,7 +18,9 @@ Reasoning policies: verl decodes the whole response, thinking included. ``mbs-tr
 policy's reasoning format (``train.reasoning_format``) through verl's
 ``reward.custom_reward_function.reward_kwargs.reasoning_format``, and :func:`compute_score`
 grades only the final answer (:func:`mbs.reasoning.final_answer`), exactly as calibration did; a
-response cut off inside its thinking scores 0 whatever its thinking guessed.
+response cut off inside its thinking scores 0 whatever its thinking guessed. Without the kwarg the
+format is ``auto``: an unterminated ``<think>`` scores 0 and harmony responses are graded on their
+final channel, so a forgotten setting never rewards thinking.
 
 Every call has a hard timeout: gradings run in a lazily created module-level
 :class:`~mbs.verify.pool.GradingPool` (one per process; recreated after a fork). Its size
@@ -34,7 +36,7 @@ import os
 import threading
 from typing import Any
 
-from mbs.reasoning import final_answer, no_answer_reason
+from mbs.reasoning import DEFAULT_FORMAT, final_answer, no_answer_reason
 from mbs.verify import Grade, detect_verifier
 from mbs.verify.pool import GradingPool
 
@@ -91,7 +93,7 @@ def compute_score(
     solution_str: str,
     ground_truth: str,
     extra_info: dict | None = None,
-    reasoning_format: str = "none",
+    reasoning_format: str = DEFAULT_FORMAT,
     **_: Any,
 ) -> dict:
     """Score one response for verl (GRPO/PPO custom reward).
@@ -104,6 +106,8 @@ def compute_score(
         reasoning_format: The policy's reasoning format (:data:`mbs.reasoning.FORMATS`; verl
             passes it from ``reward.custom_reward_function.reward_kwargs``): only the final
             answer is graded, and a response without one (cut off while thinking) scores 0.
+            The default ``auto`` recognises ``<think>`` blocks and harmony channels without
+            configuration; ``none`` (named explicitly) grades the whole text.
         **_: Extra keyword arguments some verl versions pass; ignored.
 
     Returns:

@@ -72,7 +72,7 @@ def test_harmony_variants():
 
 
 def test_unknown_format_and_config_errors_name_the_key():
-    with pytest.raises(ValueError, match="valid formats: none, think, think_open, harmony, server"):
+    with pytest.raises(ValueError, match="valid formats: auto, none, think, think_open, harmony, server"):
         split_response("x", "deepseek")
     with pytest.raises(ValueError, match=r"backend.reasoning: unknown key\(s\) \['fromat'\]"):
         ReasoningConfig.of({"fromat": "think"})
@@ -81,7 +81,7 @@ def test_unknown_format_and_config_errors_name_the_key():
     assert ReasoningConfig.of(None).cache_params() == {}
     assert ReasoningConfig.of({"format": "think", "chat_template_kwargs": {"enable_thinking": False}}).cache_params() == {
         "format": "think", "chat_template_kwargs": {"enable_thinking": False}, "effort": None}
-    assert set(FORMATS) == {"none", "think", "think_open", "harmony", "server"}
+    assert set(FORMATS) == {"auto", "none", "think", "think_open", "harmony", "server"}
 
 
 def test_no_answer_reasons():
@@ -129,3 +129,85 @@ def test_compute_score_mcq_cut_off_and_default_format():
     assert _score("<think>\nmaybe A</think>\n\nThe answer is B.", "think", gold="B", source="mbs/mcq/goose")["score"] == 1.0
     # without reward_kwargs (the default format) the reward is the one of a model that does not think
     assert compute_score(data_source="mbs/math/toy", solution_str="\\boxed{4}", ground_truth="4")["score"] == 1.0
+
+
+# ---------------------------------------------------------------- the default format: auto
+
+# The issue's cases (issue 31): no reasoning format configured, verl's default reward kwargs.
+_ISSUE_CUT_MATH = "<think>\nFirst guess: \\boxed{\\frac{7}{2}}. Let me verify this ... the leading coeff"
+_ISSUE_CUT_MCQ = "<think>\nAnswer: D seems right but let me check option F, which also divides by"
+_ISSUE_HARMONY = (
+    "<|channel|>analysis<|message|>... \\boxed{7}? No.<|end|><|start|>assistant<|channel|>final"
+    "<|message|>... \\boxed{\\frac{7}{2}}.<|return|>"
+)
+
+
+@pytest.mark.parametrize(
+    "text,answer",
+    [
+        ("The answer is \\boxed{4}.", "The answer is \\boxed{4}."),  # no thinking: the text unchanged
+        ("  spaces kept  ", "  spaces kept  "),
+        ("<think>maybe \\boxed{3}</think>\n\nThe answer is \\boxed{4}.", "The answer is \\boxed{4}."),
+        ("maybe \\boxed{3}\n</think>\n\nThe answer is \\boxed{4}.", "The answer is \\boxed{4}."),  # template opened it
+        ("<think>a</think>first <think>b</think>The answer is 4.", "The answer is 4."),  # the last block ends it
+        ("<think>\n\n</think>\n\nThe answer is 4.", "The answer is 4."),  # Qwen3, thinking off
+        ("<think>maybe \\boxed{4}", None),  # cut off while thinking
+        ("The answer is 4. <think>but wait", None),  # a thinking block opened and never closed
+        ("<think>a</think>Hmm <think>maybe \\boxed{4}", None),
+        (_ISSUE_HARMONY, "... \\boxed{\\frac{7}{2}}."),
+        ("<|channel|>analysis<|message|>maybe \\boxed{4}", None),  # raw harmony, no final channel
+        ("analysisWe need 4.assistantfinalThe answer is 4.", "The answer is 4."),  # stripped harmony
+        ("analysisWe need \\boxed{4}", None),  # stripped harmony cut off in the analysis
+        ("analysis of the problem gives 4.", "analysis of the problem gives 4."),  # prose, not harmony
+    ],
+)
+def test_auto_format_recognises_thinking_shapes(text, answer):
+    assert split_response(text, "auto").answer == answer
+    assert split_response(text).answer == answer  # auto is the default
+    assert final_answer(text) == answer
+
+
+def test_auto_is_the_default_everywhere_and_keeps_the_old_cache_key():
+    import inspect
+
+    assert inspect.signature(compute_score).parameters["reasoning_format"].default == "auto"
+    assert ReasoningConfig().format == "auto" and ReasoningConfig.of(None).format == "auto"
+    assert ReasoningConfig.of({"chat_template_kwargs": {}}).format == "auto"
+    # the key the default had before auto existed (no reasoning params): old caches stay valid
+    assert ReasoningConfig.of({"format": "auto", "chat_template_kwargs": {}, "effort": None}).cache_params() == {}
+    # an explicit none keeps the thinking in its entries: a key of its own
+    assert ReasoningConfig.of({"format": "none"}).cache_params()["format"] == "none"
+
+
+@pytest.mark.parametrize(
+    "text,gold,source,auto,none",
+    [
+        (_ISSUE_CUT_MATH, "\\frac{7}{2}", "mbs/math/x", 0.0, 1.0),
+        (_ISSUE_CUT_MCQ, "D", "mbs/mcq/x", 0.0, 1.0),
+        (_ISSUE_HARMONY, "\\frac{7}{2}", "mbs/math/x", 1.0, 0.0),
+        ("<think>maybe \\boxed{3}</think>So \\boxed{4}.", "4", "mbs/math/x", 1.0, 1.0),
+        ("<think>maybe \\boxed{4}</think>So \\boxed{3}.", "4", "mbs/math/x", 0.0, 0.0),  # a closed block never graded
+        ("\\boxed{4}", "4", "mbs/math/x", 1.0, 1.0),  # a model that does not think
+    ],
+)
+def test_compute_score_without_a_format_finds_the_thinking(text, gold, source, auto, none):
+    r = compute_score(data_source=source, solution_str=text, ground_truth=gold)
+    assert r["score"] == auto
+    if text.startswith("<think>") and "</think>" not in text:
+        assert r == {"score": 0.0, "acc": False, "pred": "", "reason": CUT_OFF_REASON}
+    # "none", named explicitly, grades the whole text as asked
+    assert compute_score(data_source=source, solution_str=text, ground_truth=gold, reasoning_format="none")["score"] == none
+
+
+@pytest.mark.parametrize("family", sorted(T.FAMILIES))
+def test_auto_format_splits_every_recorded_family(family):
+    _, build = T.FAMILIES[family]
+    assert split_response(build(ANSWER), "auto").answer == ANSWER
+
+
+@pytest.mark.parametrize("family", ["think", "harmony_raw", "harmony_stripped"])
+def test_auto_format_never_grades_a_recorded_cut_off(family):
+    # (a cut-off of a template-opened thinking, think_open, shows no marker: only its format finds it)
+    text = T.cut_off(family, guess="4")
+    assert split_response(text, "auto").answer is None
+    assert compute_score(data_source="mbs/math/x", solution_str=text, ground_truth="4")["score"] == 0.0

@@ -10,7 +10,8 @@ A run directory is recognised by the ``stage`` of its ``summary.json``:
   ``usable`` (default; the Goldilocks band with a complete correct response within L, the
   problems that teach the policy, seed paper "Background"), ``goldilocks``, ``failed_all``,
   ``solved_all`` or ``all``, for one policy (default: the run's target policy) at one budget
-  (default: the run's hard-seed budget). Calibration runs store calibrations, not problems:
+  (default: the run's hard-seed budget); problems whose gold the verifier cannot grade
+  (the run summary's ``ungradable``) are never exported. Calibration runs store calibrations, not problems:
   the problems are loaded again through the ``data`` node of the run's own ``config.yaml``
   (with its limit and shard lifted) and matched by id.
 * ``pipeline``: each step (``steps`` in its summary) is a source of its own, named after
@@ -121,6 +122,8 @@ def _calibration_source(run_dir: Path, summary: dict, select: str, policy: str |
     want = None if budget is None else int(budget)
     have: set[tuple] = set()
     mine = 0
+    # problems whose gold the verifier cannot grade (mbs.verify.gold): never exported
+    ungradable = set((summary.get("ungradable") or {}).get("ids") or [])
     chosen: list[str] = []  # problem ids; the calibrations stream through (a run may hold millions)
     for path in shard_files(run_dir, "calibrations"):
         for c in Shard(path, Calibration).iter():
@@ -128,6 +131,8 @@ def _calibration_source(run_dir: Path, summary: dict, select: str, policy: str |
             if c.policy != policy or c.budget != want:
                 continue
             mine += 1
+            if c.problem_id in ungradable:
+                continue
             if select == "all" or (c.usable if select == "usable" else c.band == select):
                 chosen.append(c.problem_id)
     if have and not mine:
@@ -150,7 +155,7 @@ def _calibration_source(run_dir: Path, summary: dict, select: str, policy: str |
         str(run_dir),
         [p for p in problems if p.id in ids],
         templates,
-        {"select": select, "policy": policy, "budget": budget, "calibrated": mine},
+        {"select": select, "policy": policy, "budget": budget, "calibrated": mine, "ungradable_left_out": len(ungradable)},
     )
 
 

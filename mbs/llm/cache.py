@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from mbs.llm.base import Backend, BackendError, BackendStats, ChatRequest, Completion
+from mbs.llm.base import Backend, BackendError, BackendStats, ChatRequest, Completion, split_completion
 from mbs.llm.segments import SegmentStore, legacy_files
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,18 @@ def cache_key(backend: str, model_id: str, request: ChatRequest, index: int, ext
         payload["extra"] = extra
     blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def _resplit(comp: Completion, fmt: str | None) -> Completion:
+    """Split a cache hit again for the ``auto`` reasoning format.
+
+    ``auto`` shares the cache key of the default ``none`` it replaced, so an older entry may
+    hold a whole response, thinking included; an entry with nothing split off is split again
+    (a no-op for a model that does not think, and for entries ``auto`` wrote itself).
+    """
+    if fmt == "auto" and comp.answered and not comp.reasoning:
+        split_completion(comp, "auto")
+    return comp
 
 
 def _require_usable(value: Any) -> None:
@@ -238,13 +250,14 @@ class CachedBackend:
         pending: list[tuple[int, ChatRequest, dict[int, Completion], list[ChatRequest]]] = []
         model_id = self.model_id
         extra = getattr(self.backend, "cache_params", None) or None
+        fmt = getattr(getattr(self.backend, "reasoning", None), "format", None)
         for i, req in enumerate(requests):
             have: dict[int, Completion] = {}
             if self.cache is not None:
                 for idx in req.indices:
                     hit = self.cache.get(cache_key(self.name, model_id, req, idx, extra))
                     if hit is not None:
-                        have[idx] = Completion(**{**hit, "cached": True, "latency_s": 0.0, "sample_index": idx})
+                        have[idx] = _resplit(Completion(**{**hit, "cached": True, "latency_s": 0.0, "sample_index": idx}), fmt)
             self.stats.cache_hits += len(have)
             missing = [idx for idx in req.indices if idx not in have]
             if not missing:

@@ -173,7 +173,8 @@ def reward_kwargs_overrides(cfg: DictConfig) -> list[tuple[str, Any]]:
     """Overrides that hand :func:`mbs.rewards.compute_score` the policy's reasoning format.
 
     verl decodes the whole response, thinking included; with ``train.reasoning_format`` the
-    reward grades only the final answer, as calibration did (none for a model that does not think).
+    reward grades only the final answer, as calibration did (``auto``, the reward's default, is not
+    passed; an explicit ``none`` is, so the whole text is graded as asked).
 
     Raises:
         TrainError: ``train.reasoning_format`` is unknown, or ``server`` (verl's text is not split
@@ -189,7 +190,7 @@ def reward_kwargs_overrides(cfg: DictConfig) -> list[tuple[str, Any]]:
         )
     if fmt not in FORMATS:
         raise TrainError(f"train.reasoning_format={fmt!r}: valid formats are {', '.join(f for f in FORMATS if f != 'server')}")
-    return [] if fmt == "none" else [(f"{REWARD_KWARGS}.reasoning_format", fmt)]
+    return [] if fmt == "auto" else [(f"{REWARD_KWARGS}.reasoning_format", fmt)]
 
 
 def build_command(cfg: DictConfig) -> list[str]:

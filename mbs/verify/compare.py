@@ -22,6 +22,7 @@ __all__ = [
     "parse_gold",
     "rational_verdict",
     "tower_digits",
+    "unparsed_rest",
 ]
 
 
@@ -54,6 +55,53 @@ def parse_gold(gold: str) -> tuple:
             return tuple(parsed)
         first = first or parsed
     return tuple(first)
+
+
+_COMMAND = re.compile(r"\\[a-zA-Z]+")
+# What may be left of a quantity once its number is read: unit words ("12 inches", "{meters}").
+_UPRIGHT_UNIT = re.compile(
+    r"\\(?:mathrm|text|textrm|rm|mbox|operatorname)\{[^{}]*\}|\^\{?-?\d\}?|/|\\cdot|\\,|~"
+)
+_UNIT_REST = re.compile(r"[{}]*[A-Za-z]{2,}(?:[{}/^A-Za-z]*[A-Za-z{}])?[{}]*")
+
+
+def unparsed_rest(source: str, parsed: tuple | list) -> str | None:
+    """What math-verify left unread of ``source``, when it understood only a part of it.
+
+    math-verify's parse returns the sympy value and the text it read; where it stops early
+    (``1-\\mathrm{e}`` is read as ``1-``, ``x = \\frac12, x = 3`` as ``\\frac12``), the value
+    is that of the part only. Only a read text that occurs as is in ``source`` is judged (a
+    rewritten one, ``1/2`` read as ``\\frac{1}{2}``, says nothing); the rest counts when it
+    holds a digit or a letter outside LaTeX command names and is not a unit word after the
+    number (``12 inches``).
+
+    Args:
+        source: The normalized text that was parsed.
+        parsed: ``parse_gold``/``parse_answer``'s result.
+
+    Returns:
+        The unread rest (spaces removed), or ``None`` when the parse is whole (or cannot be
+        judged).
+
+    Examples:
+        >>> unparsed_rest("1-\\mathrm{e}", (1, "1-"))
+        '\\mathrm{e}'
+        >>> unparsed_rest("12 inches", (12, "12")) is None
+        True
+    """
+    if len(parsed) < 2 or not isinstance(parsed[-1], str):
+        return None
+    read, full = re.sub(r"\s+", "", parsed[-1]).strip("$"), re.sub(r"\s+", "", source).strip("$")
+    if not read or read == full or read not in full:
+        return None
+    at = full.index(read)
+    rest = full[:at] + full[at + len(read) :]
+    if not re.search(r"[A-Za-z0-9]", _COMMAND.sub("", rest)):
+        return None
+    if at == 0 and re.search(r"[\d})]$", read):  # a quantity and its unit (words, or upright)
+        if _UNIT_REST.fullmatch(_COMMAND.sub("", rest)) or not _UPRIGHT_UNIT.sub("", rest):
+            return None
+    return rest
 
 
 def parse_answer(answer: str) -> list:
@@ -202,6 +250,8 @@ def _solution_set(x: object) -> sympy.Set | None:
     an interval or union as itself; else ``None``."""
     if isinstance(x, sympy.Set) and not isinstance(x, sympy.FiniteSet):
         return x
+    if _is_membership(x):  # "x \in [-2, 7]"
+        return x.rhs
     if isinstance(x, (sympy.FiniteSet, sympy.Tuple)) and len(x.args) > 1:
         # "$x < -1$ or $x > 2$" is extracted as a list of inequalities in one variable
         parts = [_solution_set(a) for a in x.args]
@@ -219,8 +269,16 @@ def _solution_set(x: object) -> sympy.Set | None:
     return None
 
 
+def _is_membership(x: object) -> bool:
+    """``x \\in [a, b]`` as math-verify parses it: ``Eq(x, Interval(a, b))``."""
+    return (
+        isinstance(x, sympy.Eq) and isinstance(x.lhs, sympy.Symbol)
+        and isinstance(x.rhs, sympy.Set) and not isinstance(x.rhs, sympy.FiniteSet)
+    )
+
+
 def _is_interval_like(x: object) -> bool:
-    return isinstance(x, sympy.Set) and not isinstance(x, sympy.FiniteSet)
+    return (isinstance(x, sympy.Set) and not isinstance(x, sympy.FiniteSet)) or _is_membership(x)
 
 
 def _same_solution_set(golds: tuple, preds: list) -> bool:

@@ -156,6 +156,9 @@ _SPECIAL_TOKEN = re.compile(r"<\|[A-Za-z0-9_]+\|>|</s>|<eos>|<(?:start|end)_of_t
 _PERCENT_WORD = re.compile(
     r"(?<=[\d}])(\$?)[ \t]*(?:\\text\s*\{\s*(?:percent(?:age)?|pct)\s*\}|(?:percent(?:age)?|pct)\b)", re.IGNORECASE
 )
+# A last line that is one bold value and nothing else ("**25%**", "__$\\frac{1}{2}$__"): a digit or
+# math in it, no words of prose, no colon (a heading such as "**Step 2: Solve**" is not an answer).
+_BOLD_LINE = re.compile(r"[ \t]*(\*\*|__)(?=[^\n]*[\d\\$])([^*_:\n]{1,60})\1[ \t.]*")
 # A marker that names the final answer itself ("Final Answer:", "The final answer is", "####").
 _FINAL = re.compile(r"final\s+answer|\#\#\#\#", re.IGNORECASE)
 
@@ -231,6 +234,10 @@ def extract_answer(response: str) -> Extraction:
     line = _last_answer_line(text)
     if line is not None:
         return line
+    last = next((ln for ln in reversed(text.splitlines()) if ln.strip()), "")
+    bold = _BOLD_LINE.fullmatch(last)
+    if bold is not None and not re.search(r"[A-Za-z]{3}", re.sub(r"\\[a-zA-Z]+", "", bold.group(2))):
+        return Extraction(bold.group(2).strip(), "answer line")  # "**25%**": a bold line that is all answer
     fallback = _last_sentence_math(text)
     if fallback:
         return Extraction(fallback, "last sentence")

@@ -34,6 +34,7 @@ from mbs.verify.compare import (
     parse_gold,
     rational_verdict,
     tower_digits,
+    unparsed_rest,
 )
 from mbs.verify.extract import Extraction, cut_runon, extract_answer, final_line
 from mbs.verify.normalize import canonical, decimal_comma, normalize, same_text, structurally_equal
@@ -69,7 +70,9 @@ def grade_math(response: str, ground_truth: str) -> Grade:
     Returns:
         ``Grade(1.0 | 0.0, extracted, reason)``; ``score`` is ``0.0`` when the response
         gives no final answer (e.g. an unterminated last ``\\boxed{``) and ``None`` when
-        the gold does not parse or sympy raises. The reason starts with where the answer
+        the gold does not parse, parses only in part (math-verify read ``1-\\mathrm{e}`` as
+        ``1-`` before :func:`normalize` made it whole: what it left unread would be ignored), or
+        sympy raises. The reason starts with where the answer
         was found (``boxed``, ``answer line``, ``last sentence``).
 
     Examples:
@@ -105,6 +108,9 @@ def grade_math(response: str, ground_truth: str) -> Grade:
     golds = parse_gold(gold)
     if not golds:
         return Grade(None, found.answer, "could not parse gold")
+    rest = unparsed_rest(gold, golds)
+    if rest is not None:  # graded as what parsed, "1-\mathrm{e}" would be 1: refused
+        return Grade(None, found.answer, f"could not parse gold: only {golds[-1]!r} was understood, not {rest[:40]!r}")
     preds = parse_answer(answer)
     if not preds:
         return Grade(0.0, found.answer, f"{found.source}: could not parse answer")

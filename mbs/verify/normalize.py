@@ -28,6 +28,7 @@ _UNICODE = str.maketrans(
         "³": "^3",
     }
 )
+_PYTHON_POWER = re.compile(r"(?<=[\w)])\s*\*\*\s*(?=[\w(])")
 _PLAIN_CALL = re.compile(r"\b(?:floor|ceil|binom|factorial|abs|C)\s*\(|\w\^\(|\)!")
 _TRAILING_UNIT = re.compile(
     r"(?<=[\w}).\s])\s*\\(?:text|textrm|mbox|mathrm|rm)\s*\{[^{}]*\}(?:\^\{?\d\}?)?\s*$"
@@ -57,6 +58,8 @@ def _mixed_number(m: re.Match[str]) -> str:
     whole, num, den = m.group("whole"), m.group("num"), m.group("den")
     if int(num) >= int(den):  # not a proper fraction: leave as written
         return m.group()
+    if m.string.startswith("%", m.end()):  # "4 4/9%": math-verify reads "(4+\frac{4}{9})%" as 4/9
+        return f"\\frac{{{int(whole) * int(den) + int(num)}}}{{{den}}}"
     return f"({whole}+\\frac{{{num}}}{{{den}}})"
 
 
@@ -104,6 +107,20 @@ _LATEX_MIXED_SHORT = re.compile(r"(?<![\w.^_}\\])(?P<whole>\d+)\s*\\frac(?P<num>
 _PLAIN_MIXED = re.compile(r"(?<![\w.^_/*}])(?P<whole>\d+)\s+(?P<num>\d+)\s*/\s*(?P<den>\d+)(?![\d/.])")
 
 
+# Upright constants as textbooks write them: Euler's number, the imaginary unit, the
+# differential ("\mathrm{e}^{x}", "2\mathrm{i}", "\mathrm{d}x"); before units are stripped, so
+# "2\mathrm{e}" is never read as 2 with a unit.
+_UPRIGHT_CONSTANT = re.compile(r"\\(?:mathrm|operatorname|rm)\s*\{\s*([eid])\s*\}|\{\s*\\rm\s+([eid])\s*\}")
+
+
+def _upright_constant(m: re.Match[str]) -> str:
+    """The letter of an upright constant, spaced from a neighbouring letter only."""
+    letter, text = m.group(1) or m.group(2), m.string
+    before = " " if m.start() > 0 and text[m.start() - 1].isalpha() else ""
+    after = " " if m.end() < len(text) and text[m.end()].isalpha() else ""
+    return f"{before}{letter}{after}"
+
+
 def normalize(answer: str) -> str:
     """Rewrite notation that math-verify misreads; semantics are kept.
 
@@ -112,7 +129,8 @@ def normalize(answer: str) -> str:
     ``2 2/3`` -> ``(2+\\frac{2}{3})`` (so ``2 2/3`` never reads as 2); ``\\sqrt(2)`` ->
     ``\\sqrt{2}`` (so ``4\\sqrt(2)`` never reads as 4); trailing ``\\text{}`` units and
     degree signs dropped; plain calculator notation with calls (``floor(n/2)``,
-    ``C(n, 2)``) converted by :func:`mbs.textmath.plain_to_latex`. Commas are never
+    ``C(n, 2)``) converted by :func:`mbs.textmath.plain_to_latex`; upright constants
+    ``\\mathrm{e}``, ``\\mathrm{i}``, ``\\mathrm{d}`` -> ``e``, ``i``, ``d``. Commas are never
     removed, so tuples stay tuples.
 
     Args:
@@ -123,6 +141,9 @@ def normalize(answer: str) -> str:
     """
     s = answer.strip().translate(_UNICODE)
     s = s.replace("\\$", "").replace("$", "")
+    s = _UPRIGHT_CONSTANT.sub(_upright_constant, s)
+    if "\\" not in s and "{" not in s:
+        s = _PYTHON_POWER.sub("^", s)  # "2**(1/4)" (Python syntax) -> 2^(1/4)
     if "\\" not in s and "{" not in s and _PLAIN_CALL.search(s):
         s = plain_to_latex(s) or s
     s = _E_NOTATION.sub(r"\1\\times 10^{\2}", s)

@@ -187,3 +187,36 @@ def test_cached_backend_passes_reasoning_from_a_fake_backend():
 
     comps = CachedBackend(Thinker(), None).generate([_ask(n=2)])[0]
     assert [c.text for c in comps] == [ANSWER, ANSWER] and all("<answer>3</answer>" in c.reasoning for c in comps)
+
+
+def test_auto_format_splits_a_cache_entry_the_old_none_default_wrote(tmp_path):
+    """``auto`` shares the old ``none`` default's cache key: a whole response cached before
+    ``auto`` existed is split again on a hit, so a cached cut-off thinking is never graded."""
+    from mbs.reasoning import ReasoningConfig
+
+    texts = [T.qwen3(ANSWER), T.cut_off("think"), "no thinking: \\boxed{4}"]
+
+    class Plain:  # what the old default wrote: the whole response, nothing split
+        name, model_id, preferred_batch, cache_params, stats = "fake", "m", 4, {}, None
+        reasoning = ReasoningConfig.of({"format": "none"})
+
+        def generate(self, requests):
+            return [[Completion(text=texts[i], completion_tokens=50, sample_index=i) for i in r.indices] for r in requests]
+
+        def close(self):
+            pass
+
+    class Auto(Plain):
+        reasoning = ReasoningConfig()
+
+        def generate(self, requests):
+            raise AssertionError("every sample is cached")
+
+    old = CachedBackend(Plain(), tmp_path)
+    assert [c.text for c in old.generate([_ask(n=3)])[0]] == texts
+    old.close()
+    hits = CachedBackend(Auto(), tmp_path).generate([_ask(n=3)])[0]
+    assert all(c.cached for c in hits)
+    assert [c.text for c in hits] == [ANSWER, "", texts[2]]
+    assert [c.answered for c in hits] == [True, False, True]
+    assert "<answer>3</answer>" in hits[0].reasoning and "\\boxed{4}" in hits[1].reasoning

@@ -58,3 +58,23 @@ def test_rollouts_keep_the_servers_reasoning_and_cut_off_thinking_is_never_rewar
     assert {c.problem_id: (c.successes, c.band, c.truncated) for c in cals} == {
         f"toy/{k}": (2, "goldilocks", 2) for k in ("easy", "mixed", "hard", "cut")}
     assert read_summary(out)["bands"]["r1"]["300"]["goldilocks"] == 1.0
+
+
+def test_no_reasoning_format_configured_still_never_rewards_cut_off_thinking(make_cfg, toy_jsonl):
+    """A server without a reasoning parser (the whole text in ``content``) and no reasoning
+    preset: the default format ``auto`` finds the ``<think>`` blocks, so the cut-off half
+    scores 0 (its thinking boxes the gold) and the finished half is graded on its answer."""
+    with chat_server(respond, "raw") as (url, _):
+        out = run(make_cfg("calibrate", [
+            "data=jsonl", f"data.path={toy_jsonl}", "data.origin=toy", "calibrate.n=4", "calibrate.budgets=[300]",
+            "calibrate.figures=false", "backend=openai", f"backend.base_url={url}", "backend.model=qwen3",
+            "backend.max_retries=0",
+        ]))
+    rollouts = read_records(out, "rollouts", Rollout)
+    assert len(rollouts) == 16
+    for r in rollouts:
+        assert "<problem>" in r.reasoning and "<think>" not in r.text
+        if r.finish_reason == "length":
+            assert (r.reward, r.text, r.reason) == (0.0, "", CUT_OFF_REASON)
+        else:
+            assert r.reward == 1.0 and r.text.startswith("So the answer is")

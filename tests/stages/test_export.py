@@ -299,3 +299,19 @@ def test_a_family_never_straddles_the_split():
     for salt in ("a", "b", "c", "d"):
         flags = split_rows(["x", "x", "y", "y", "y"], 0.5, salt)
         assert flags[0] == flags[1] and flags[2] == flags[3] == flags[4] and flags[0] != flags[2]
+
+
+def test_ungradable_golds_are_never_exported(cal_dir):
+    """A problem the calibration run reported ungradable (its gold parses only in part) is left
+    out of every selection, whatever band its calibration has."""
+    everything = {p.id for p in sources_from_run(cal_dir, "all", None, None)[0].problems}
+    assert "toy/mixed" in everything
+    path = cal_dir / "summary.json"
+    summary = json.loads(path.read_text())
+    summary["ungradable"] = {"count": 1, "ids": ["toy/mixed"], "reasons": {"toy/mixed": "could not parse gold"}}
+    path.write_text(json.dumps(summary))
+    for select in ("all", "usable"):
+        src = sources_from_run(cal_dir, select, None, None)[0]
+        assert "toy/mixed" not in {p.id for p in src.problems}
+        assert src.selection["ungradable_left_out"] == 1
+    assert {p.id for p in sources_from_run(cal_dir, "all", None, None)[0].problems} == everything - {"toy/mixed"}
