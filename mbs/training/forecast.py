@@ -34,15 +34,18 @@ All Monte Carlo is seeded: the same inputs give the same numbers.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from scipy.special import betaln
 
+from mbs.io import Shard, shard_files
+from mbs.records import Calibration
 from mbs.stats import bootstrap_mean
 
-__all__ = ["JEFFREYS", "TrapForecaster", "zero_std_probability"]
+__all__ = ["JEFFREYS", "TrapForecaster", "calibrated_counts", "zero_std_probability"]
 
 #: Jeffreys' prior Beta(1/2, 1/2).
 JEFFREYS = (0.5, 0.5)
@@ -238,3 +241,48 @@ class TrapForecaster:
             "steps_within_per_step_interval": round(sum(lo <= x <= hi for x in obs) / len(obs), 4),
             "difference": round(mean - f["expected_zero_std_share"], 4),
         }
+
+
+def calibrated_counts(rows: Iterable[dict], policy: str, budget: int | None) -> dict:
+    """The calibration counts ``(successes, rollouts)`` of exported training rows, for the forecast.
+
+    Each row of ``train.parquet`` names its problem (``extra_info.id``) and the run that calibrated
+    it (``extra_info.run_dir``); the counts are read from that run's ``calibrations`` for ``policy``
+    at ``budget`` (tokens). Early-stopped calibrations are left out: their s/k is biased.
+
+    Args:
+        rows: Exported rows (dicts with ``extra_info``), e.g. ``pyarrow.parquet.read_table(...).to_pylist()``.
+        policy: The calibrated policy's name (as in the calibration records).
+        budget: Its budget L.
+
+    Returns:
+        ``{"counts": [(k, n), ...], "rows": rows seen, "found": rows with a full-N calibration,
+        "early_stopped": rows left out for that, "missing": rows without a calibration of this
+        policy at this budget}``.
+    """
+    by_run: dict[str, list[str]] = {}
+    total = 0
+    for r in rows:
+        info = r.get("extra_info") or {}
+        total += 1
+        by_run.setdefault(str(info.get("run_dir") or ""), []).append(str(info.get("id")))
+    counts: list[tuple[int, int]] = []
+    early = 0
+    for run_dir, ids in by_run.items():
+        want = set(ids)
+        found: dict[str, Calibration] = {}
+        if run_dir and Path(run_dir).is_dir():
+            for path in shard_files(run_dir, "calibrations"):
+                for c in Shard(path, Calibration).read():
+                    if c.problem_id in want and c.policy == policy and c.budget == budget:
+                        found[c.problem_id] = c
+        for pid in ids:
+            c = found.get(pid)
+            if c is None:
+                continue
+            if c.early_stopped:
+                early += 1
+                continue
+            counts.append((int(c.successes), int(c.n)))
+    return {"counts": counts, "rows": total, "found": len(counts), "early_stopped": early,
+            "missing": total - len(counts) - early}

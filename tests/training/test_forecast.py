@@ -80,3 +80,22 @@ def test_all_trapped_and_the_comparison():
         f.compare([], 2)
     with pytest.raises(ValueError, match="must lie in"):
         f.compare([1.5], 2)
+
+
+def test_calibrated_counts_reads_each_rows_calibration_run(tmp_path):
+    from mbs.io import RunDir
+    from mbs.records import Calibration
+    from mbs.training.forecast import calibrated_counts
+
+    def c(pid, s, n=4, policy="smol", budget=64):
+        band = "failed_all" if s == 0 else ("solved_all" if s == n else "goldilocks")
+        return Calibration(problem_id=pid, policy=policy, budget=budget, n=n, n_target=4, successes=s, ungraded=0,
+                           pass_rate=s / n, band=band, complete_correct=s > 0, truncated=0, completion_tokens=0,
+                           early_stopped=n < 4)
+
+    run = RunDir(tmp_path / "cal", "calibrate")
+    with run.shard("calibrations", Calibration) as shard:
+        shard.append([c("a", 0), c("b", 2), c("c", 1, n=2), c("a", 4, budget=128), c("b", 4, policy="other")])
+    rows = [{"extra_info": {"id": pid, "run_dir": str(tmp_path / "cal")}} for pid in ("a", "b", "c", "d")]
+    got = calibrated_counts(rows, "smol", 64)
+    assert got == {"counts": [(0, 4), (2, 4)], "rows": 4, "found": 2, "early_stopped": 1, "missing": 1}
