@@ -42,7 +42,15 @@ from pathlib import Path
 from typing import Any
 
 from mbs.errors import ConfigError, InputNotFoundError, require_extra
-from mbs.llm.base import BackendError, BackendStats, ChatRequest, Completion, sample_seed, split_completion, template_kwargs
+from mbs.llm.base import (
+    BackendError,
+    BackendStats,
+    ChatRequest,
+    Completion,
+    sample_seed,
+    split_completion,
+    template_kwargs,
+)
 from mbs.reasoning import ReasoningConfig
 
 log = logging.getLogger(__name__)
@@ -409,7 +417,11 @@ class _RowSampler:
 
     def __init__(self, seeds: list[int], temperature: float, top_p: float, top_k: int, min_p: float):
         import torch
-        from transformers.generation.logits_process import MinPLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+        from transformers.generation.logits_process import (
+            MinPLogitsWarper,
+            TopKLogitsWarper,
+            TopPLogitsWarper,
+        )
 
         self.generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
         self.temperature = float(temperature)

@@ -91,7 +91,7 @@ def test_sample_i_is_the_same_alone_or_in_any_batch(tiny):
     reqs = [ChatRequest(ASK, n=5, max_tokens=10, seed=3), ChatRequest(LONG, n=3, max_tokens=10, seed=3)]
     batched = TransformersBackend(str(tiny), batch_size=4).generate(reqs)
     single = TransformersBackend(str(tiny), batch_size=1)
-    key = lambda c: (c.text, c.completion_tokens, c.finish_reason)  # noqa: E731
+    key = lambda c: (c.text, c.completion_tokens, c.finish_reason)
     for req, comps in zip(reqs, batched):
         for c in comps:
             alone = single.generate([ChatRequest(req.messages, n=1, max_tokens=10, seed=3, first_index=c.sample_index)])[0][0]
@@ -155,7 +155,7 @@ def test_bad_settings_name_the_key(tiny, tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="backend.dtype"):
         TransformersBackend(str(tiny), dtype="int8")
     with pytest.raises(ConfigError, match="backend.cache_dir is null"):
-        TransformersBackend(None, cache_dir=None).folder
+        _ = TransformersBackend(None, cache_dir=None).folder
     import mbs.errors
 
     real = mbs.errors.importlib.util.find_spec
