@@ -207,6 +207,10 @@ RULES: tuple[tuple[str, Check], ...] = (
             ("max_model_len", Num(integer=True, lo=1, nullable=True)),
             ("tensor_parallel_size", COUNT),
             ("gpu_memory_utilization", Num(lo=0, lo_open=True, hi=1)),
+            ("batch_size", COUNT),
+            ("top_k", Num(integer=True, lo=0)),
+            ("min_p", Num(lo=0, hi=1)),
+            ("device", OneOf(("auto", "cpu", "cuda"))),
         )
     ),
     # resume

@@ -1,4 +1,4 @@
-"""The LLM layer: one interface (:mod:`mbs.llm.base`), three backends, a cache in front of each.
+"""The LLM layer: one interface (:mod:`mbs.llm.base`), four backends, a cache in front of each.
 
 Backends are built from their config node with ``hydra.utils.instantiate`` (the node's
 ``_target_`` names the class), never chosen by an if-chain on a name:
@@ -6,6 +6,8 @@ Backends are built from their config node with ``hydra.utils.instantiate`` (the 
 * ``llamacpp`` — :class:`mbs.llm.llamacpp.LlamaCppBackend` (in-process GGUF, CPU; the default)
 * ``openai`` — :class:`mbs.llm.openai_backend.OpenAIBackend` (any OpenAI-compatible server)
 * ``vllm`` — :class:`mbs.llm.vllm_backend.VLLMBackend` (offline engine, GPUs)
+* ``transformers`` — :class:`mbs.llm.transformers_backend.TransformersBackend` (any local Hugging
+  Face checkpoint, e.g. a trained policy; CPU or GPU, batched)
 """
 
 from __future__ import annotations

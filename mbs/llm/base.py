@@ -244,6 +244,16 @@ def split_completion(
     return comp
 
 
+def template_kwargs(reasoning: Any) -> dict[str, Any]:
+    """Chat-template variables of a model's reasoning config (:class:`mbs.reasoning.ReasoningConfig`):
+    its ``chat_template_kwargs`` (Qwen3's ``enable_thinking``), with ``reasoning_effort`` (gpt-oss'
+    template variable) added from ``effort``. Empty for a model that does not think."""
+    kwargs = dict(reasoning.chat_template_kwargs)
+    if reasoning.effort:
+        kwargs.setdefault("reasoning_effort", reasoning.effort)
+    return kwargs
+
+
 def normalise_finish_reason(reason: str | None) -> str:
     """Map backend finish reasons onto ``stop`` / ``length``.
 

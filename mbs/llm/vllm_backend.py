@@ -34,6 +34,7 @@ from mbs.llm.base import (
     normalise_finish_reason,
     sample_seed,
     split_completion,
+    template_kwargs,
 )
 from mbs.reasoning import ReasoningConfig
 
@@ -249,9 +250,7 @@ class VLLMBackend:
         """Extra keyword arguments of :meth:`vllm.LLM.chat`: the reasoning config's
         ``chat_template_kwargs``, with ``reasoning_effort`` (gpt-oss' template variable) added
         from ``reasoning.effort``."""
-        kwargs = dict(self.reasoning.chat_template_kwargs)
-        if self.reasoning.effort:
-            kwargs.setdefault("reasoning_effort", self.reasoning.effort)
+        kwargs = template_kwargs(self.reasoning)
         return {"chat_template_kwargs": kwargs} if kwargs else {}
 
     @staticmethod
