@@ -11,6 +11,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from mbs.launch import refuse_secrets
+
 
 def config_dir() -> str:
     """Absolute path of the ``conf/`` folder (the repository root of an editable install).
@@ -33,76 +35,88 @@ def _run(module: str, cfg: DictConfig, *args: object) -> None:
     """Call ``module.run(cfg, *args)``; an error the user can fix (any
     :class:`mbs.errors.UserError`: bad records, config values, a missing optional extra, a
     backend that does not answer, a failed training job, ...) ends the command with its
-    message and exit status 2, without a Python traceback. ``HYDRA_FULL_ERROR=1`` re-raises
-    it, traceback included; any other exception is a bug and keeps its traceback."""
+    message on stderr (once; the job log keeps it when the run was admitted) and exit status
+    2, without a Python traceback. ``HYDRA_FULL_ERROR=1`` re-raises it, traceback included;
+    any other exception is a bug and keeps its traceback. Hydra's files and log reach the run
+    directory only once the run is admitted there (:func:`mbs.launch.staged_outputs`)."""
     import importlib
     import logging
     import os
     import sys
 
     from mbs.errors import UserError
+    from mbs.launch import command_name, log_to_files, staged_outputs
     from mbs.redact import install_log_redaction
 
     install_log_redaction()
     try:
-        importlib.import_module(module).run(cfg, *args)
+        with staged_outputs(cfg):
+            importlib.import_module(module).run(cfg, *args)
     except UserError as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
-        command = Path(sys.argv[0]).name or "mbs"
-        logging.getLogger(module).error("%s: %s", type(err).__name__, err)
-        print(f"{command}: error: {err}", file=sys.stderr, flush=True)
+        log_to_files(logging.getLogger(module), logging.ERROR, "%s: %s", type(err).__name__, err)
+        print(f"{command_name()}: error: {err}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
 
 
+@refuse_secrets
 @hydra.main(version_base="1.3", config_path=CONF, config_name="calibrate")
 def calibrate(cfg: DictConfig) -> None:
     """mbs-calibrate: N rollouts per problem, pass rates, trap bands, hard seeds."""
     _run("mbs.stages.calibrate", cfg)
 
 
+@refuse_secrets
 @hydra.main(version_base="1.3", config_path=CONF, config_name="synthesize")
 def synthesize(cfg: DictConfig) -> None:
     """mbs-synthesize: MagicBeanStalk (method=mbs), Golden Goose (method=goose) or direct prompting."""
     _run("mbs.stages.synthesize", cfg)
 
 
+@refuse_secrets
 @hydra.main(version_base="1.3", config_path=CONF, config_name="export")
 def export(cfg: DictConfig) -> None:
     """mbs-export: union, deduplicate and decontaminate sources into verl's parquet (train/val)."""
     _run("mbs.stages.export", cfg)
 
 
+@refuse_secrets
 @hydra.main(version_base="1.3", config_path=CONF, config_name="train")
 def train(cfg: DictConfig) -> None:
     """mbs-train: build and launch verl's GRPO trainer (locally or on SLURM); train.dry_run prints it."""
     _run("mbs.stages.train", cfg)
 
 
+@refuse_secrets
 @hydra.main(version_base="1.3", config_path=CONF, config_name="evaluate")
 def evaluate(cfg: DictConfig) -> None:
     """mbs-evaluate: k samples per problem at each budget; avg@k, pass@k, table and figure."""
     _run("mbs.stages.evaluate", cfg)
 
 
+@refuse_secrets
 @hydra.main(version_base="1.3", config_path=CONF, config_name="figures")
 def figures(cfg: DictConfig) -> None:
     """mbs-figures: regenerate figures, tables and the report of run directories."""
     _run("mbs.stages.figures", cfg)
 
 
+@refuse_secrets
 @hydra.main(version_base="1.3", config_path=CONF, config_name="pipeline")
 def pipeline(cfg: DictConfig) -> None:
     """mbs-pipeline: the main job (calibrate -> synthesize -> export -> figures)."""
     _run("mbs.stages.pipeline", cfg)
 
 
+@refuse_secrets
 @hydra.main(version_base="1.3", config_path=CONF, config_name="merge")
 def merge(cfg: DictConfig) -> None:
     """mbs-merge: union the shard run directories of a sharded stage (a SLURM array) into one run directory."""
     _run("mbs.stages.merge", cfg)
 
 
+@refuse_secrets
 @hydra.main(version_base="1.3", config_path=CONF, config_name="serve")
 def serve(cfg: DictConfig) -> None:
     """mbs-serve: an inference service job (vllm serve) publishing its URL; service.action=stop ends it."""

@@ -19,8 +19,13 @@ Guards (:class:`RunDirError` ends the command with exit status 2): a second proc
 a run directory another one holds fails at once, naming the holder (host and pid); a run
 whose sampling config (seed, temperature, top_p, templates, policies: :data:`SAMPLING_KEYS`)
 differs from the one the directory's records were drawn with is refused unless
-``resume.allow_config_change=true``. ``manifest.json`` is removed when a stage starts, so it
-marks a finished stage only; derived files are replaced atomically (:meth:`Shard.rewrite`).
+``resume.allow_config_change=true``. A run is *admitted* once it holds the lock and its
+sampling config is accepted; only then is anything in the directory changed: ``manifest.json``
+is removed (it marks a finished stage only), ``sampling.json`` recorded and the hooks of
+:func:`on_admit` run (the command line writes Hydra's ``.hydra/`` files and its log there), so
+a refused start leaves every file as it was. Derived files are replaced atomically
+(:meth:`Shard.rewrite`). The server's address (``base_url``) is not sampling config: the same
+model served elsewhere draws the same records.
 Every string written to ``config.yaml``, ``summary.json`` and ``manifest.json`` has its URLs
 redacted (:mod:`mbs.redact`).
 
@@ -38,7 +43,8 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from weakref import WeakValueDictionary
@@ -72,9 +78,10 @@ SAMPLING_KEYS: dict[str, tuple[str, ...]] = {
     "evaluate": ("seed", "eval.temperature", "eval.top_p", "eval.templates", "eval.models"),
 }
 
-#: Keys that change how, not what, a backend draws (never part of the sampling config).
+#: Keys that change how or where, not what, a backend draws (never part of the sampling config;
+#: ``base_url``: where the model is served, not which model it is).
 OPERATIONAL_KEYS = frozenset(
-    {"max_concurrency", "timeout_s", "max_retries", "n_threads", "n_batch", "api_key_env", "use_n", "gpu_memory_utilization",
+    {"base_url", "max_concurrency", "timeout_s", "max_retries", "n_threads", "n_batch", "api_key_env", "use_n", "gpu_memory_utilization",
      "figures", "seeds_limit", "early_stop", "early_stop_batch"}
 )
 
@@ -216,31 +223,62 @@ class Shard:
         self.close()
 
 
+_ADMIT_HOOKS: list[Callable[[Path], None]] = []
+
+
+@contextmanager
+def on_admit(hook: Callable[[Path], None]) -> Iterator[None]:
+    """Call ``hook(run dir path)`` each time a :class:`RunDir` is admitted while the block runs
+    (after its lock and sampling check, before anything in it changes). A hook that raises
+    refuses the start (the manifest stays)."""
+    _ADMIT_HOOKS.append(hook)
+    try:
+        yield
+    finally:
+        _ADMIT_HOOKS.remove(hook)
+
+
 class RunDir:
     """A stage's output folder.
 
-    Opening one takes the directory's lock (held while this object lives) and removes
-    ``manifest.json``.
+    Opening one takes the directory's lock (held while this object lives), checks the sampling
+    config when ``cfg`` is given (:meth:`check_sampling`), and only then, the run admitted,
+    runs the :func:`on_admit` hooks and removes ``manifest.json``. A refused open changes no
+    file of the directory (the lock file's holder line is put back).
 
     Args:
         path: The folder (created if missing).
         stage: Stage name written into the manifest.
         shard_index: This process's shard (files are named ``<name>.<index>-of-<count>.jsonl``).
         shard_count: Number of shards.
+        cfg: The stage's config: its sampling config is checked before the run is admitted
+            (``None``: checked later by :meth:`write_config`, after the manifest is gone).
 
     Raises:
-        RunDirError: Another process holds the directory (names its host and pid).
+        RunDirError: Another process holds the directory (names its host and pid), or its
+            records were drawn under another sampling config (see :meth:`write_config`).
     """
 
-    def __init__(self, path: str | os.PathLike, stage: str, shard_index: int = 0, shard_count: int = 1):
+    def __init__(
+        self, path: str | os.PathLike, stage: str, shard_index: int = 0, shard_count: int = 1, cfg: Any = None
+    ):
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
-        self._lock = RunLock.acquire(self.path)
-        # the manifest marks a finished stage: a stage (re)starting here is not finished
-        (self.path / MANIFEST).unlink(missing_ok=True)
         self.stage = stage
         self.shard_index = int(shard_index)
         self.shard_count = int(shard_count)
+        self._lock = RunLock.acquire(self.path)
+        try:
+            if cfg is not None:
+                self.check_sampling(cfg)
+            for hook in list(_ADMIT_HOOKS):
+                hook(self.path)
+        except BaseException:
+            self._lock.restore()
+            raise
+        self._lock.admitted()
+        # the manifest marks a finished stage: a stage (re)starting here is not finished
+        (self.path / MANIFEST).unlink(missing_ok=True)
         self.started = time.time()
         self.timings: dict[str, float] = {}
 
@@ -390,9 +428,10 @@ class RunLock:
 
     _held: "WeakValueDictionary[str, RunLock]" = WeakValueDictionary()
 
-    def __init__(self, fd: int, path: Path):
+    def __init__(self, fd: int, path: Path, previous: bytes | None = None):
         self.fd = fd
         self.path = path
+        self._previous = previous  # the lock file's content before this process took it
 
     @classmethod
     def acquire(cls, run_dir: Path) -> "RunLock":
@@ -416,12 +455,29 @@ class RunLock:
                 f"{run_dir} is in use by another run ({holder}); wait for it to finish, or give this run "
                 "another hydra.run.dir"
             ) from None
+        previous = os.pread(fd, 1 << 16, 0)
         info = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}).encode()
         os.ftruncate(fd, 0)
         os.pwrite(fd, info, 0)
-        lock = cls(fd, path)
+        lock = cls(fd, path, previous)
         cls._held[key] = lock
         return lock
+
+    def admitted(self) -> None:
+        """The run was admitted: its holder line stays (:meth:`restore` does nothing now)."""
+        self._previous = None
+
+    def restore(self) -> None:
+        """Put back the lock file's content from before this process took it (a refused start
+        leaves the file as it was); the lock itself stays held until the object goes."""
+        if self._previous is None:
+            return
+        try:
+            os.ftruncate(self.fd, 0)
+            os.pwrite(self.fd, self._previous, 0)
+        except OSError:
+            pass
+        self._previous = None
 
     def __del__(self) -> None:
         try:

@@ -7,7 +7,12 @@ info and every query value with ``***``; :func:`redact_text` does so for every U
 text; :func:`redact_obj` for every string of a JSON-like object (manifests, summaries,
 configs). :func:`install_log_redaction` makes every log record of the process (httpx's
 ``HTTP Request: POST http://user:key@...`` lines and openai's debug lines included) pass
-through :func:`redact_text`.
+through :func:`redact_text`. A credential in a text outside a URL (an ``sk-...`` or ``hf_...``
+key, a ``Bearer`` header) is masked as well.
+
+:func:`secret_override` tells a command-line override that carries a secret (a key named like
+``api_key``, ``token`` or ``password``, or a value that looks like a credential): the command
+line refuses it, naming the key but never the value (``mbs/launch.py``).
 
 >>> redact_url("http://user:sk-123@host:8000/v1?api-key=sk-9&x=1")
 'http://***@host:8000/v1?api-key=***&x=***'
@@ -27,6 +32,17 @@ MASK = "***"
 #: A URL: scheme, optional user info, host and the rest up to whitespace or a quote.
 _URL = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.\-]*://)(?P<userinfo>[^\s/@\"'<>]+@)?(?P<rest>[^\s\"'<>]*)")
 _QUERY_VALUE = re.compile(r"(?P<sep>[?&;])(?P<name>[^=&;#\s]+)=(?P<value>[^&;#\s]*)")
+#: A config key holding a secret (its last dotted part); names of environment variables
+#: (``api_key_env``) are not secrets.
+_SECRET_NAME = re.compile(
+    r"(?i)^(?:.*[_\-])?(?:api[_\-]?key|apikey|token|secret|password|passwd|credentials?|authorization|bearer)$"
+)
+#: A credential whatever its key: OpenAI-style ``sk-``, Hugging Face ``hf_``, GitHub, Slack and
+#: AWS access keys, an ``Authorization: Bearer`` value.
+_SECRET_VALUE = re.compile(
+    r"\bsk-[A-Za-z0-9_\-]{16,}|\bhf_[A-Za-z0-9]{20,}|\bgh[pousr]_[A-Za-z0-9]{20,}|\bgithub_pat_\w{20,}"
+    r"|\bxox[abprs]-[A-Za-z0-9\-]{10,}|\bAKIA[0-9A-Z]{16}\b|(?i:\bbearer)\s+[A-Za-z0-9._~+/\-]{8,}=*"
+)
 
 
 def _redact_match(m: re.Match) -> str:
@@ -43,10 +59,37 @@ def redact_url(url: str) -> str:
 
 
 def redact_text(text: str) -> str:
-    """``text`` with every URL in it redacted (see :func:`redact_url`)."""
+    """``text`` with every URL in it redacted (see :func:`redact_url`) and every credential
+    outside a URL (``sk-...``, ``hf_...``, ``Bearer ...``) replaced by ``***``.
+
+    >>> redact_text("key sk-abcdefghijklmnopqrstu at http://u:p@h/v1")
+    'key *** at http://***@h/v1'
+    """
+    text = _SECRET_VALUE.sub(MASK, text)
     if "://" not in text:
         return text
     return _URL.sub(_redact_match, text)
+
+
+def secret_override(arg: str) -> str | None:
+    """The key of a command-line override that carries a secret, else ``None``.
+
+    A secret is a key whose last part names one (``api_key``, ``hf_token``, ``password``, ...;
+    not ``api_key_env``, which names an environment variable) or a value that looks like a
+    credential (see :func:`redact_text`). Options (``--cfg``, ``-m``) are not overrides.
+
+    >>> secret_override("+backend.api_key=x"), secret_override("backend.api_key_env=MY_KEY")
+    ('backend.api_key', None)
+    >>> secret_override("backend.model=sk-0123456789abcdefghij")
+    'backend.model'
+    """
+    if arg.startswith("-") or "=" not in arg:
+        return None
+    key, value = arg.split("=", 1)
+    key = key.lstrip("+~").split("@", 1)[0]
+    if _SECRET_NAME.match(key.rsplit(".", 1)[-1]) or _SECRET_VALUE.search(value):
+        return key
+    return None
 
 
 def redact_obj(obj: Any) -> Any:

@@ -23,9 +23,9 @@ when the array has finished). The job also stops by itself when the server has b
 ``service.idle.timeout_s`` (from its Prometheus metrics), when the server dies, and at its
 time limit.
 
-The cache key of the ``openai`` backend holds ``backend.revision`` or, when that is null, the
-URL: the printed overrides set ``backend.revision`` so that a service restarted on another
-node or port still hits the cache.
+The cache key of the ``openai`` backend holds the model name and ``backend.revision``, never
+the URL, so a service restarted on another node or port hits the cache; the printed overrides
+set ``backend.revision`` so that two services of different weights under one name never share it.
 """
 
 from __future__ import annotations

@@ -7,6 +7,11 @@ any file is written. The checks are one table (:data:`RULES`): a key pattern (``
 any mapping key or list index) and a check. Keys a stage's config does not have are skipped,
 so one table serves every stage.
 
+Every bad value is reported at once (one :class:`ConfigError` naming each), and every backend
+node (``backend``, each student's, teacher's, judge's and evaluated model's) may hold only the
+arguments of the class its ``_target_`` names (plus ``label``): an unknown key such as
+``api_key`` is refused before anything is written, and the message never shows its value.
+
 Beyond single values, :func:`validate_config` checks what spans keys: ``shard.index`` is in
 ``[0, shard.count)``, and a budget L (``calibrate.budgets``, a student's ``budget``, a
 teacher's ``max_tokens``, ``eval.budgets``) fits the context window of the backend that
@@ -17,20 +22,34 @@ is not positive would generate without bound.
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from mbs import errors
+from mbs.llm import NON_ARGS
 
 #: Marks a key that is absent from the config (the check is skipped).
 _ABSENT = object()
 
 
 class ConfigError(errors.ConfigError):
-    """A config value of the wrong type or out of range; the message names key and valid range
-    (a :class:`mbs.errors.UserError`: the command ends with the message and exit status 2)."""
+    """Config values of the wrong type or out of range; the message names each key and its
+    valid range (a :class:`mbs.errors.UserError`: the command ends with the message and exit
+    status 2).
+
+    Attributes:
+        problems: One line per bad value (the message is the line itself when there is one).
+    """
+
+    def __init__(self, problems: str | list[str]):
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        n = len(self.problems)
+        super().__init__(self.problems[0] if n == 1 else f"{n} config errors:\n  " + "\n  ".join(self.problems))
 
 
 @dataclass(frozen=True)
@@ -218,21 +237,34 @@ RULES: tuple[tuple[str, Check], ...] = (
 )
 
 
+#: Config nodes that are backends (built with their ``_target_``).
+BACKEND_NODES = (
+    "backend", "students.policies.*.backend", "teacher.pool.*.backend", "mbs.judges.pool.*.backend",
+    "eval.models.*.backend",
+)
+#: Keys of a backend node that are not constructor arguments (Hydra's and mbs's own).
+META_KEYS = frozenset({"_target_", "_convert_", "_recursive_", "_partial_", "_args_", *NON_ARGS})
+
+
 def validate_config(cfg: Any) -> None:
-    """Check every value of ``cfg`` that :data:`RULES` covers, and the cross-key rules.
+    """Check every value of ``cfg`` that :data:`RULES` covers, the cross-key rules and the keys
+    of every backend node (:data:`BACKEND_NODES`).
 
     Args:
         cfg: A composed stage config (``DictConfig``); keys it lacks are skipped.
 
     Raises:
-        ConfigError: The first bad value: ``<key>=<value>: must be <valid range>``.
+        ConfigError: Every bad value, one line each: ``<key>=<value>: must be <valid range>``,
+            ``<key>: not a setting of <class> ...`` (the value of an unknown key is not shown).
     """
     plain = plain_config(cfg)
-    for pattern, check in RULES:
-        for key, value in select(plain, pattern):
-            _check(key, value, check)
-    _check_shard(plain)
-    _check_context_windows(plain)
+    problems = [
+        _problem(key, value, check) for pattern, check in RULES for key, value in select(plain, pattern)
+    ]
+    problems += [_check_shard(plain), *_check_context_windows(plain), *_check_backend_keys(plain)]
+    problems = list(dict.fromkeys(p for p in problems if p))
+    if problems:
+        raise ConfigError(problems)
 
 
 def check_value(key: str, value: Any, check: Check) -> Any:
@@ -249,8 +281,13 @@ def check_value(key: str, value: Any, check: Check) -> Any:
 
 
 def _check(key: str, value: Any, check: Check) -> None:
-    if not check.check(value):
-        raise ConfigError(f"{key}={_show(value)}: must be {check.describe()}")
+    problem = _problem(key, value, check)
+    if problem:
+        raise ConfigError(problem)
+
+
+def _problem(key: str, value: Any, check: Check) -> str | None:
+    return None if check.check(value) else f"{key}={_show(value)}: must be {check.describe()}"
 
 
 def _show(value: Any) -> str:
@@ -261,17 +298,55 @@ def _show(value: Any) -> str:
     return str(value)
 
 
-def _check_shard(cfg: Any) -> None:
+def _check_shard(cfg: Any) -> str | None:
     index, count = _get(cfg, "shard.index"), _get(cfg, "shard.count")
     if index is _ABSENT or count is _ABSENT:
-        return
-    if not index < count:
-        raise ConfigError(f"shard.index={index}: must be in [0, shard.count) = [0, {count})")
+        return None
+    if isinstance(index, (int, float)) and isinstance(count, (int, float)) and not index < count:
+        return f"shard.index={index}: must be in [0, shard.count) = [0, {count})"
+    return None
 
 
-def _check_context_windows(cfg: Any) -> None:
+def _check_backend_keys(cfg: Any) -> Iterator[str]:
+    """Keys of a backend node that its class does not take (they would end the run later, in
+    the backend's constructor, after the config was written; an ``api_key`` would be written)."""
+    seen: list[Any] = []
+    for pattern in BACKEND_NODES:
+        for where, node in select(cfg, pattern):
+            if not isinstance(node, dict) or node in seen:  # a policy's ${backend}: checked once
+                continue
+            seen.append(node)
+            target = node.get("_target_")
+            params = _arguments(target)
+            if params is None:
+                continue
+            for key in node:
+                if key not in params and key not in META_KEYS:
+                    yield (f"{where}.{key}: not a setting of {target} (its settings: {', '.join(sorted(params))}; "
+                           "an API key is read from the environment variable named by api_key_env)")
+
+
+@lru_cache(maxsize=64)
+def _arguments(target: Any) -> frozenset[str] | None:
+    """The keyword arguments of the class ``target`` names (``None``: unknown, not importable
+    here, or it takes ``**kwargs``)."""
+    if not isinstance(target, str) or "." not in target:
+        return None
+    module, _, name = target.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+        params = inspect.signature(cls).parameters.values()
+    except Exception:  # noqa: BLE001 - a missing extra or a bad _target_ fails where it is built
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return frozenset(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+
+
+def _check_context_windows(cfg: Any) -> Iterator[str]:
     """Budgets L must fit the context window of the backend that draws them (where known)."""
     calib = _get(cfg, "calibrate.budgets")
+    calib = calib if isinstance(calib, list) else _ABSENT  # a bad list is reported by its rule
     # students draw rollouts in calibration and synthesis only (train, evaluate, export compose them unused)
     students = _get(cfg, "students.policies") if "calibrate" in cfg or "synth" in cfg else _ABSENT
     for name, pol in _items(students):
@@ -282,20 +357,21 @@ def _check_context_windows(cfg: Any) -> None:
             continue
         if calib is not _ABSENT:
             for b in calib:
-                _fits("calibrate.budgets", b, window, f"students.policies.{name}")
+                yield from _fits("calibrate.budgets", b, window, f"students.policies.{name}")
         if pol.get("budget") is not None:
-            _fits(f"students.policies.{name}.budget", pol["budget"], window, f"students.policies.{name}")
+            yield from _fits(f"students.policies.{name}.budget", pol["budget"], window, f"students.policies.{name}")
     for i, pol in _items(_get(cfg, "teacher.pool") if "synth" in cfg else _ABSENT):
         if isinstance(pol, dict) and pol.get("max_tokens"):
             window = _window(pol.get("backend"))
             if window is not None:
-                _fits(f"teacher.pool.{i}.max_tokens", pol["max_tokens"], window, f"teacher.pool.{i}")
+                yield from _fits(f"teacher.pool.{i}.max_tokens", pol["max_tokens"], window, f"teacher.pool.{i}")
     budgets = _get(cfg, "eval.budgets")
+    budgets = budgets if isinstance(budgets, list) else _ABSENT
     for name, model in _items(_get(cfg, "eval.models")):
         window = _window(model.get("backend")) if isinstance(model, dict) else None
         if window is not None and budgets is not _ABSENT:
             for b in budgets:
-                _fits("eval.budgets", b, window, f"eval.models.{name}")
+                yield from _fits("eval.budgets", b, window, f"eval.models.{name}")
 
 
 def _window(backend: Any) -> int | None:
@@ -308,9 +384,9 @@ def _window(backend: Any) -> int | None:
     return None
 
 
-def _fits(key: str, budget: Any, window: int, owner: str) -> None:
+def _fits(key: str, budget: Any, window: int, owner: str) -> Iterator[str]:
     if isinstance(budget, (int, float)) and budget >= window:
-        raise ConfigError(
+        yield (
             f"{key}={budget}: must be < the context window of {owner} ({window} tokens, its backend's "
             "n_ctx / max_model_len); the prompt and the budget L must fit in it together"
         )

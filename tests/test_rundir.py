@@ -130,7 +130,7 @@ def test_cli_redacts_urls_and_refuses_a_concurrent_run(tmp_path, toy_jsonl):
             assert SECRET not in text and SECRET_Q not in text, path
         assert SECRET not in done.stdout + done.stderr
         summary = json.loads((tmp_path / "a" / "summary.json").read_text())
-        assert summary["backends"]["m"]["model_id"] == f"m@http://***@127.0.0.1:{server.port}/v1?api-key=***"
+        assert summary["backends"]["m"]["model_id"] == "m"  # the model, never the address that served it
 
         server.plan = lambda k, body: "stall"
         first = _cli(tmp_path / "b", server.base_url, toy_jsonl, wait=False)

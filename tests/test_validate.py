@@ -111,3 +111,27 @@ def test_cli_exits_2_with_the_message_and_no_traceback(tmp_path):
     assert "calibrate.n='abc': must be an integer >= 1" in out
     assert "Traceback" not in out
     assert not (tmp_path / "run" / "rollouts.00000-of-00001.jsonl").exists()
+
+
+def test_every_bad_value_is_named_at_once(make_cfg):
+    """Issue 30: a config with several bad values named only the first."""
+    cfg = make_cfg("calibrate", ["calibrate.n=0", "calibrate.temperature=-1", "shard.index=3", "shard.count=2"])
+    with pytest.raises(ConfigError) as info:
+        validate_config(cfg)
+    msg = str(info.value)
+    assert msg.startswith("3 config errors:")
+    for part in ("calibrate.n=0: must be", "calibrate.temperature=-1: must be", "shard.index=3: must be in [0, shard.count)"):
+        assert msg.count(part) == 1, msg
+    assert len(info.value.problems) == 3
+
+
+def test_unknown_backend_keys_are_refused_without_their_value(make_cfg):
+    """``+backend.api_key=...`` used to reach config.yaml and end the run in the backend's
+    constructor (TypeError); validation now refuses it, once, without echoing the value."""
+    cfg = make_cfg("calibrate", ["backend=openai", "backend.base_url=http://127.0.0.1:9/v1", "+backend.api_key=hunter2-secret"])
+    with pytest.raises(ConfigError) as info:
+        validate_config(cfg)
+    msg = str(info.value)
+    assert "backend.api_key: not a setting of mbs.llm.openai_backend.OpenAIBackend" in msg and "api_key_env" in msg
+    assert "hunter2" not in msg and len(info.value.problems) == 1  # the students' ${backend} is the same node
+    validate_config(make_cfg("calibrate", ["backend=openai", "backend.base_url=http://127.0.0.1:9/v1"]))

@@ -96,7 +96,9 @@ class OpenAIBackend:
         max_retries: Retries per request after the first attempt (exponential backoff by the
             openai client: 0.5 s doubling up to 8 s, with jitter; honours ``Retry-After``).
         revision: Identifies the served weights in the cache key (e.g. a checkpoint hash);
-            ``None`` falls back to ``base_url``.
+            ``None``: the model name alone identifies them. The address (``base_url``) never
+            does: the same model at another host or port (a requeued job, a proxy, a new
+            server) hits the same cache entries.
         use_n: Ask for the ``n`` samples of a request in one call; ``False`` always draws
             single samples.
         name: Backend kind for the cache key.
@@ -172,7 +174,9 @@ class OpenAIBackend:
 
     @property
     def model_id(self) -> str:
-        return f"{self.model}@{self.revision or redact_url(self.base_url)}"
+        """The model's identity in the cache key: ``model@revision``, or ``model`` without a
+        revision; never the address that serves it."""
+        return f"{self.model}@{self.revision}" if self.revision else self.model
 
     @property
     def cache_params(self) -> dict[str, Any]:

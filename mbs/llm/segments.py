@@ -16,7 +16,8 @@ A writer that closes cleanly *seals* its segment: it appends a footer index (``k
 offset:u64`` per record, then ``b"MBSFOOT1" offset:u64 count:u64``), so opening the cache
 reads one block per sealed segment instead of walking its records. Segments of killed or
 still-running writers have no footer; they are walked header by header (a seek per record)
-up to the last complete record, so a torn tail is ignored. Every read checks the full key and
+up to the last complete record, so a torn tail is ignored; a damaged header is skipped to the
+next intact record with a warning that counts the records dropped (:func:`walk`). Every read checks the full key and
 the CRC, so a damaged record is a miss (the sample is generated again), never wrong text.
 
 Lookups go through an in-memory dict from the first 8 key bytes to ``(segment, offset)``
@@ -106,9 +107,17 @@ def read_footer(fd: int, size: int) -> list[tuple[bytes, int]] | None:
     return list(FOOT_ENTRY.iter_unpack(block)) if len(block) == count * FOOT_ENTRY.size else None
 
 
-def walk(fd: int, start: int, size: int) -> Iterator[tuple[bytes, int, int]]:
-    """Yield ``(key, offset, end)`` of each complete record from ``start`` up to a torn tail or ``size``."""
+def walk(fd: int, start: int, size: int, path: Path | str = "?") -> Iterator[tuple[bytes, int, int]]:
+    """Yield ``(key, offset, end)`` of each complete record from ``start`` up to a torn tail or ``size``.
+
+    A damaged header (bad magic, or a length running past the file while intact records
+    follow) does not end the walk: it goes on at the next intact record (magic, length and
+    CRC checked) and logs a warning naming ``path``, the offset and how many records it
+    dropped (their samples are generated again). A torn tail (a killed or still-writing
+    writer) and the footer of a segment sealed since the last walk end it quietly.
+    """
     off = start
+    prev: int | None = None  # the last record yielded (its length may be the damaged field)
     while off + HEADER.size <= size:
         head = os.pread(fd, HEADER.size, off)
         if len(head) < HEADER.size:
@@ -116,9 +125,59 @@ def walk(fd: int, start: int, size: int) -> Iterator[tuple[bytes, int, int]]:
         magic, _flags, key, length, _crc = HEADER.unpack(head)
         end = off + HEADER.size + length
         if magic != MAGIC or end > size:
-            return  # a torn tail (killed writer) or the start of a footer
+            if magic != MAGIC and _footer_start(fd, size) == off:
+                return  # sealed since the last walk
+            nxt = _resync(fd, (prev if prev is not None else off) + 1, size)
+            if nxt is None:
+                return  # a torn tail: nothing intact after it
+            lost_from = off if nxt > off or prev is None else prev  # before off: prev's length was damaged
+            dropped = max(1, _count_magic(fd, lost_from, nxt))
+            log.warning(
+                "cache segment %s: damaged record header at offset %d; dropped %d record(s) (%d bytes) up to "
+                "the next intact record at offset %d (their samples will be generated again)",
+                path, lost_from, dropped, nxt - lost_from, nxt,
+            )
+            off, prev = nxt, None
+            continue
         yield key, off, end
-        off = end
+        prev, off = off, end
+
+
+def _footer_start(fd: int, size: int) -> int | None:
+    """Where the footer index of a sealed segment starts (``None``: no valid trailer)."""
+    if size < TRAILER.size:
+        return None
+    magic, start, count = TRAILER.unpack(os.pread(fd, TRAILER.size, size - TRAILER.size))
+    return start if magic == FOOT_MAGIC and start + count * FOOT_ENTRY.size + TRAILER.size == size else None
+
+
+def _intact(fd: int, off: int, size: int) -> bool:
+    head = os.pread(fd, HEADER.size, off)
+    if len(head) < HEADER.size:
+        return False
+    magic, _flags, _key, length, crc = HEADER.unpack(head)
+    if magic != MAGIC or off + HEADER.size + length > size:
+        return False
+    return zlib.crc32(os.pread(fd, length, off + HEADER.size)) == crc
+
+
+def _resync(fd: int, start: int, size: int, chunk: int = 1 << 20) -> int | None:
+    """Offset of the first intact record at or after ``start`` (``None``: none before ``size``)."""
+    pos = start
+    while pos + HEADER.size <= size:
+        block = os.pread(fd, min(chunk + len(MAGIC) - 1, size - pos), pos)
+        i = block.find(MAGIC)
+        while 0 <= i < chunk:
+            if _intact(fd, pos + i, size):
+                return pos + i
+            i = block.find(MAGIC, i + 1)
+        pos += chunk
+    return None
+
+
+def _count_magic(fd: int, start: int, end: int) -> int:
+    """Record starts (the magic) in ``[start, end)``: the records a damaged span held."""
+    return os.pread(fd, max(end - start, 0), start).count(MAGIC) if end > start else 0
 
 
 class SegmentStore:
@@ -173,7 +232,7 @@ class SegmentStore:
                 seg.sealed = True
                 self._index.add_footer(footer, no)
                 continue
-            for key, off, end in walk(fd, seg.end, size):
+            for key, off, end in walk(fd, seg.end, size, seg.path):
                 self._index.setdefault(PrefixIndex.prefix(key), no << 40 | off)
                 seg.end = end
 
@@ -348,7 +407,7 @@ def _records(path: Path) -> Iterator[tuple[bytes, bytes]]:
         end = footer_start = None
         if footer is not None:
             footer_start = TRAILER.unpack(os.pread(fd, TRAILER.size, size - TRAILER.size))[1]
-        for key, off, end in walk(fd, 0, footer_start if footer_start is not None else size):
+        for key, off, end in walk(fd, 0, footer_start if footer_start is not None else size, path):
             rec = os.pread(fd, end - off, off)
             _m, _f, _k, _length, crc = HEADER.unpack_from(rec)
             if zlib.crc32(rec[HEADER.size :]) == crc:

@@ -89,7 +89,7 @@ def run(cfg: DictConfig) -> Path:
     """
     validate_config(cfg)
     logging.getLogger("mbs").setLevel(cfg.log_level)
-    out = RunDir(cfg.out_dir, STAGE, cfg.shard.index, cfg.shard.count)
+    out = RunDir(cfg.out_dir, STAGE, cfg.shard.index, cfg.shard.count, cfg=cfg)
     out.write_config(cfg)
     t0 = time.perf_counter()
     problems, report = load_problems(cfg.data, cfg.shard.index, cfg.shard.count)

@@ -96,7 +96,7 @@ def run(cfg: DictConfig) -> Path:
     ecfg = cfg.eval
     budgets, k, ks = check_settings(cfg)
     models = models_from_cfg(ecfg.models)
-    out = RunDir(cfg.out_dir, STAGE)
+    out = RunDir(cfg.out_dir, STAGE, cfg=cfg)
     out.write_config(cfg)
     t0 = time.perf_counter()
     benches = load_benchmarks(ecfg.benchmarks, None if ecfg.limit is None else int(ecfg.limit))

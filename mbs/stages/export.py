@@ -202,7 +202,7 @@ def run(cfg: DictConfig) -> Path:
     validate_config(cfg)
     logging.getLogger("mbs").setLevel(cfg.log_level)
     ecfg = cfg.export
-    out = RunDir(cfg.out_dir, STAGE)
+    out = RunDir(cfg.out_dir, STAGE, cfg=cfg)
     out.write_config(cfg)
     t0 = time.perf_counter()
     sources = collect_sources(cfg)

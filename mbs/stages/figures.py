@@ -18,7 +18,7 @@ from mbs.data import DataError
 from mbs.errors import ConfigError
 from mbs.figures.compare import compare_runs
 from mbs.figures.report import render
-from mbs.io import RunDir, write_text_atomic
+from mbs.io import MANIFEST, RunDir, write_text_atomic
 from mbs.validate import validate_config
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,8 @@ def run(cfg: DictConfig) -> Path:
     """Regenerate the figures of ``cfg.run_dir`` (and ``cfg.figures.run_dirs``) into ``cfg.out_dir``.
 
     A run directory that does not exist or has no ``summary.json`` is named in the log and
-    in ``summary.json``'s ``missing``, and the others are drawn.
+    in ``summary.json``'s ``missing``, and the others are drawn; one without ``manifest.json``
+    (unfinished) is drawn with a warning and listed in ``unfinished``.
 
     Raises:
         ConfigError: No run directory given.
@@ -56,6 +57,10 @@ def run(cfg: DictConfig) -> Path:
     inputs = [rd for rd in requested if str(rd) not in missing]
     if not inputs:
         raise DataError("mbs-figures: no readable run directory: " + "; ".join(f"{k}: {v}" for k, v in missing.items()))
+    unfinished = [str(rd) for rd in inputs if not (Path(rd) / MANIFEST).is_file()]
+    for rd in unfinished:
+        log.warning("mbs-figures: %s is unfinished (no manifest.json: the stage was stopped, failed or is still "
+                    "running); its figures show the records written so far", rd)
     out = RunDir(cfg.out_dir, STAGE)
     results = {}
     for i, rd in enumerate(inputs):
@@ -68,7 +73,8 @@ def run(cfg: DictConfig) -> Path:
             for ext, text in texts.items():
                 write_text_atomic(out.path / "compare" / f"{name}.{ext}", text)
     out.write_summary(
-        {"inputs": [str(i) for i in inputs], "missing": missing, "results": results, "comparison": comparison}
+        {"inputs": [str(i) for i in inputs], "missing": missing, "unfinished": unfinished, "results": results,
+         "comparison": comparison}
     )
     n_figs = sum(len(r["figures"]) for r in results.values()) + (len(comparison["written"]) if comparison else 0)
     out.write_manifest({"inputs": len(inputs), "figures": n_figs})

@@ -401,9 +401,8 @@ def merge(inputs: Sequence[str | Path], out_dir: str | Path) -> Path:
     out_path = Path(out_dir)
     shards = discover(inputs, exclude=out_path)
     stage, count = check_shards(shards)
-    out = RunDir(out_path, stage, 0, 1)
-    (out.path / MANIFEST).unlink(missing_ok=True)  # the manifest marks a merge that finished
-    cfg = merged_config(shards, out.path)
+    cfg = merged_config(shards, out_path)
+    out = RunDir(out_path, stage, 0, 1, cfg=cfg)  # admitted: the manifest of an earlier merge is gone
     out.write_config(cfg)
     counts = union_records(shards, out)
     log.info("merged %d shards of %s into %s: %s", count, stage, out.path, counts)

@@ -120,7 +120,7 @@ def run(cfg: DictConfig) -> Path:
     """
     validate_config(cfg)
     logging.getLogger("mbs").setLevel(cfg.log_level)
-    out = RunDir(cfg.out_dir, STAGE)
+    out = RunDir(cfg.out_dir, STAGE, cfg=cfg)
     out.write_config(cfg)
     steps: dict[str, str] = {}
     pcfg = cfg.pipeline

@@ -192,3 +192,35 @@ def test_prefix_index_answers_like_a_dict_through_merges_and_footers():
         assert len(idx) == len(ref)
         assert all(idx.get(PrefixIndex.prefix(k)) == ref.get(PrefixIndex.prefix(k)) for k in keys)
     assert idx.get(PrefixIndex.prefix(rng.randbytes(32))) is None
+
+
+@pytest.mark.parametrize("field", ["magic", "length"])
+def test_a_damaged_header_in_an_unsealed_segment_drops_only_its_record_and_says_so(tmp_path, caplog, field):
+    """Issue 30: one damaged header used to drop every later record of the segment, silently."""
+    import struct
+
+    from mbs.llm.segments import walk
+
+    store = SegmentStore(tmp_path)  # kept open: its segment stays unsealed (a killed or running writer)
+    fill(store, 0, 10)
+    (seg,) = segments(tmp_path)
+    fd = os.open(seg, os.O_RDONLY)
+    try:
+        offsets = [off for _key, off, _end in walk(fd, 0, seg.stat().st_size)]
+    finally:
+        os.close(fd)
+    assert len(offsets) == 10
+    data = bytearray(seg.read_bytes())
+    if field == "magic":
+        data[offsets[3]] ^= 0xFF
+    else:  # the payload length (after magic, flags and key) now runs past the end of the file
+        struct.pack_into("<I", data, offsets[3] + 4 + 1 + 32, 1 << 30)
+    damaged = tmp_path / "copy"
+    damaged.mkdir()
+    (damaged / seg.name).write_bytes(bytes(data))
+    again = SegmentStore(damaged)
+    assert [again.get(key(0, i)) for i in range(10)] == [value(0, i) if i != 3 else None for i in range(10)]
+    assert f"damaged record header at offset {offsets[3]}; dropped 1 record(s)" in caplog.text
+    assert str(damaged / seg.name) in caplog.text
+    compact(damaged, idle_s=0)  # compaction keeps the nine intact records
+    assert stats(damaged)["entries"] == 9

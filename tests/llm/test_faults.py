@@ -195,4 +195,4 @@ def test_redaction_of_urls():
     assert redact_url("http://127.0.0.1:8000/v1") == "http://127.0.0.1:8000/v1"
     assert redact_text('HTTP Request: POST http://u:pw@h/v1/chat "HTTP/1.1 200"') == 'HTTP Request: POST http://***@h/v1/chat "HTTP/1.1 200"'
     assert redact_obj({"a": ["x http://a:b@h/ y", 3]}) == {"a": ["x http://***@h/ y", 3]}
-    assert re.fullmatch(r"m@http://\*\*\*@h/v1", OpenAIBackend(base_url="http://u:p@h/v1", model="m").model_id)
+    assert OpenAIBackend(base_url="http://u:p@h/v1", model="m").model_id == "m"  # never the address, nor its credentials

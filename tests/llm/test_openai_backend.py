@@ -116,7 +116,8 @@ def _fake_openai(rec: _Recorder, body: dict):
 
 def test_config_identity_and_repr():
     b = OpenAIBackend(base_url="http://127.0.0.1:9/v1/", model="m", max_concurrency=8)
-    assert b.model_id == "m@http://127.0.0.1:9/v1"
+    assert b.model_id == "m"  # the address never identifies the model (issue 30)
+    assert OpenAIBackend(base_url="http://10.0.0.2:8001/v1", model="m").model_id == b.model_id
     assert OpenAIBackend(base_url="http://x/v1", model="m", revision="abc").model_id == "m@abc"
     assert b.preferred_batch == 8
     assert "OPENAI_API_KEY" in repr(b)

@@ -1,0 +1,183 @@
+"""What the command line does around a stage: no secret on the command line, and nothing of
+a run in a run directory until the run is admitted there.
+
+Used by the entry points of ``mbs/cli.py`` (``mbs-calibrate ...``); the stages themselves know
+nothing of it.
+
+* :func:`refuse_secrets` ends a command whose overrides carry a secret (``+backend.api_key=...``,
+  a ``sk-...`` value; :func:`mbs.redact.secret_override`) with exit status 2 before Hydra reads
+  them, naming the key but never the value: Hydra would echo it in its own error message and
+  write it into ``.hydra/``. Keys are read from the environment variable ``api_key_env`` names.
+* :func:`staged_outputs` keeps Hydra's files out of the run directory until a
+  :class:`mbs.io.RunDir` there admits the run (lock taken, sampling config accepted;
+  :func:`mbs.io.on_admit`), so a refused start (a run directory in use, another sampling
+  config, a bad config value) leaves an existing run directory exactly as it was. Hydra writes
+  no ``.hydra/`` itself (``hydra.output_subdir: null`` in ``conf/base.yaml``): it is written
+  here on admission, every URL redacted (:mod:`mbs.redact`). The job log's file handler is a
+  :class:`DeferredFileHandler` (``hydra.job_logging`` in ``conf/base.yaml``): the lines of a
+  run before its admission are held and written on admission, or dropped when it is refused.
+  A command that finishes without opening a run directory (``mbs-serve``) is admitted when it
+  ends without an error.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from mbs.io import on_admit, write_text_atomic
+from mbs.redact import redact_obj, secret_override
+
+#: Folder of the run directory receiving Hydra's ``config.yaml``, ``hydra.yaml`` and ``overrides.yaml``.
+HYDRA_SUBDIR = ".hydra"
+
+
+def command_name() -> str:
+    """The command's name as typed (``mbs-calibrate``), for error messages."""
+    return Path(sys.argv[0]).name or "mbs"
+
+
+def refuse_secrets(main: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap a ``@hydra.main`` entry point: overrides carrying a secret end the command.
+
+    Raises:
+        SystemExit: Status 2 when an override of ``sys.argv`` carries a secret; the message
+            names each such key, never its value.
+    """
+
+    @functools.wraps(main)
+    def entry(*args: Any, **kwargs: Any) -> Any:
+        if not args and not kwargs:  # the console script: Hydra reads sys.argv
+            keys = [key for key in map(secret_override, sys.argv[1:]) if key]
+            if keys:
+                print(
+                    f"{command_name()}: error: {', '.join(keys)}: refusing a secret on the command line "
+                    "(the value is not shown, and nothing was written); put an API key in an environment "
+                    "variable and name it with backend.api_key_env=VAR",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                raise SystemExit(2)
+        return main(*args, **kwargs)
+
+    return entry
+
+
+class DeferredFileHandler(logging.FileHandler):
+    """A log file written only once the run is admitted (see the module docstring).
+
+    Until :meth:`commit`, records are formatted and held in memory (at most :attr:`MAX_HELD`
+    lines); :meth:`commit` writes them and every later record to ``filename`` (appending);
+    after :meth:`discard` the file is never opened and records are dropped. Takes the
+    arguments of :class:`logging.FileHandler` (the file is always opened lazily).
+    """
+
+    MAX_HELD = 10_000
+
+    def __init__(self, filename: str, mode: str = "a", encoding: str | None = None, delay: bool = True,
+                 errors: str | None = None):
+        super().__init__(filename, mode, encoding, delay=True, errors=errors)
+        self._held: list[str] = []
+        self._state = "held"  # held -> open (commit) or dropped (discard)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self._state == "open":
+            super().emit(record)
+        elif self._state == "held" and len(self._held) < self.MAX_HELD:
+            try:
+                self._held.append(self.format(record))
+            except Exception:  # noqa: BLE001 - logging reports its own formatting errors
+                self.handleError(record)
+
+    def commit(self) -> None:
+        """Write the held lines and open the file for every later record."""
+        with self.lock:
+            if self._state == "open":
+                return
+            held, self._held, self._state = self._held, [], "open"
+            if held:
+                if self.stream is None:
+                    self.stream = self._open()
+                self.stream.write("".join(line + self.terminator for line in held))
+                self.flush()
+
+    def discard(self) -> None:
+        """Drop the held lines; the file is not opened (a refused run leaves no line in it)."""
+        with self.lock:
+            if self._state == "held":
+                self._held, self._state = [], "dropped"
+
+
+def deferred_handlers() -> list[DeferredFileHandler]:
+    """The :class:`DeferredFileHandler` instances of the root logger (Hydra's job log)."""
+    return [h for h in logging.getLogger().handlers if isinstance(h, DeferredFileHandler)]
+
+
+def log_to_files(logger: logging.Logger, level: int, msg: str, *args: Any) -> None:
+    """Log a record to the root logger's file handlers only (an error the command prints on
+    stderr itself, so that the terminal shows it once and the job log keeps it)."""
+    record = logger.makeRecord(logger.name, level, "(mbs)", 0, msg, args, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler) and record.levelno >= handler.level:
+            handler.handle(record)
+
+
+def write_hydra_files(cfg: Any, hydra_node: Any, run_dir: Path) -> None:
+    """Write ``.hydra/config.yaml`` (the task config as composed, unresolved), ``hydra.yaml``
+    and ``overrides.yaml`` into ``run_dir``, as Hydra would, with every URL redacted."""
+    from omegaconf import OmegaConf
+
+    def dump(node: Any) -> str:
+        return OmegaConf.to_yaml(OmegaConf.create(redact_obj(node)))
+
+    folder = run_dir / HYDRA_SUBDIR
+    container = OmegaConf.to_container(cfg, resolve=False)
+    hydra = OmegaConf.to_container(hydra_node, resolve=False)
+    write_text_atomic(folder / "config.yaml", dump(container))
+    write_text_atomic(folder / "hydra.yaml", dump({"hydra": hydra}))
+    write_text_atomic(folder / "overrides.yaml", dump(list(hydra.get("overrides", {}).get("task", []))))
+
+
+@contextmanager
+def staged_outputs(cfg: Any) -> Iterator[None]:
+    """Hold Hydra's files and job log back from the run directory until a run is admitted.
+
+    Outside a Hydra run (tests calling a stage) it does nothing.
+
+    Args:
+        cfg: The task config Hydra passed to the entry point.
+    """
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        yield
+        return
+    hydra_node = HydraConfig.get()
+    output = Path(hydra_node.runtime.output_dir).resolve()
+    admitted = False
+
+    def admit(path: Path) -> None:
+        nonlocal admitted
+        if admitted or path.resolve() != output:
+            return
+        admitted = True
+        write_hydra_files(cfg, hydra_node, output)
+        for handler in deferred_handlers():
+            handler.commit()
+
+    finished = False
+    with on_admit(admit):
+        try:
+            yield
+            finished = True
+        finally:
+            if finished:
+                admit(output)
+            elif not admitted:
+                for handler in deferred_handlers():
+                    handler.discard()
