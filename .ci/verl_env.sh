@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds .venv-verl: verl 0.9.1 (no vLLM) beside mbs, in its own virtual environment, for the
-# tests marked `verl` (tests/verl/), which run verl's own config, dataset and reward code on the
+# tests marked `verl` (tests/verl_checks/), which run verl's own config, dataset and reward code on the
 # CPU through this interpreter. Its own environment because verl 0.9.1 pins
 # transformers>=5.5.3,<5.11 (!=5.6.0), which the main environment need not satisfy.
 #
