@@ -64,3 +64,23 @@ def run_script(name: str, request: dict[str, Any], tmp_path: Path, timeout: floa
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
     assert lines, f"{name} printed no JSON\n--- stdout\n{res.stdout[-4000:]}\n--- stderr\n{res.stderr[-4000:]}"
     return json.loads(lines[-1])
+
+
+def run_mbs(tool: str, overrides: list[str], tmp_path: Path, out: str, timeout: float = 600) -> Path:
+    """Run an mbs console script (``mbs-export``, ``mbs-train``) of ``.venv-verl``: mbs beside verl,
+    as ``pip install 'mbs[train]'`` installs it; outputs and caches under ``tmp_path``.
+
+    Returns:
+        The run folder (``tmp_path / out``).
+
+    Raises:
+        AssertionError: The tool exited with an error (its output is in the message).
+    """
+    exe = verl_python().parent / tool
+    args = [str(exe), f"paths.root={tmp_path}", f"paths.cache_dir={tmp_path / 'cache'}", f"out_dir={tmp_path / out}",
+            f"hydra.run.dir={tmp_path / 'hydra' / out}", *overrides]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "HF_HOME": str(tmp_path / "hf"), "TOKENIZERS_PARALLELISM": "false"}
+    res = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    assert res.returncode == 0, f"{tool} exited with {res.returncode}\n--- stdout\n{res.stdout[-3000:]}\n--- stderr\n{res.stderr[-6000:]}"
+    return tmp_path / out

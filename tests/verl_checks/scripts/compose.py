@@ -19,10 +19,11 @@ import sys
 import traceback
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
-
 import verl
+from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import validate_config
 
@@ -34,12 +35,12 @@ def compose_case(case: dict) -> dict:
     try:
         with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
             cfg = compose(config_name="ppo_trainer", overrides=list(case["overrides"]))
-    except Exception as err:  # Hydra's ConfigCompositionException, OverrideParseException, ...
+    except (HydraException, OmegaConfBaseException) as err:  # ConfigCompositionException, OverrideParseException, ...
         return {"ok": False, "stage": "compose", "error": f"{type(err).__name__}: {err}"}
     if case.get("validate"):
         try:
             validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
-        except Exception as err:
+        except (AssertionError, ValueError, TypeError, KeyError, OmegaConfBaseException) as err:  # what its checks raise
             return {"ok": False, "stage": "validate", "error": f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=4)}"}
     wrapped = OmegaConf.create({k.replace(".", "/"): OmegaConf.select(cfg, k, throw_on_missing=False) for k in case.get("select", [])})
     values = {k.replace("/", "."): v for k, v in OmegaConf.to_container(wrapped, resolve=True).items()}
