@@ -8,7 +8,7 @@ derives ``max_prompt_length`` from the data or refuses data with a longer prompt
 
 Counting (:class:`PromptCounter`): with a tokenizer (a local folder, or a Hugging Face name
 already in the local cache; needs ``transformers``, which verl installs), the exact count verl
-uses: ``len(tokenizer.apply_chat_template(messages, add_generation_prompt=True))``. Without
+uses: the ``input_ids`` of ``tokenizer.apply_chat_template(messages, add_generation_prompt=True)``. Without
 one, an upper bound: the UTF-8 bytes of every message plus 16 tokens per message for the chat
 template (byte-level BPE tokenizers never emit more tokens than bytes), so a derived limit
 never drops a row, and a row reported over the limit may in fact fit.
@@ -57,7 +57,10 @@ class PromptCounter:
     def count(self, messages: Sequence[dict[str, str]]) -> int:
         """Prompt tokens of ``messages`` (a chat list with ``role`` and ``content``)."""
         if self.tok is not None:
-            return len(self.tok.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True))
+            ids = self.tok.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
+            # transformers 5 returns a BatchEncoding (len 2: its keys), 4 a list of ids; verl's
+            # filter reads the ids the same way (verl.utils.tokenizer.normalize_token_ids)
+            return len(ids["input_ids"] if hasattr(ids, "keys") else ids)
         return sum(len(str(m.get("content") or "").encode("utf-8")) + PER_MESSAGE for m in messages)
 
     def describe(self) -> dict[str, Any]:

@@ -62,3 +62,21 @@ def test_upper_bound_counts_bytes_and_template_tokens():
     assert rep["over_limit"] == {"train": 0, "val": 1, "all": 1} and rep["over_limit_rows"] == [{"id": "b", "split": "val", "tokens": 66}]
     with pytest.raises(ValueError, match="tokenizer='/nonexistent'"):
         PromptCounter("/nonexistent")
+
+
+def test_exact_count_reads_the_ids_of_a_batch_encoding():
+    """transformers 5's apply_chat_template(tokenize=True) returns a mapping: its ids are counted, not its keys."""
+
+    class Tok:
+        def __init__(self, as_mapping):
+            self.as_mapping = as_mapping
+
+        def apply_chat_template(self, messages, add_generation_prompt, tokenize):
+            ids = list(range(7 + len(messages[0]["content"])))
+            return {"input_ids": ids, "attention_mask": [1] * len(ids)} if self.as_mapping else ids
+
+    msgs = [{"role": "user", "content": "What is 2+3?"}]
+    for as_mapping in (True, False):
+        c = PromptCounter(None)
+        c.tok = Tok(as_mapping)
+        assert c.exact and c.count(msgs) == 19
