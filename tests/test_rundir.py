@@ -133,14 +133,14 @@ def test_cli_redacts_urls_and_refuses_a_concurrent_run(tmp_path, toy_jsonl):
         assert summary["backends"]["m"]["model_id"] == "m"  # the model, never the address that served it
 
         server.plan = lambda k, body: "stall"
-        # another model (revision): run a's samples are no cache hits for it, so it asks the server
-        first = _cli(tmp_path / "b", server.base_url, toy_jsonl, "backend.revision=b", wait=False)
+        # another seed: run "a"'s samples (same model, same cache) must not serve this run, which has to stall
+        first = _cli(tmp_path / "b", server.base_url, toy_jsonl, "seed=1", wait=False)
         try:
             deadline = time.monotonic() + 120
             while not server.hits[len(server.hits) - 1 :] or server.hits[-1][0] != "stall":
                 assert time.monotonic() < deadline and first.poll() is None, first.stdout.read() if first.poll() is not None else "no request"
                 time.sleep(0.1)
-            second = _cli(tmp_path / "b", server.base_url, toy_jsonl, "backend.revision=b")
+            second = _cli(tmp_path / "b", server.base_url, toy_jsonl, "seed=1")
         finally:
             first.kill()
             first.wait(timeout=30)
