@@ -57,11 +57,14 @@ def scripted_replies(thinking: bool, cut: str | None = None):
     return respond
 
 
-def _run(make_cfg, cal, url, out, *more):
+def _run(make_cfg, cal, url, out, *more, revision=None):
+    """``revision`` tells apart two scripted servers that serve different replies under one model
+    name (the cache identifies a model by name and revision, never by its address)."""
     cfg = make_cfg("synthesize", ["method=mbs", f"calibration_dir={cal}", "synth.figures=false", *SMALL, *more], out=out)
     configure(cfg, judges=True)
     node = {"_target_": "mbs.llm.openai_backend.OpenAIBackend", "base_url": url, "model": "scripted-thinker",
-            "max_retries": 0, "label": "scripted", "reasoning": {"format": FMT, "chat_template_kwargs": {}, "effort": None}}
+            "max_retries": 0, "label": "scripted", "revision": revision,
+            "reasoning": {"format": FMT, "chat_template_kwargs": {}, "effort": None}}
     with open_dict(cfg):
         cfg.teacher.pool[0].backend = node
         for j in cfg.mbs.judges.pool:
@@ -93,7 +96,7 @@ def test_thinking_teacher_and_judges_build_the_same_tree(make_cfg, tmp_path):
     runs = {}
     for thinking in (False, True):
         with chat_server(scripted_replies(thinking), shape="raw") as (url, seen):
-            runs[thinking] = _run(make_cfg, cal, url, out=f"mbs-{thinking}")
+            runs[thinking] = _run(make_cfg, cal, url, out=f"mbs-{thinking}", revision=f"thinking-{thinking}")
         assert seen.bodies and all("<think>" not in json.dumps(b["messages"]) for b in seen.bodies)
     plain, thought = runs[False], runs[True]
     assert _tree(thought) == _tree(plain)
