@@ -317,7 +317,11 @@ class ExportProvenance:
         """
         path = Path(export_dir) / "summary.json"
         if not path.is_file():
-            raise InputNotFoundError(f"{path} not found: train.data_dir must be an mbs-export run folder (run mbs-export first)")
+            what = "no such folder" if not Path(export_dir).is_dir() else "no summary.json"
+            raise InputNotFoundError(
+                f"{export_dir}: {what}; train.data_dir must be an mbs-export run folder (train.parquet, val.parquet and "
+                "summary.json: run mbs-export first)"
+            )
         summary = json.loads(path.read_text())
         if summary.get("stage") != "export":
             raise InputNotFoundError(f"{path}: stage {summary.get('stage')!r}, not an mbs-export run folder (train.data_dir)")
