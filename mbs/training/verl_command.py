@@ -26,7 +26,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from mbs.errors import MissingExtraError, require_extra
+from mbs.errors import ConfigError, MissingExtraError, require_extra
 from mbs.export.prompt_length import PromptCounter, length_report, parquet_prompts
 from mbs.training.launch import TrainError, run_logged
 from mbs.training.policy import TrainPolicy, resolve_policy
@@ -137,9 +137,10 @@ def verl_overrides(cfg: DictConfig, policy: TrainPolicy | None = None) -> list[t
         policy: The resolved policy (``None``: resolved here without converting a GGUF).
 
     Raises:
-        TrainError: ``train.data_dir`` is not set, or a :data:`VERL_POLICY_KEYS` key is set in
-            ``train.verl`` (it comes from the calibrated policy: names the ``train.*`` key to use).
-        mbs.errors.ConfigError: The policy cannot be resolved (:func:`mbs.training.policy.resolve_policy`).
+        TrainError: ``train.data_dir`` is not set.
+        mbs.errors.ConfigError: A :data:`VERL_POLICY_KEYS` key is set in ``train.verl`` (it comes
+            from the calibrated policy: names the ``train.*`` key to use), or the policy cannot be
+            resolved (:func:`mbs.training.policy.resolve_policy`).
     """
     if cfg.train.data_dir is None:
         raise TrainError("train.data_dir is required: the mbs-export run folder holding train.parquet and val.parquet")
@@ -156,7 +157,7 @@ def verl_overrides(cfg: DictConfig, policy: TrainPolicy | None = None) -> list[t
         if k in VERL_POLICY_KEYS:
             if v not in (None, {}):
                 pk = VERL_POLICY_KEYS[k]
-                raise TrainError(
+                raise ConfigError(
                     f"train.verl.{k}={override_value(v)}: mbs-train fills it from the calibrated policy; set "
                     f"train.{pk} instead (and train.override=[{pk}] where it differs from the calibration)"
                 )
