@@ -166,7 +166,7 @@ def _metrics_callback(path: Path, t0: float) -> Any:
     class MetricsCallback(TrainerCallback):
         """Appends TRL's per-step logs to ``metrics.jsonl`` as they come."""
 
-        def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001 - transformers' signature
+        def on_log(self, args, state, control, logs=None, **kwargs):
             logs = logs or {}
             if "reward" not in logs and "loss" not in logs:
                 return  # the end-of-training summary (train_runtime, ...) goes into summary.json

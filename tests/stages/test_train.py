@@ -234,3 +234,33 @@ def test_without_verl_names_the_train_extra_before_starting_anything(make_cfg, d
     with pytest.raises(MissingExtraError, match=r"Install \.\[train\] on the training machine: `pip install -e '\.\[train\]'`"):
         run(make_cfg("train", overrides, out="noverl"))
     assert not (tmp_path / "noverl" / "train.log").exists()  # verl was never launched
+
+
+def test_trl_engine_dry_run_and_submitit_launch(make_cfg, data_dir, monkeypatch, capsys):
+    """train.engine=trl: the dry run prints the resolved policy; submitit launches the TRL job (debug cluster: in-process)."""
+    import mbs.training.trl_engine as trl_engine
+
+    out = run(make_cfg("train", [f"train.data_dir={data_dir}", "train.engine=trl", "train.dry_run=true"]))
+    assert "mbs-train (trl): would train Qwen/Qwen3-1.7B" in capsys.readouterr().out
+    s = read_summary(out)
+    assert s["engine"] == "trl" and s["policy"]["group_size"] == 8 and s["policy"]["max_completion_length"] == 256
+    assert s["trl"]["prompts_per_step"] == 1 and s["data_rows"] == {"train": 1, "val": 1}
+
+    seen = {}
+
+    def fake_train(cfg, policy, out_dir):
+        seen.update(model=policy.model, out=out_dir, data=cfg.train.data_dir)
+        return {"steps": 2, "final": f"{out_dir}/final"}
+
+    monkeypatch.setattr(trl_engine, "train_trl", fake_train)
+    out = run(make_cfg("train", [f"train.data_dir={data_dir}", "train.engine=trl", "train.launcher=submitit",
+                                 "train.submitit.cluster=debug"], out="sub"))
+    s = read_summary(out)
+    assert s["job_id"] and s["result"] == {"steps": 2, "final": f"{out}/final"}
+    assert seen == {"model": "Qwen/Qwen3-1.7B", "out": str(out), "data": str(data_dir)}
+    from mbs.stages.train import ENGINES
+    from mbs.validate import ConfigError
+
+    assert set(ENGINES) == {"verl", "trl"}
+    with pytest.raises(ConfigError, match=r"train.engine='deepspeed': must be one of verl, trl"):
+        run(make_cfg("train", [f"train.data_dir={data_dir}", "train.engine=deepspeed"], out="bad"))

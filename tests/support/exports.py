@@ -10,11 +10,11 @@ from mbs.export.verl_schema import verl_row, write_parquet
 from mbs.training.provenance import PolicyProvenance, policy_block
 
 #: A calibrated vLLM policy (a Hugging Face name: nothing to convert).
-HF_POLICY = dict(
-    source="calibrate", run_dir="/runs/cal", stage="calibrate", trainable=True, policy="qwen3-1.7b", backend="vllm",
-    model="Qwen/Qwen3-1.7B", budget=256, n=8, temperature=1.0, top_p=1.0, top_k=None, min_p=None,
-    reasoning_format="none", chat_template_kwargs={},
-)
+HF_POLICY: dict[str, Any] = {
+    "source": "calibrate", "run_dir": "/runs/cal", "stage": "calibrate", "trainable": True, "policy": "qwen3-1.7b",
+    "backend": "vllm", "model": "Qwen/Qwen3-1.7B", "budget": 256, "n": 8, "temperature": 1.0, "top_p": 1.0,
+    "top_k": None, "min_p": None, "reasoning_format": "none", "chat_template_kwargs": {},
+}
 
 
 def toy_rows(split: str, n: int = 1) -> list[dict[str, Any]]:

@@ -18,7 +18,12 @@ from mbs.llm.hf_checkpoint import file_sha256
 from mbs.llm.llamacpp import embedded_model_path
 from mbs.stages.train import build_command, run, verl_overrides
 from mbs.training.policy import resolve_policy
-from mbs.training.provenance import ExportProvenance, MissingProvenanceError, PolicyProvenance, provenance_of_run
+from mbs.training.provenance import (
+    ExportProvenance,
+    MissingProvenanceError,
+    PolicyProvenance,
+    provenance_of_run,
+)
 from mbs.training.trl_engine import Reward, batch_sizes, last_checkpoint
 from mbs.training.verl_command import known_differences
 
