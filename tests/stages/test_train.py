@@ -238,7 +238,7 @@ def test_without_verl_names_the_train_extra_before_starting_anything(make_cfg, d
 
 def test_trl_engine_dry_run_and_submitit_launch(make_cfg, data_dir, monkeypatch, capsys):
     """train.engine=trl: the dry run prints the resolved policy; submitit launches the TRL job (debug cluster: in-process)."""
-    import mbs.training.trl_engine as trl_engine
+    from mbs.training import trl_engine
 
     out = run(make_cfg("train", [f"train.data_dir={data_dir}", "train.engine=trl", "train.dry_run=true"]))
     assert "mbs-train (trl): would train Qwen/Qwen3-1.7B" in capsys.readouterr().out
