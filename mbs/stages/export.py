@@ -31,6 +31,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -287,7 +288,8 @@ def run(cfg: DictConfig) -> Path:
         "prompt_length": lengths,
         # the policy that calibrated each source (mbs-train trains exactly that one by default)
         "policy": policy_block(
-            provenance_of_run(s.name, s.run_dir, _STAGE_OF_KIND[s.kind], s.selection) for s in sources
+            replace(provenance_of_run(s.name, s.run_dir, _STAGE_OF_KIND[s.kind], s.selection), rows=per_source[s.name]["exported"])
+            for s in sources
         ),
     }
     out.write_summary(summary)

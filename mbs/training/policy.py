@@ -208,7 +208,7 @@ def resolve_policy(tcfg: DictConfig, cache_dir: str, convert: bool = True) -> Tr
         if prov is not None and _same(key, a, c, prov):
             used[key] = c if key != "model" else a
             continue
-        if key not in override:
+        if key not in override and prov is not None:
             where = f"{prov.source} in {tcfg.data_dir}" if prov else str(tcfg.data_dir)
             raise ConfigError(
                 f"train.{key}={_show(a)}: the data was calibrated with {key}={_show(c)} ({where}); training another "

@@ -92,6 +92,8 @@ class PolicyProvenance:
         reasoning_format: The policy's reasoning format (:data:`mbs.reasoning.FORMATS`).
         chat_template_kwargs: Chat-template variables sent at calibration (e.g. ``enable_thinking``).
         effort: Reasoning effort sent at calibration (gpt-oss, hosted APIs), or ``None``.
+        rows: Rows this source contributed to the export (``None``: not known). A source without
+            rows constrains nothing: only sources with rows must agree.
     """
 
     source: str
@@ -114,6 +116,7 @@ class PolicyProvenance:
     reasoning_format: str = "none"
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     effort: str | None = None
+    rows: int | None = None
 
     @property
     def model_id(self) -> str | None:
@@ -142,6 +145,8 @@ class PolicyProvenance:
         """One line: ``source: policy (model) L=.. N=.. T=.. top_p=.. ...``."""
         if not self.trainable:
             return f"{self.source}: not trainable ({self.why_not})"
+        if self.rows == 0:
+            return f"{self.source}: no rows in the export"
         parts = [f"L={self.budget}", f"N={self.n}", f"temperature={self.temperature}", f"top_p={self.top_p}",
                  f"top_k={self.top_k}", f"min_p={self.min_p}", f"reasoning={self.reasoning_format}"]
         if self.chat_template_kwargs:
@@ -275,16 +280,22 @@ def provenance_of_run(name: str, run_dir: str | Path, stage: str, selection: Map
     return _from_policy(base, cfg, target.get("policy"), target.get("budget"), target.get("n"), "synth")
 
 
+def _live(provs: Iterable[PolicyProvenance]) -> list[PolicyProvenance]:
+    """The sources naming a trainable policy that contributed rows (or whose rows are not known)."""
+    return [p for p in provs if p.trainable and p.rows != 0]
+
+
 def policy_block(provenances: Iterable[PolicyProvenance]) -> dict[str, Any]:
     """The ``policy`` block of an export's ``summary.json``.
 
     Returns:
         ``{"sources": {name: PolicyProvenance dict}, "trainable": [names], "agree": bool,
-        "differences": {key: {source: value}}}``: ``agree`` is true when every trainable source
-        has the same :data:`AGREEMENT_KEYS` (then ``mbs-train`` needs no choice).
+        "differences": {key: {source: value}}}``: ``trainable`` names the sources with rows whose
+        policy can be trained; ``agree`` is true when they all have the same
+        :data:`AGREEMENT_KEYS` (then ``mbs-train`` needs no choice).
     """
     provs = list(provenances)
-    live = [p for p in provs if p.trainable]
+    live = _live(provs)
     diffs: dict[str, dict[str, Any]] = {}
     for key in AGREEMENT_KEYS:
         values = {p.source: getattr(p, key) for p in live}
@@ -336,8 +347,8 @@ class ExportProvenance:
 
     @property
     def trainable(self) -> list[PolicyProvenance]:
-        """The sources that name a trainable policy."""
-        return [p for p in self.sources if p.trainable]
+        """The sources with rows that name a trainable policy."""
+        return _live(self.sources)
 
     def choose(self, source: str | None = None) -> PolicyProvenance | None:
         """The calibrated policy to train.
@@ -361,6 +372,8 @@ class ExportProvenance:
                 raise ConfigError(f"train.calibration={source!r}: not a source of {self.export_dir}; sources: {list(by_name)}")
             if not by_name[source].trainable:
                 raise ConfigError(f"train.calibration={source!r}: {by_name[source].why_not}")
+            if by_name[source].rows == 0:
+                log.warning("train.calibration=%s: that source contributed no rows to the export", source)
             return by_name[source]
         live = self.trainable
         if not live:
@@ -380,6 +393,8 @@ class ExportProvenance:
         out = {}
         for p in self.sources:
             if chosen is not None and p.source == chosen.source:
+                continue
+            if p.rows == 0:
                 continue
             if not p.trainable:
                 out[p.source] = str(p.why_not)

@@ -72,6 +72,9 @@ def test_recorded_answers_are_not_a_trainable_policy(make_cfg, tmp_path):
     assert (pol.group_size, pol.max_completion_length) == (8, 256)  # train.uncalibrated: thresholds.N, budget.L
     assert pol.overrides["model"] == {"calibrated": None, "used": "Qwen/Qwen3-0.6B"}
     assert pol.overrides["group_size"] == {"calibrated": None, "used": 8}
+    # with nothing calibrated, an explicit value is taken as given (and recorded)
+    cfg = make_cfg("train", [f"train.data_dir={export}", "train.model=Qwen/Qwen3-0.6B", "train.override=[model]", "train.group_size=4"])
+    assert resolve_policy(cfg.train, "c", convert=False).overrides["group_size"] == {"calibrated": None, "used": 4}
 
 
 def test_an_export_from_before_provenance_names_both_fixes(make_cfg, tmp_path):
@@ -109,7 +112,8 @@ def test_defaults_train_the_calibrated_policy_and_a_mismatch_is_refused(make_cfg
 
 def test_sources_calibrated_differently_are_refused_by_name(make_cfg, tmp_path):
     export = write_export(tmp_path / "export", {**HF_POLICY, "source": "calibrate_live"},
-                          {**HF_POLICY, "source": "calibrate_difficulty", "budget": 128, "temperature": 0.6})
+                          {**HF_POLICY, "source": "calibrate_difficulty", "budget": 128, "temperature": 0.6},
+                          {**HF_POLICY, "source": "synthesize_goose", "n": 16, "rows": 0})  # no rows: constrains nothing
     with pytest.raises(ConfigError, match=r"budget, temperature differ.*calibrate_live: .*L=256.*calibrate_difficulty: .*L=128.*"
                                           r"train.calibration=SOURCE"):
         resolve_policy(make_cfg("train", [f"train.data_dir={export}"]).train, "c", convert=False)
@@ -117,6 +121,7 @@ def test_sources_calibrated_differently_are_refused_by_name(make_cfg, tmp_path):
                          convert=False)
     assert (pol.max_completion_length, pol.temperature) == (128, 0.6)
     assert "calibrate_live" in pol.other_sources and "budget (256)" in pol.other_sources["calibrate_live"]
+    assert "synthesize_goose" not in pol.other_sources
     with pytest.raises(ConfigError, match=r"train.calibration='nope': not a source"):
         ExportProvenance.from_export(export).choose("nope")
 
