@@ -3,7 +3,8 @@
 Every stage error that comes from the user's input, configuration or installation derives
 from :class:`UserError`: bad records (:class:`mbs.data.DataError`), bad config values
 (:class:`ConfigError`), a missing optional extra (:class:`MissingExtraError`), a verl job that
-cannot be launched (:class:`mbs.stages.train.TrainError`), an unreachable LLM backend
+cannot be launched (:class:`mbs.training.launch.TrainError`), an export without a calibrated policy
+(:class:`mbs.training.provenance.MissingProvenanceError`), an unreachable LLM backend
 (:class:`mbs.llm.base.BackendError`), export sources and schema, shards that do not merge,
 an inference service that does not start. ``mbs-*`` commands end such an error with its
 message and exit status 2, without a Python traceback (``HYDRA_FULL_ERROR=1`` shows it);

@@ -232,6 +232,30 @@ RULES: tuple[tuple[str, Check], ...] = (
             ("device", OneOf(("auto", "cpu", "cuda"))),
         )
     ),
+    # training: the policy (null: the calibrated value) and TRL's trainer
+    ("train.engine", OneOf(("verl", "trl"))),
+    ("train.launcher", OneOf(("local", "submitit"))),
+    *(
+        (f"{prefix}.{key}", check)
+        for prefix in ("train", "train.uncalibrated")
+        for key, check in (
+            ("group_size", Num(integer=True, lo=1, nullable=True)),
+            ("max_completion_length", Num(integer=True, lo=1, nullable=True)),
+            ("temperature", Num(lo=0, nullable=True)),
+            ("top_p", Num(lo=0, lo_open=True, hi=1, nullable=True)),
+            ("top_k", Num(integer=True, lo=0, nullable=True)),
+            ("min_p", Num(lo=0, hi=1, nullable=True)),
+            ("reasoning_format", OneOf((None, "auto", "none", "think", "think_open", "harmony", "server"))),
+        )
+    ),
+    ("train.trl.max_steps", COUNT),
+    ("train.trl.prompts_per_step", COUNT),
+    ("train.trl.gradient_accumulation_steps", COUNT),
+    ("train.trl.learning_rate", Num(lo=0, lo_open=True)),
+    ("train.trl.beta", Num(lo=0)),
+    ("train.trl.save_steps", COUNT),
+    ("train.trl.save_total_limit", Num(integer=True, lo=1, nullable=True)),
+    *((f"train.trl.{k}", OneOf((True, False))) for k in ("resume", "bf16", "use_vllm", "gradient_checkpointing", "progress")),
     # resume
     ("resume.allow_config_change", OneOf((True, False))),
 )

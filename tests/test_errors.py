@@ -98,7 +98,7 @@ def test_console_script_prints_the_message_without_traceback(tmp_path):
     assert "mbs-train: error:" in res.stderr and "nowhere" in res.stderr and "train.parquet" in res.stderr
     assert "Traceback" not in res.stderr + res.stdout and "Error executing job" not in res.stderr
     full = _cli("train", *args, env={"HYDRA_FULL_ERROR": "1"}, cwd=tmp_path)
-    assert full.returncode == 1 and "Traceback" in full.stderr and "TrainError" in full.stderr
+    assert full.returncode == 1 and "Traceback" in full.stderr and "InputNotFoundError" in full.stderr
 
 
 def test_bad_config_value_of_another_stage_is_exit_2(tmp_path):

@@ -18,7 +18,9 @@ Steps, in order (each removal is written to ``removed.jsonl`` with its reason):
    run that used other templates is refused), so training sees what calibration measured.
 
 Writes ``DIR/train.parquet``, ``DIR/val.parquet`` (verl's schema, :mod:`mbs.export.verl_schema`,
-checked by reading them back as verl does), ``removed.jsonl``, ``summary.json`` and
+checked by reading them back as verl does), ``removed.jsonl``, ``summary.json`` (with a ``policy``
+block: the policy, model file or name, L, N, sampling and chat-template settings that calibrated
+each source, :mod:`mbs.training.provenance`, which ``mbs-train`` trains by default) and
 ``manifest.json`` last. The pipeline calls :func:`mbs.stages.pipeline.export_runs`.
 """
 
@@ -29,6 +31,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +49,15 @@ from mbs.export.verl_schema import check_verl_rows, verl_row, write_parquet
 from mbs.io import RunDir, write_text_atomic
 from mbs.records import Problem
 from mbs.sampling import messages_for, verifier_for
+from mbs.training.provenance import policy_block, provenance_of_run
 from mbs.validate import validate_config
 
 log = logging.getLogger(__name__)
 
 STAGE = "export"
+
+#: The stage of a source's run folder, by :attr:`mbs.export.sources.Source.kind`.
+_STAGE_OF_KIND = {"calibration": "calibrate", "synthesis": "synthesize", "data": "data"}
 
 
 def collect_sources(cfg: DictConfig) -> list[Source]:
@@ -279,6 +286,11 @@ def run(cfg: DictConfig) -> Path:
         "templates": OmegaConf.to_container(ecfg.templates),
         "files": {"train": "train.parquet", "val": "val.parquet", "removed": "removed.jsonl"},
         "prompt_length": lengths,
+        # the policy that calibrated each source (mbs-train trains exactly that one by default)
+        "policy": policy_block(
+            replace(provenance_of_run(s.name, s.run_dir, _STAGE_OF_KIND[s.kind], s.selection), rows=per_source[s.name]["exported"])
+            for s in sources
+        ),
     }
     out.write_summary(summary)
     out.write_manifest({"sources": len(sources), "train": checked["train"], "val": checked["val"], "removed": len(removed)})

@@ -131,6 +131,12 @@ def test_export_calibration_and_synthesis_runs(make_cfg, cal_dir, tmp_path, held
     assert s["sources"]["synthesize_mbs"] == {**s["sources"]["synthesize_mbs"], "loaded": 10, "clean": 6, "exported": 6}
     assert s["decontam"]["benchmarks"]["champ_heldout"] > 20
     assert read_manifest(out)["counts"]["removed"] == 4
+    # the policy that calibrated each source, for mbs-train (mbs.training.provenance)
+    pol = s["policy"]
+    assert pol["trainable"] == ["calibrate"] and pol["agree"] is True
+    cal = pol["sources"]["calibrate"]
+    assert (cal["policy"], cal["budget"], cal["n"], cal["temperature"], cal["top_p"]) == ("fake", 64, 8, 1.0, 1.0)
+    assert pol["sources"]["synthesize_mbs"]["trainable"] is False  # this hand-made run names no target student
 
 
 def test_exported_parquet_is_what_verl_reads(make_cfg, cal_dir, tmp_path, heldout_problem):

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from support.exports import HF_POLICY, write_export
 from support.slurm_cluster import slurm_ready
 from support.verl import VERL_VERSION, override_problems, source, trainer_config, verl_package_dir
 
-from mbs.export.verl_schema import verl_row, write_parquet
+from mbs.errors import InputNotFoundError
 from mbs.io import read_summary
 from mbs.rewards import compute_score
 from mbs.stages.train import TrainError, build_command, override_value, run, verl_overrides
@@ -31,15 +32,9 @@ def verl_cfg():
 
 @pytest.fixture
 def data_dir(tmp_path) -> Path:
-    """A minimal export: one training and one validation row in verl's schema."""
-    d = tmp_path / "export"
-    for split in ("train", "val"):
-        write_parquet([verl_row(
-            data_source="mbs/math/toy", messages=[{"role": "user", "content": "What is 2+3?"}], answer_type="math",
-            ground_truth="5", index=0, split=split, problem_id=f"toy/{split}", source="data", kind="data", run_dir="",
-            parents=[], verifier="math",
-        )], d / f"{split}.parquet")
-    return d
+    """A minimal export: one training and one validation row in verl's schema, calibrated by a
+    vLLM policy (Qwen/Qwen3-1.7B, L=256, N=8)."""
+    return write_export(tmp_path / "export")
 
 
 @pytest.fixture
@@ -70,8 +65,10 @@ def test_dry_run_prints_the_full_command(make_cfg, data_dir, capsys):
     args = dict(a.split("=", 1) for a in argv[3:])
     assert args["algorithm.adv_estimator"] == "grpo"
     assert args["data.train_files"] == f"{data_dir}/train.parquet" and args["data.val_files"] == f"{data_dir}/val.parquet"
-    assert args["data.max_response_length"] == "256"  # budget.L of the embedded default
-    assert args["actor_rollout_ref.rollout.n"] == "8"  # thresholds.N
+    assert args["data.max_response_length"] == "256"  # the calibration's L
+    assert args["actor_rollout_ref.rollout.n"] == "8"  # the calibration's N
+    assert args["actor_rollout_ref.model.path"] == "Qwen/Qwen3-1.7B"  # the calibrated model
+    assert args["actor_rollout_ref.rollout.top_k"] == "-1" and args["data.apply_chat_template_kwargs"] == "{}"
     assert args["reward.custom_reward_function.name"] == "compute_score"
     reward_file = Path(args["reward.custom_reward_function.path"])
     assert reward_file.name == "rewards.py" and reward_file.parent.name == "mbs" and reward_file.is_file()
@@ -83,7 +80,9 @@ def test_dry_run_prints_the_full_command(make_cfg, data_dir, capsys):
 
 
 @pytest.mark.parametrize("experiment", [None, "train_paper"])
-def test_every_override_is_a_key_of_verls_config(make_cfg, data_dir, verl_cfg, experiment):
+def test_every_override_is_a_key_of_verls_config(make_cfg, tmp_path, verl_cfg, experiment):
+    calibrated = {**HF_POLICY, "budget": 16384, "n": 16} if experiment == "train_paper" else HF_POLICY
+    data_dir = write_export(tmp_path / "export", calibrated)
     cfg = make_cfg("train", [f"train.data_dir={data_dir}"] + ([f"experiment={experiment}"] if experiment else []))
     pairs = verl_overrides(cfg)
     assert len(pairs) >= 40
@@ -129,8 +128,13 @@ def test_emitted_overrides_parse_back_to_the_config_values(make_cfg, data_dir):
 def test_missing_data_dir_is_named(make_cfg, tmp_path):
     with pytest.raises(TrainError, match="train.data_dir is required"):
         build_command(make_cfg("train"))
-    with pytest.raises(TrainError, match=r"train.parquet not found: run mbs-export first"):
+    with pytest.raises(InputNotFoundError, match=r"nothing: no such folder; train.data_dir must be an mbs-export run folder"):
         run(make_cfg("train", [f"train.data_dir={tmp_path / 'nothing'}"]))
+    (tmp_path / "export").mkdir()
+    write_export(tmp_path / "export")
+    (tmp_path / "export" / "train.parquet").unlink()
+    with pytest.raises(TrainError, match=r"train.parquet not found: run mbs-export first"):
+        run(make_cfg("train", [f"train.data_dir={tmp_path / 'export'}"], out="run2"))
 
 
 def _launch_overrides(data_dir, stub_verl, record, rc=0):
@@ -186,24 +190,28 @@ def test_slurm_launch(make_cfg, data_dir, stub_verl, tmp_path):
     assert json.loads(record.read_text())["argv"] == read_summary(out)["command"][3:]
 
 
-def test_reasoning_format_reaches_the_reward_through_verls_reward_kwargs(make_cfg, data_dir, monkeypatch):
+def test_reasoning_format_reaches_the_reward_through_verls_reward_kwargs(make_cfg, data_dir, tmp_path, monkeypatch):
     """A thinking policy: verl decodes the whole response, the reward grades only the final answer."""
     from mbs.stages.train import REWARD_KWARGS, reward_kwargs_overrides
+    from mbs.training.policy import resolve_policy
+    from mbs.validate import ConfigError
 
     src = source(verl_package_dir(), "trainer/ppo/reward.py")
     assert 'reward_kwargs = dict(reward_fn_config.get("reward_kwargs", {}))' in src  # merged into every call
     assert REWARD_KWARGS == "+reward.custom_reward_function.reward_kwargs"
-    cfg = make_cfg("train", [f"train.data_dir={data_dir}", "reasoning=qwen3_thinking"])
-    assert cfg.train.reasoning_format == "think"  # follows the backend's reasoning preset
-    argv = build_command(cfg)
+    thinking = write_export(tmp_path / "thinking", {**HF_POLICY, "reasoning_format": "think"})
+    cfg = make_cfg("train", [f"train.data_dir={thinking}"])
+    argv = build_command(cfg)  # the calibrated policy's format, without a word from the user
     assert argv[-1] == "+reward.custom_reward_function.reward_kwargs.reasoning_format=think"
     assert OverridesParser.create().parse_overrides([argv[-1]])[0].value() == "think"
-    # a plain policy adds nothing; a server-split format names the fix
-    assert reward_kwargs_overrides(make_cfg("train", [f"train.data_dir={data_dir}"])) == []
-    with pytest.raises(TrainError, match="train.reasoning_format=server: verl decodes the whole response"):
-        build_command(make_cfg("train", [f"train.data_dir={data_dir}", "train.reasoning_format=server"]))
-    with pytest.raises(TrainError, match="train.reasoning_format='thinking'"):
-        build_command(make_cfg("train", [f"train.data_dir={data_dir}", "train.reasoning_format=thinking"]))
+    # a policy of the default format (auto, the reward's own default) adds nothing; a server-split format names the fix
+    plain = make_cfg("train", [f"train.data_dir={data_dir}"])
+    assert reward_kwargs_overrides(resolve_policy(plain.train, str(plain.paths.cache_dir), convert=False)) == []
+    with pytest.raises(TrainError, match="train.reasoning_format=server: the trainer decodes the whole response"):
+        build_command(make_cfg("train", [f"train.data_dir={data_dir}", "train.reasoning_format=server",
+                                         "train.override=[reasoning_format]"]))
+    with pytest.raises(ConfigError, match="train.reasoning_format='thinking'"):
+        run(make_cfg("train", [f"train.data_dir={data_dir}", "train.reasoning_format=thinking"]))
     # what verl then calls: compute_score with the kwarg (verl's _call_with_kwargs merges it)
     monkeypatch.setenv("MBS_REWARD_WORKERS", "0")
     cut = compute_score(data_source="mbs/math/toy", solution_str="<think>\nso \\boxed{5}", ground_truth="5", reasoning_format="think")
@@ -226,3 +234,33 @@ def test_without_verl_names_the_train_extra_before_starting_anything(make_cfg, d
     with pytest.raises(MissingExtraError, match=r"Install \.\[train\] on the training machine: `pip install -e '\.\[train\]'`"):
         run(make_cfg("train", overrides, out="noverl"))
     assert not (tmp_path / "noverl" / "train.log").exists()  # verl was never launched
+
+
+def test_trl_engine_dry_run_and_submitit_launch(make_cfg, data_dir, monkeypatch, capsys):
+    """train.engine=trl: the dry run prints the resolved policy; submitit launches the TRL job (debug cluster: in-process)."""
+    from mbs.training import trl_engine
+
+    out = run(make_cfg("train", [f"train.data_dir={data_dir}", "train.engine=trl", "train.dry_run=true"]))
+    assert "mbs-train (trl): would train Qwen/Qwen3-1.7B" in capsys.readouterr().out
+    s = read_summary(out)
+    assert s["engine"] == "trl" and s["policy"]["group_size"] == 8 and s["policy"]["max_completion_length"] == 256
+    assert s["trl"]["prompts_per_step"] == 1 and s["data_rows"] == {"train": 1, "val": 1}
+
+    seen = {}
+
+    def fake_train(cfg, policy, out_dir):
+        seen.update(model=policy.model, out=out_dir, data=cfg.train.data_dir)
+        return {"steps": 2, "final": f"{out_dir}/final"}
+
+    monkeypatch.setattr(trl_engine, "train_trl", fake_train)
+    out = run(make_cfg("train", [f"train.data_dir={data_dir}", "train.engine=trl", "train.launcher=submitit",
+                                 "train.submitit.cluster=debug"], out="sub"))
+    s = read_summary(out)
+    assert s["job_id"] and s["result"] == {"steps": 2, "final": f"{out}/final"}
+    assert seen == {"model": "Qwen/Qwen3-1.7B", "out": str(out), "data": str(data_dir)}
+    from mbs.stages.train import ENGINES
+    from mbs.validate import ConfigError
+
+    assert set(ENGINES) == {"verl", "trl"}
+    with pytest.raises(ConfigError, match=r"train.engine='deepspeed': must be one of verl, trl"):
+        run(make_cfg("train", [f"train.data_dir={data_dir}", "train.engine=deepspeed"], out="bad"))

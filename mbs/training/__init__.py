@@ -1,0 +1,9 @@
+"""Training the calibrated policy on an export: provenance, policy resolution and the engines.
+
+* :mod:`mbs.training.provenance`: which policy calibrated an export's rows (model file or name, L,
+  N, sampling and chat-template settings), recorded by ``mbs-export`` in its ``summary.json``;
+* :mod:`mbs.training.policy`: that policy merged with the user's ``train.*`` settings (a mismatch
+  is refused unless ``train.override`` names it);
+* :mod:`mbs.training.verl_command`: the ``verl.trainer.main_ppo`` command line;
+* :mod:`mbs.training.trl_engine`: TRL's ``GRPOTrainer`` in this process (CPU or GPUs).
+"""

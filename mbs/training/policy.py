@@ -1,0 +1,257 @@
+"""The policy ``mbs-train`` trains: the export's calibrated policy, merged with ``train.*``.
+
+By default (every key below ``null``) training uses exactly what calibrated the data
+(:mod:`mbs.training.provenance`): the same model (a GGUF becomes a trainable fp32 checkpoint once,
+cached by the file's SHA-256 in ``paths.cache_dir``: :func:`mbs.llm.hf_checkpoint.trainable_checkpoint`),
+group size = calibration N, completion length = budget L, and the same temperature, top-p, top-k,
+min-p, reasoning format and chat-template arguments (a calibrated reasoning effort becomes the
+``reasoning_effort`` template variable, what gpt-oss's chat template reads).
+
+A ``train.<key>`` that differs from the calibrated value is refused with both values named,
+unless ``train.override`` lists the key; then it is used and recorded in the run's summary as
+``overrides: {key: {calibrated: x, used: y}}``. Keys: :data:`POLICY_KEYS`.
+
+An export without a trainable calibrated policy (recorded answers only, or written before
+provenance was recorded) trains only an explicitly named model: ``train.model=...`` and
+``train.override=[model]``; the other keys then come from ``train.uncalibrated``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from mbs.errors import ConfigError
+from mbs.training.provenance import ExportProvenance, MissingProvenanceError, PolicyProvenance
+
+__all__ = ["POLICY_KEYS", "TrainPolicy", "resolve_policy"]
+
+log = logging.getLogger(__name__)
+
+#: The ``train.*`` keys compared with the calibrated policy (names accepted by ``train.override``).
+POLICY_KEYS = (
+    "model", "group_size", "max_completion_length", "temperature", "top_p", "top_k", "min_p",
+    "reasoning_format", "chat_template_kwargs",
+)
+
+
+@dataclass(frozen=True)
+class TrainPolicy:
+    """What trains, resolved.
+
+    Attributes:
+        model: The Hugging Face checkpoint folder or name the trainer loads.
+        group_size: Completions per prompt (GRPO's group, TRL ``num_generations``, verl ``rollout.n``).
+        max_completion_length: Completion tokens at most (the budget L).
+        temperature, top_p: Sampling parameters.
+        top_k: Top-k filtering (``None``: off).
+        min_p: Min-p filtering (``None``: off).
+        reasoning_format: How the reward splits the final answer off (:data:`mbs.reasoning.FORMATS`).
+        chat_template_kwargs: Chat-template variables of the prompts (``enable_thinking``, ...).
+        provenance: The calibrated policy (``None``: the export names none).
+        overrides: ``{key: {"calibrated": x, "used": y}}`` for every key trained differently on request.
+        other_sources: Export sources calibrated for another policy or setup, with why.
+        gguf: The GGUF file the checkpoint is converted from (llama.cpp policies), else ``None``.
+    """
+
+    model: str
+    group_size: int
+    max_completion_length: int
+    temperature: float
+    top_p: float
+    top_k: int | None
+    min_p: float | None
+    reasoning_format: str
+    chat_template_kwargs: dict[str, Any]
+    provenance: PolicyProvenance | None = None
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    other_sources: dict[str, str] = field(default_factory=dict)
+    gguf: str | None = None
+
+    def summary(self) -> dict[str, Any]:
+        """The ``policy`` block of the train run's ``summary.json``."""
+        return {
+            "model": self.model, "gguf": self.gguf,
+            **{k: getattr(self, k) for k in POLICY_KEYS if k != "model"},
+            "calibrated": None if self.provenance is None else self.provenance.to_dict(),
+            "overrides": self.overrides,
+            "other_sources": self.other_sources,
+        }
+
+
+def _calibrated(prov: PolicyProvenance) -> dict[str, Any]:
+    kwargs = dict(prov.chat_template_kwargs)
+    if prov.effort:
+        kwargs.setdefault("reasoning_effort", prov.effort)
+    return {
+        "model": prov.model_id, "group_size": prov.n, "max_completion_length": prov.budget,
+        "temperature": prov.temperature, "top_p": prov.top_p, "top_k": prov.top_k, "min_p": prov.min_p,
+        "reasoning_format": prov.reasoning_format, "chat_template_kwargs": kwargs,
+    }
+
+
+def _same(key: str, asked: Any, calibrated: Any, prov: PolicyProvenance | None) -> bool:
+    if key == "model" and prov is not None:
+        return _same_model(str(asked), prov)
+    if isinstance(asked, (int, float)) and isinstance(calibrated, (int, float)) and not isinstance(asked, bool):
+        return float(asked) == float(calibrated)
+    return json.dumps(asked, sort_keys=True) == json.dumps(calibrated, sort_keys=True)
+
+
+def _same_model(asked: str, prov: PolicyProvenance) -> bool:
+    """``train.model`` names the calibrated model: its name, its GGUF (same SHA-256) or its converted checkpoint."""
+    from mbs.llm.hf_checkpoint import SOURCE_FILE, file_sha256
+
+    if asked in (prov.model, prov.model_id):
+        return True
+    path = Path(asked).expanduser()
+    if prov.model_sha256:
+        if path.is_file():
+            return file_sha256(path) == prov.model_sha256
+        if (path / SOURCE_FILE).is_file():
+            return json.loads((path / SOURCE_FILE).read_text()).get("sha256") == prov.model_sha256
+        return False
+    return prov.model is not None and path.exists() and path.resolve() == Path(prov.model).expanduser().resolve()
+
+
+def _calibrated_gguf(prov: PolicyProvenance) -> str:
+    """The calibrated GGUF file on this machine, checked against its recorded SHA-256.
+
+    Raises:
+        ConfigError: The file is missing here or holds other weights than the ones calibrated.
+    """
+    from mbs.llm.hf_checkpoint import file_sha256
+
+    path = prov.model
+    if prov.embedded:
+        from mbs.llm.llamacpp import embedded_model_path
+
+        path = str(embedded_model_path())
+    if path is None or not Path(path).is_file():
+        raise ConfigError(f"the calibrated GGUF {path} ({prov.source}) is not on this machine: set train.model to its file")
+    if prov.model_sha256 and file_sha256(path) != prov.model_sha256:
+        raise ConfigError(
+            f"{path} is not the GGUF that calibrated {prov.source} (SHA-256 {file_sha256(path)[:16]}..., calibrated "
+            f"{prov.model_sha256[:16]}...): point train.model at the calibrated file, or add model to train.override"
+        )
+    return str(path)
+
+
+def _load_path(model: str, gguf: str | None, cache_dir: str, convert: bool) -> str:
+    """The checkpoint a trainer loads: a GGUF's converted checkpoint (made now when ``convert``)."""
+    if gguf is None:
+        return model
+    from mbs.llm.hf_checkpoint import file_sha256, trainable_checkpoint
+
+    if convert:
+        return str(trainable_checkpoint(gguf, cache_dir))
+    return str(Path(cache_dir) / "hf" / file_sha256(gguf)[:16])  # where trainable_checkpoint puts it
+
+
+def resolve_policy(tcfg: DictConfig, cache_dir: str, convert: bool = True) -> TrainPolicy:
+    """Merge the export's calibrated policy with ``train.*`` (see the module docstring).
+
+    Args:
+        tcfg: The ``train`` config node (``data_dir``, ``calibration``, :data:`POLICY_KEYS`,
+            ``override``, ``uncalibrated``).
+        cache_dir: ``paths.cache_dir`` (converted checkpoints go to ``<cache_dir>/hf/``).
+        convert: Convert a GGUF policy now (``False``: name the folder it will be converted to; dry runs).
+
+    Returns:
+        The :class:`TrainPolicy`.
+
+    Raises:
+        ConfigError: A ``train.<key>`` differs from the calibrated value and is not in
+            ``train.override`` (names both values), an unknown key in ``train.override``, sources
+            that disagree without ``train.calibration``, or no model to train.
+        MissingProvenanceError: The export records no calibrated policy and ``train.model`` is
+            not given with ``train.override=[model]``.
+        InputNotFoundError: ``train.data_dir`` is not an export run folder.
+    """
+    if tcfg.data_dir is None:
+        raise ConfigError("train.data_dir is required: the mbs-export run folder holding train.parquet and val.parquet")
+    override = [str(k) for k in (tcfg.override or [])]
+    unknown = [k for k in override if k not in POLICY_KEYS]
+    if unknown:
+        raise ConfigError(f"train.override={override}: unknown key(s) {unknown}; valid keys: {', '.join(POLICY_KEYS)}")
+    asked = {k: _plain(tcfg[k]) for k in POLICY_KEYS}
+    explicit = asked["model"] is not None and "model" in override
+    try:
+        export = ExportProvenance.from_export(str(tcfg.data_dir))
+    except MissingProvenanceError:
+        if not explicit:
+            raise
+        export = None
+    prov = None if export is None else export.choose(None if tcfg.calibration is None else str(tcfg.calibration))
+    if prov is None and not explicit:
+        why = "; ".join(p.describe() for p in export.sources) if export else ""
+        raise MissingProvenanceError(
+            f"{tcfg.data_dir}: no source names a trainable calibrated policy ({why}): give the model to train with "
+            "train.model=MODEL train.override=[model] (train.uncalibrated gives L, N and the sampling settings)"
+        )
+    calibrated = _calibrated(prov) if prov is not None else {k: None for k in POLICY_KEYS}
+    fallback = OmegaConf.to_container(tcfg.uncalibrated, resolve=True) if prov is None else {}
+    used: dict[str, Any] = {}
+    overrides: dict[str, dict[str, Any]] = {}
+    for key in POLICY_KEYS:
+        a, c = asked[key], calibrated[key]
+        if a is None:
+            used[key] = c if prov is not None else fallback.get(key)
+            if prov is None and key != "model":
+                overrides[key] = {"calibrated": None, "used": used[key]}
+            continue
+        if prov is not None and _same(key, a, c, prov):
+            used[key] = c if key != "model" else a
+            continue
+        if key not in override and prov is not None:
+            where = f"{prov.source} in {tcfg.data_dir}" if prov else str(tcfg.data_dir)
+            raise ConfigError(
+                f"train.{key}={_show(a)}: the data was calibrated with {key}={_show(c)} ({where}); training another "
+                f"setting trains on pass rates measured for something else. Set train.{key}=null to train the calibrated "
+                f"value, or train.override=[{key}] to train {_show(a)} anyway (recorded in summary.json)"
+            )
+        used[key] = a
+        overrides[key] = {"calibrated": c, "used": a}
+    gguf = None
+    if "model" in overrides or prov is None:
+        model = str(used["model"])
+        if model.endswith(".gguf") and Path(model).expanduser().is_file():
+            gguf = str(Path(model).expanduser())
+    elif prov.backend == "llamacpp":
+        gguf = _calibrated_gguf(prov)
+        model = gguf
+    else:
+        model = str(asked["model"] if asked["model"] is not None else prov.model)
+    for key in ("group_size", "max_completion_length"):
+        if used[key] is None:
+            raise ConfigError(f"{tcfg.data_dir}: the calibrated {key} is not recorded; set train.{key} and train.override=[{key}]")
+    if used["temperature"] is None or used["top_p"] is None:
+        raise ConfigError(f"{tcfg.data_dir}: the calibrated temperature/top_p are not recorded; set them and list them in train.override")
+    for key, change in overrides.items():
+        if change["calibrated"] is not None:
+            log.warning("train.%s=%s overrides the calibrated %s (train.override)", key, _show(change["used"]), _show(change["calibrated"]))
+    return TrainPolicy(
+        model=_load_path(model, gguf, cache_dir, convert),
+        group_size=int(used["group_size"]), max_completion_length=int(used["max_completion_length"]),
+        temperature=float(used["temperature"]), top_p=float(used["top_p"]),
+        top_k=None if used["top_k"] is None else int(used["top_k"]),
+        min_p=None if used["min_p"] is None else float(used["min_p"]),
+        reasoning_format=str(used["reasoning_format"] or "auto"),
+        chat_template_kwargs=dict(used["chat_template_kwargs"] or {}),
+        provenance=prov, overrides=overrides, other_sources=export.others(prov) if export else {}, gguf=gguf,
+    )
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, DictConfig):
+        return OmegaConf.to_container(value, resolve=True)
+    return value
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else repr(value)

@@ -1,0 +1,206 @@
+"""Train exactly the policy that was calibrated: provenance read from run folders, resolution
+against ``train.*``, refusals that name both values, overrides recorded, and the verl command
+carrying the calibrated sampling and chat-template arguments. No model is loaded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
+from support.exports import HF_POLICY, write_export
+from support.verl import override_problems, trainer_config, verl_package_dir
+
+from mbs.errors import ConfigError
+from mbs.llm.hf_checkpoint import file_sha256
+from mbs.llm.llamacpp import embedded_model_path
+from mbs.stages.train import build_command, run, verl_overrides
+from mbs.training.policy import resolve_policy
+from mbs.training.provenance import (
+    ExportProvenance,
+    MissingProvenanceError,
+    PolicyProvenance,
+    provenance_of_run,
+)
+from mbs.training.trl_engine import Reward, batch_sizes, last_checkpoint
+from mbs.training.verl_command import known_differences
+
+
+def _run_dir(make_cfg, tmp_path, name: str, overrides: list[str], summary: dict) -> Path:
+    """A run folder holding the composed calibrate config and ``summary``."""
+    d = tmp_path / name
+    d.mkdir()
+    OmegaConf.save(make_cfg("calibrate", overrides, out=name), d / "config.yaml", resolve=False)
+    (d / "summary.json").write_text(json.dumps({"stage": "calibrate", **summary}))
+    return d
+
+
+def test_calibrate_run_records_the_embedded_gguf_and_llamacpps_sampling(make_cfg, tmp_path):
+    d = _run_dir(make_cfg, tmp_path, "cal", ["calibrate.n=4", "calibrate.temperature=0.6"],
+                 {"target_policy": "smollm2-135m-instruct", "hard_seed_budget": 128})
+    p = provenance_of_run("calibrate_difficulty", d, "calibrate", {"policy": "smollm2-135m-instruct", "budget": 128})
+    assert p.trainable and p.backend == "llamacpp" and p.embedded
+    assert p.model == str(embedded_model_path()) and p.model_sha256 == file_sha256(embedded_model_path())
+    assert (p.budget, p.n, p.temperature, p.top_p, p.top_k, p.min_p) == (128, 4, 0.6, 1.0, 40, 0.05)
+    assert p.reasoning_format == "auto" and p.chat_template_kwargs == {} and p.effort is None
+    assert PolicyProvenance.from_dict(json.loads(json.dumps(p.to_dict()))) == p
+
+
+def test_qwen3_without_thinking_keeps_its_template_switch(make_cfg, tmp_path):
+    d = _run_dir(make_cfg, tmp_path, "cal", ["backend=vllm", "backend.model=Qwen/Qwen3-1.7B", "reasoning=qwen3_no_thinking"],
+                 {"target_policy": "Qwen/Qwen3-1.7B", "hard_seed_budget": 256})
+    p = provenance_of_run("calibrate", d, "calibrate")
+    assert p.trainable and p.backend == "vllm" and p.model == "Qwen/Qwen3-1.7B" and p.model_sha256 is None
+    assert p.chat_template_kwargs == {"enable_thinking": False} and p.reasoning_format == "think"
+    assert (p.top_k, p.min_p) == (None, None)  # vLLM's own defaults: not known here
+
+
+def test_recorded_answers_are_not_a_trainable_policy(make_cfg, tmp_path):
+    d = _run_dir(make_cfg, tmp_path, "rec", ["students=champ_recorded"], {"target_policy": "GPT-4 Turbo", "hard_seed_budget": None})
+    p = provenance_of_run("calibrate_recorded", d, "calibrate")
+    assert not p.trainable and p.backend == "recorded" and "recorded answers of GPT-4 Turbo" in p.why_not
+    export = write_export(tmp_path / "export", p.to_dict())
+    cfg = make_cfg("train", [f"train.data_dir={export}"])
+    with pytest.raises(MissingProvenanceError, match=r"no source names a trainable calibrated policy.*train.override=\[model\]"):
+        resolve_policy(cfg.train, str(tmp_path / "cache"), convert=False)
+    # an explicit model trains, with the uncalibrated settings, every one recorded as an override
+    cfg = make_cfg("train", [f"train.data_dir={export}", "train.model=Qwen/Qwen3-0.6B", "train.override=[model]"])
+    pol = resolve_policy(cfg.train, str(tmp_path / "cache"), convert=False)
+    assert pol.model == "Qwen/Qwen3-0.6B" and pol.provenance is None
+    assert (pol.group_size, pol.max_completion_length) == (8, 256)  # train.uncalibrated: thresholds.N, budget.L
+    assert pol.overrides["model"] == {"calibrated": None, "used": "Qwen/Qwen3-0.6B"}
+    assert pol.overrides["group_size"] == {"calibrated": None, "used": 8}
+    # with nothing calibrated, an explicit value is taken as given (and recorded)
+    cfg = make_cfg("train", [f"train.data_dir={export}", "train.model=Qwen/Qwen3-0.6B", "train.override=[model]", "train.group_size=4"])
+    assert resolve_policy(cfg.train, "c", convert=False).overrides["group_size"] == {"calibrated": None, "used": 4}
+
+
+def test_an_export_from_before_provenance_names_both_fixes(make_cfg, tmp_path):
+    export = write_export(tmp_path / "old", policy=False)
+    cfg = make_cfg("train", [f"train.data_dir={export}"])
+    with pytest.raises(MissingProvenanceError, match=r"re-export the runs with mbs-export, or name the policy yourself"):
+        run(cfg)
+    ok = make_cfg("train", [f"train.data_dir={export}", "train.model=Qwen/Qwen3-0.6B", "train.override=[model]", "train.dry_run=true"],
+                  out="ok")
+    assert json.loads((run(ok) / "summary.json").read_text())["policy"]["model"] == "Qwen/Qwen3-0.6B"
+
+
+def test_defaults_train_the_calibrated_policy_and_a_mismatch_is_refused(make_cfg, tmp_path):
+    export = write_export(tmp_path / "export")
+    base = [f"train.data_dir={export}"]
+    pol = resolve_policy(make_cfg("train", base).train, str(tmp_path / "cache"), convert=False)
+    assert (pol.model, pol.group_size, pol.max_completion_length, pol.temperature, pol.top_p) == ("Qwen/Qwen3-1.7B", 8, 256, 1.0, 1.0)
+    assert pol.overrides == {}
+    # asking for the calibrated value is no mismatch
+    same = resolve_policy(make_cfg("train", base + ["train.group_size=8", "train.temperature=1"]).train, "c", convert=False)
+    assert same.overrides == {}
+    for key, value, shown in (("temperature", "0.7", "0.7"), ("group_size", "16", "16"), ("max_completion_length", "512", "512"),
+                              ("model", "Qwen/Qwen3-8B", "'Qwen/Qwen3-8B'"), ("top_k", "20", "20"),
+                              ("chat_template_kwargs", "{enable_thinking: false}", '{"enable_thinking": false}')):
+        with pytest.raises(ConfigError, match=rf"train.{key}={shown}: the data was calibrated with {key}=.*train.override=\[{key}\]"):
+            resolve_policy(make_cfg("train", base + [f"train.{key}={value}"]).train, "c", convert=False)
+    pol = resolve_policy(make_cfg("train", base + ["train.temperature=0.7", "train.override=[temperature]"]).train, "c", convert=False)
+    assert pol.temperature == 0.7 and pol.overrides == {"temperature": {"calibrated": 1.0, "used": 0.7}}
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['temp'\]"):
+        resolve_policy(make_cfg("train", base + ["train.override=[temp]"]).train, "c", convert=False)
+    # the override reaches summary.json
+    out = run(make_cfg("train", base + ["train.temperature=0.7", "train.override=[temperature]", "train.dry_run=true"]))
+    assert json.loads((out / "summary.json").read_text())["overrides"] == {"temperature": {"calibrated": 1.0, "used": 0.7}}
+
+
+def test_sources_calibrated_differently_are_refused_by_name(make_cfg, tmp_path):
+    export = write_export(tmp_path / "export", {**HF_POLICY, "source": "calibrate_live"},
+                          {**HF_POLICY, "source": "calibrate_difficulty", "budget": 128, "temperature": 0.6},
+                          {**HF_POLICY, "source": "synthesize_goose", "n": 16, "rows": 0})  # no rows: constrains nothing
+    with pytest.raises(ConfigError, match=r"budget, temperature differ.*calibrate_live: .*L=256.*calibrate_difficulty: .*L=128.*"
+                                          r"train.calibration=SOURCE"):
+        resolve_policy(make_cfg("train", [f"train.data_dir={export}"]).train, "c", convert=False)
+    pol = resolve_policy(make_cfg("train", [f"train.data_dir={export}", "train.calibration=calibrate_difficulty"]).train, "c",
+                         convert=False)
+    assert (pol.max_completion_length, pol.temperature) == (128, 0.6)
+    assert "calibrate_live" in pol.other_sources and "budget (256)" in pol.other_sources["calibrate_live"]
+    assert "synthesize_goose" not in pol.other_sources
+    with pytest.raises(ConfigError, match=r"train.calibration='nope': not a source"):
+        ExportProvenance.from_export(export).choose("nope")
+
+
+def test_a_gguf_policy_trains_its_converted_checkpoint(make_cfg, tmp_path):
+    gguf = embedded_model_path()
+    calibrated = {**HF_POLICY, "backend": "llamacpp", "model": str(gguf), "model_sha256": file_sha256(gguf), "embedded": True,
+                  "top_k": 40, "min_p": 0.05}
+    export = write_export(tmp_path / "export", calibrated)
+    cache = tmp_path / "cache"
+    pol = resolve_policy(make_cfg("train", [f"train.data_dir={export}"]).train, str(cache), convert=False)
+    assert pol.model == str(cache / "hf" / file_sha256(gguf)[:16]) and pol.gguf == str(gguf)  # trainable_checkpoint's folder
+    assert (pol.top_k, pol.min_p) == (40, 0.05)
+    # the GGUF itself names the calibrated model; another file does not
+    same = resolve_policy(make_cfg("train", [f"train.data_dir={export}", f"train.model={gguf}"]).train, str(cache), convert=False)
+    assert same.overrides == {}
+    other = tmp_path / "other.gguf"
+    other.write_bytes(b"GGUF other weights")
+    with pytest.raises(ConfigError, match=r"train.model='.*other.gguf': the data was calibrated with model='sha256:"):
+        resolve_policy(make_cfg("train", [f"train.data_dir={export}", f"train.model={other}"]).train, str(cache), convert=False)
+    # the calibrated file replaced by other weights: refused by hash
+    moved = write_export(tmp_path / "moved", {**calibrated, "embedded": False, "model": str(other)})
+    with pytest.raises(ConfigError, match=r"other.gguf is not the GGUF that calibrated calibrate"):
+        resolve_policy(make_cfg("train", [f"train.data_dir={moved}"]).train, str(cache), convert=False)
+
+
+def test_verl_command_carries_the_calibrated_sampling_and_template_args(make_cfg, tmp_path):
+    gguf = embedded_model_path()
+    export = write_export(tmp_path / "export", {**HF_POLICY, "reasoning_format": "think", "chat_template_kwargs": {"enable_thinking": False},
+                                                "top_k": 20, "temperature": 0.7, "top_p": 0.8, "budget": 512, "n": 4})
+    cfg = make_cfg("train", [f"train.data_dir={export}"])
+    pairs = dict(verl_overrides(cfg))
+    assert pairs["actor_rollout_ref.model.path"] == "Qwen/Qwen3-1.7B"
+    assert (pairs["actor_rollout_ref.rollout.n"], pairs["data.max_response_length"]) == (4, 512)
+    assert (pairs["actor_rollout_ref.rollout.temperature"], pairs["actor_rollout_ref.rollout.top_p"]) == (0.7, 0.8)
+    assert pairs["actor_rollout_ref.rollout.top_k"] == 20
+    assert pairs["data.apply_chat_template_kwargs"] == {"enable_thinking": False}
+    assert override_problems(list(pairs.items()), trainer_config(verl_package_dir())) == []
+    argv = build_command(cfg)
+    arg = next(a for a in argv if a.startswith("data.apply_chat_template_kwargs="))
+    assert arg == "data.apply_chat_template_kwargs={enable_thinking:false}"
+    assert OverridesParser.create().parse_overrides([arg])[0].value() == {"enable_thinking": False}
+    assert argv[-1] == "+reward.custom_reward_function.reward_kwargs.reasoning_format=think"
+    # a policy key set in the verl recipe is refused: it comes from the calibration
+    with pytest.raises(ConfigError, match=r"train.verl.actor_rollout_ref.rollout.temperature=0.5: mbs-train fills it"):
+        verl_overrides(make_cfg("train", [f"train.data_dir={export}", "train.verl.actor_rollout_ref.rollout.temperature=0.5"]))
+    # llama.cpp's min-p has no verl key: a known difference, said out loud
+    llama = write_export(tmp_path / "llama", {**HF_POLICY, "backend": "llamacpp", "model": str(gguf), "embedded": True,
+                                              "model_sha256": file_sha256(gguf), "top_k": 40, "min_p": 0.05})
+    pol = resolve_policy(make_cfg("train", [f"train.data_dir={llama}"]).train, str(tmp_path / "c"), convert=False)
+    assert dict(verl_overrides(make_cfg("train", [f"train.data_dir={llama}"]), pol))["actor_rollout_ref.rollout.top_k"] == 40
+    assert "verl 0.9.1's rollout config has no min-p" in known_differences(pol)[0]
+
+
+def test_trl_batches_and_checkpoints(tmp_path):
+    assert batch_sizes(1, 8, 1) == 8 and batch_sizes(2, 4, 2) == 4
+    with pytest.raises(ConfigError, match=r"prompts_per_step=1 x group size 6 = 6 completions per step do not split"):
+        batch_sizes(1, 6, 4)
+    ck = tmp_path / "checkpoints"
+    for step, complete in ((1, True), (2, True), (3, False)):
+        (ck / f"checkpoint-{step}").mkdir(parents=True)
+        if complete:
+            (ck / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
+            (ck / f"checkpoint-{step}" / "model.safetensors").write_text("")
+    assert last_checkpoint(ck) == ck / "checkpoint-2" and last_checkpoint(tmp_path / "none") is None
+
+
+def test_trl_reward_is_compute_score_on_the_assistant_text(tmp_path, monkeypatch):
+    monkeypatch.setenv("MBS_REWARD_WORKERS", "0")
+    log = tmp_path / "completions.jsonl"
+    reward = Reward("think", 8, log)
+    scores = reward(
+        prompts=[[{"role": "user", "content": "2+3?"}]] * 3,
+        completions=[[{"role": "assistant", "content": "<think>hm</think>\\boxed{5}"}],
+                     [{"role": "assistant", "content": "<think>so \\boxed{5}"}],  # cut off while thinking
+                     [{"role": "assistant", "content": "\\boxed{4}"}]],
+        completion_ids=[[1] * 5, [1] * 8, [1] * 3], data_source=["mbs/math/toy"] * 3,
+        reward_model=[{"ground_truth": "5", "style": "rule"}] * 3, extra_info=[{"id": "toy", "verifier": "math"}] * 3,
+    )
+    assert scores == [1.0, 0.0, 0.0] and reward.__name__ == "compute_score"
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    assert [x["clipped"] for x in lines] == [False, True, False] and "cut off while thinking" in lines[1]["reason"]
