@@ -84,7 +84,7 @@ def export(cfg: DictConfig) -> None:
 @refuse_secrets
 @hydra.main(version_base="1.3", config_path=CONF, config_name="train")
 def train(cfg: DictConfig) -> None:
-    """mbs-train: build and launch verl's GRPO trainer (locally or on SLURM); train.dry_run prints it."""
+    """mbs-train: GRPO of the calibrated policy with verl or TRL (locally or on SLURM); train.dry_run prints the plan."""
     _run("mbs.stages.train", cfg)
 
 
