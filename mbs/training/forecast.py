@@ -370,11 +370,11 @@ def _check_level(level: float) -> float:
     return float(level)
 
 
-def _filter_groups(informative: np.ndarray, batch: int, gen_batch: int, max_rounds: int, steps: int,
+def _filter_groups(share: float, informative: np.ndarray, batch: int, gen_batch: int, max_rounds: int, steps: int,
                    level: float) -> FilterGroupsForecast:
-    """DAPO needs from posterior draws of the informative share s = 1 - zbar (shape (draws,))."""
+    """DAPO needs from the expected share and posterior draws of the informative share s = 1 - zbar (shape (draws,))."""
     tail = (1 - level) / 2
-    s_mean = float(np.mean(informative))
+    s_mean = 1.0 - share
     if s_mean <= 0:  # G = 1: no group ever has reward variance
         inf2 = (math.inf, math.inf)
         limited = max_rounds > 0
@@ -473,7 +473,7 @@ def trap_forecast(successes: Sequence[int], rollouts: Sequence[int], group_size:
         share_ci=(float(np.quantile(zbar, tail)), float(np.quantile(zbar, 1 - tail))),
         per_step_interval=_binom_mixture_interval(zbar, batch, level),
         mean_interval=_binom_mixture_interval(zbar, steps * batch, level),
-        filter_groups=_filter_groups(informative, batch, gen_batch, int(max_num_gen_batches), steps, level),
+        filter_groups=_filter_groups(share, informative, batch, gen_batch, int(max_num_gen_batches), steps, level),
         bands=bands, early_stopped=int(np.sum(early)), draws=draws, seed=int(seed), zbar_draws=zbar,
     )
 
