@@ -55,9 +55,9 @@ covered the truth in about 75% of replicates at a nominal 90%.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from scipy import optimize, stats
@@ -231,7 +231,7 @@ def _quantile_int(cdf: Callable[[int], float], prob: float, hi: int | None = Non
 
 def _binom_mixture_interval(zbar: np.ndarray, prompts: int, level: float) -> tuple[float, float]:
     """Equal-tailed interval of X / N, X ~ mean over draws of Binomial(N, zbar); coverage >= level."""
-    cdf = lambda x: float(np.mean(stats.binom.cdf(x, prompts, zbar)))  # noqa: E731
+    cdf = lambda x: float(np.mean(stats.binom.cdf(x, prompts, zbar)))
     tail = (1 - level) / 2
     return _quantile_int(cdf, tail, prompts) / prompts, _quantile_int(cdf, 1 - tail, prompts) / prompts
 
@@ -281,7 +281,7 @@ class TrapForecast:
         level: Coverage of every interval (e.g. 0.9).
         steps: Steps S the ``mean_interval`` and ``filter_groups.p_exceed_any_step`` are for.
         expected_zero_std_share: mean_i q_i, the posterior expected share of zero-std groups.
-        share_sd: Posterior standard deviation of zbar (exact, from the Beta moments).
+        share_sd: Posterior standard deviation of zbar given (a0, b0) (exact, from the Beta moments).
         share_ci: Credible interval of zbar (posterior draws).
         per_step_interval: Predictive interval of one step's observed share (B groups).
         mean_interval: Predictive interval of the mean share over ``steps`` steps.
@@ -382,9 +382,9 @@ def _filter_groups(share: float, informative: np.ndarray, batch: int, gen_batch:
                                     1.0 if limited else None, 1.0 if limited else None)
     s = np.maximum(informative, 1e-300)
     factors = 1.0 / s
-    cdf_t = lambda t: float(np.mean(stats.nbinom.cdf(t - batch, batch, s)))  # noqa: E731  P(T <= t)
+    cdf_t = lambda t: float(np.mean(stats.nbinom.cdf(t - batch, batch, s)))
     t_lo, t_hi = _quantile_int(cdf_t, tail), _quantile_int(cdf_t, 1 - tail)
-    rounds = lambda t: math.ceil(t / gen_batch) if math.isfinite(t) else math.inf  # noqa: E731
+    rounds = lambda t: math.ceil(t / gen_batch) if math.isfinite(t) else math.inf
     rounds_mean = 0.0
     for start in range(0, _ROUNDS_CAP, 256):  # E[R] = sum_{r >= 0} P(T > r * gen_batch)
         r = np.arange(start, start + 256)
@@ -430,7 +430,8 @@ def trap_forecast(successes: Sequence[int], rollouts: Sequence[int], group_size:
         steps: Training steps S for the interval of the mean share and the abort probability.
         gen_batch_size: Prompts per DAPO generation round (default ``batch_size``).
         max_num_gen_batches: verl's round limit per step (0: unlimited).
-        draws: Posterior Monte Carlo draws (cost O(draws x n_problems)).
+        draws: Posterior Monte Carlo draws (cost O(draws x n_problems): about 7 s per 1,000
+            draws for 78K problems on one core).
         seed: Seed of the draws; equal inputs and seed give equal forecasts.
 
     Returns:
@@ -546,7 +547,7 @@ def compare_observed(forecast: TrapForecast, observed: Sequence[float], *, steps
     total = s * per
     lo, hi = forecast.predictive_interval(total)
     step_lo, step_hi = forecast.predictive_interval(per)
-    x = int(round(mean * total))
+    x = round(mean * total)
     zbar = forecast.zbar_draws
     below = float(np.mean(stats.binom.cdf(x, total, zbar)))
     above = float(np.mean(stats.binom.sf(x - 1, total, zbar)))

@@ -11,7 +11,11 @@ import pytest
 
 from mbs.records import Calibration
 from mbs.training.forecast import (
-    MIN_EMPIRICAL, compare_observed, counts_from_calibrations, trap_forecast, zero_variance_probability,
+    MIN_EMPIRICAL,
+    compare_observed,
+    counts_from_calibrations,
+    trap_forecast,
+    zero_variance_probability,
 )
 
 
