@@ -32,6 +32,7 @@ BY_STAGE: dict[str, str] = {
     "synthesize/goose": "mbs.figures.goose:goose_figures",
     "evaluate": "mbs.figures.evaluation:evaluation_figures",
     "export": "mbs.figures.export:export_tables",
+    "train": "mbs.figures.forecast:train_figures",
 }
 
 def stage_key(summary: dict) -> str:

@@ -1,55 +1,99 @@
-"""The trap forecast against a training run: observed zero-std share per step beside the prediction.
+"""Trap forecast figure: the zero-std group share a training run logged, step by step, against the
+share forecast from calibration before it started (:mod:`mbs.training.forecast`, issue 27).
 
-Reads the ``trap_forecast`` block a training run writes into its ``summary.json``
-(:meth:`mbs.training.forecast.TrapForecaster.compare`): per step, the share of GRPO groups whose
-rewards all agreed (TRL's ``frac_reward_zero_std``), the forecast's expected share with its
-credible interval, and the predictive interval of one step's share.
+Reads ``summary.json`` of an ``mbs-train`` run, key ``trap_forecast``:
+``{"forecast": TrapForecast.to_dict(), "observed": compare_observed(...)}`` (``observed`` may be
+missing before training has logged a step), and draws ``zero_std_forecast``: x = training step,
+y = zero-std groups (%); the observed per-step shares as points joined by a line, the forecast
+expected share as a horizontal line, its per-step predictive interval shaded light, and the
+credible interval of the expected share shaded dark.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mbs.figures import BAND_COLORS, figure, save
+from mbs.figures import figure, save
+from mbs.io import read_summary
+
+log = logging.getLogger(__name__)
+
+#: Summary key the train stage writes the forecast and its comparison under.
+SUMMARY_KEY = "trap_forecast"
+FORECAST_COLOR = "#C44E52"
+OBSERVED_COLOR = "#4C72B0"
 
 
-def trap_forecast_figure(comparison: dict[str, Any], out_dir: str | Path, formats: Sequence[str] = ("png", "pdf"),
-                         width: str = "single", stem: str = "trap_forecast", title: str | None = None) -> list[Path]:
-    """Observed zero-std share per training step against the calibration's forecast.
+def _interval(d: dict[str, Any], key: str) -> tuple[float, float] | None:
+    pair = d.get(key)
+    if not pair or any(v is None for v in pair):
+        return None
+    return 100 * float(pair[0]), 100 * float(pair[1])
+
+
+def zero_std_forecast(block: dict[str, Any], out_dir: str | Path, formats: Sequence[str] = ("png", "pdf"),
+                      width: str = "single") -> list[Path]:
+    """Observed per-step zero-std share (%) against the forecast band.
 
     Args:
-        comparison: The dict of :meth:`~mbs.training.forecast.TrapForecaster.compare`.
-        out_dir: Folder of the figure files.
-        formats: File formats.
+        block: ``{"forecast": TrapForecast.to_dict(), "observed": compare_observed(...) or None}``.
+        out_dir: Folder for ``zero_std_forecast.<fmt>``.
+        formats: File formats (``png``, ``pdf``, ...).
         width: ``single`` or ``double`` column.
-        stem: File name without suffix.
-        title: Figure title (default: names G, B and the number of problems).
 
     Returns:
         The written paths.
 
     Raises:
-        KeyError: ``comparison`` lacks ``forecast`` or ``observed``.
+        ValueError: No forecast in ``block``.
     """
-    f, obs = comparison["forecast"], comparison["observed"]
-    steps = list(range(1, len(obs["per_step"]) + 1))
-    fig, (ax,) = figure(width)
-    lo, hi = f["per_step_interval"]
-    ax.axhspan(100 * lo, 100 * hi, color=BAND_COLORS["failed_all"], alpha=0.12, lw=0,
-               label=f"forecast, one step ({int(100 * f['level'])}% predictive)")
-    e_lo, e_hi = f["expected_ci"]
-    ax.axhspan(100 * e_lo, 100 * e_hi, color=BAND_COLORS["failed_all"], alpha=0.3, lw=0, label="forecast, expected (credible)")
-    ax.axhline(100 * f["expected_zero_std_share"], color=BAND_COLORS["failed_all"], lw=1)
-    ax.plot(steps, [100 * x for x in obs["per_step"]], marker="o", ms=3, color="black", lw=0.8, label="observed per step")
-    ax.axhline(100 * obs["mean"], color="black", lw=0.8, ls="--",
-               label=f"observed mean {100 * obs['mean']:.0f}% [{100 * obs['ci'][0]:.0f}, {100 * obs['ci'][1]:.0f}]")
-    ax.set_ylim(-3, 103)
+    fc = block.get("forecast")
+    if not fc:
+        raise ValueError(f"summary has no {SUMMARY_KEY}.forecast")
+    obs = block.get("observed") or {}
+    steps = [int(s) for s in obs.get("steps", [])]
+    values = [100 * float(v) for v in obs.get("observed", [])]
+    x0, x1 = (min(steps), max(steps)) if steps else (0, 1)
+    pad = 0.5 if x0 == x1 else 0.0
+    level = 100 * float(fc["level"])
+    fig, (ax,) = figure(width, aspect=0.62)
+    band = _interval(fc, "per_step_interval")
+    if band:
+        ax.fill_between([x0 - pad, x1 + pad], *band, color=FORECAST_COLOR, alpha=0.15, lw=0,
+                        label=f"forecast, one step ({level:.0f}% predictive)")
+    ci = _interval(fc, "share_ci")
+    if ci:
+        ax.fill_between([x0 - pad, x1 + pad], *ci, color=FORECAST_COLOR, alpha=0.45, lw=0,
+                        label=f"expected share ({level:.0f}% credible)")
+    expected = 100 * float(fc["expected_zero_std_share"])
+    ax.hlines(expected, x0 - pad, x1 + pad, color=FORECAST_COLOR, lw=1.2, label=f"forecast {expected:.1f}%")
+    if values:
+        ax.plot(steps, values, color=OBSERVED_COLOR, lw=0.8, marker="o", ms=2.5,
+                label=f"observed (mean {100 * float(obs['observed_mean']):.1f}%)")
+    ax.set_xlim(x0 - pad, x1 + pad)
+    ax.set_ylim(0, 100)
     ax.set_xlabel("training step")
-    ax.set_ylabel("groups with zero reward std (%)")
-    if len(steps) <= 12:
-        ax.set_xticks(steps)
-    ax.set_title(title or f"Zero-advantage trap in training (G={f['group_size']}, B={f['batch_size']}, {f['n_problems']} problems)")
-    ax.legend(frameon=False, fontsize=6, loc="best")
-    return save(fig, out_dir, stem, formats)
+    ax.set_ylabel("zero-std groups (%)")
+    ax.set_title(f"Zero-std groups: G={fc['group_size']}, B={fc['batch_size']}, {fc['n_problems']:,} problems")
+    ax.legend(frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2)
+    return save(fig, out_dir, "zero_std_forecast", formats)
+
+
+def train_figures(run_dir: str | Path, out_dir: str | Path, formats: Sequence[str] = ("png", "pdf"),
+                  width: str = "single") -> dict[str, Any]:
+    """The figures of an ``mbs-train`` run directory (:data:`mbs.figures.BY_STAGE` ``train``).
+
+    Returns:
+        ``{"written": [paths], "skipped": {figure: reason}}``; a run without a trap forecast is
+        skipped with the reason named.
+    """
+    summary = read_summary(run_dir)
+    try:
+        written = [str(p) for p in zero_std_forecast(summary.get(SUMMARY_KEY) or {}, Path(out_dir), formats, width)]
+        return {"written": written, "skipped": {}}
+    except (ValueError, KeyError) as err:
+        log.info("figure zero_std_forecast skipped: %s", err)
+        return {"written": [], "skipped": {"zero_std_forecast": str(err)}}

@@ -33,9 +33,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from mbs.figures.forecast import train_figures
 from mbs.io import RunDir, write_text_atomic
 from mbs.training.launch import TrainError, check_data, job_env, run_logged, submit
 from mbs.training.policy import TrainPolicy, resolve_policy
+from mbs.training.trap import forecast_block
 from mbs.training.trl_engine import TrlJob
 from mbs.training.verl_command import (
     REWARD_KWARGS,
@@ -139,8 +141,12 @@ def _run_trl(cfg: DictConfig, out: RunDir, policy: TrainPolicy, summary: dict[st
     if result is None:  # submitted, not waited for
         return {"steps": 0}
     summary["result"] = result
-    # INTEGRATION POINT (issue 27, trap forecast; the coordinator wires mbs.training.forecast here):
-    # summary["forecast"] = forecast beside the observed per-step metrics of out.path / "metrics.jsonl".
+    # the zero-std share the calibration predicted, beside the one each step logged (mbs.training.trap)
+    prov = policy.provenance
+    summary["trap_forecast"] = forecast_block(
+        tcfg.data_dir, prov.policy if prov else None, prov.budget if prov else None, policy.group_size,
+        int(tcfg.trl.prompts_per_step), out.path / "metrics.jsonl", seed=int(cfg.seed),
+    )
     return {"steps": int(result["steps"])}
 
 
@@ -185,5 +191,8 @@ def run(cfg: DictConfig) -> Path:
     counts = engine(cfg, out, policy, summary)
     out.timings["train"] = time.perf_counter() - t0
     out.write_summary(summary)
+    if "trap_forecast" in summary:  # the observed zero-std share per step against the forecast
+        summary["figures"] = train_figures(out.path, out.path / "figures")
+        out.write_summary(summary)
     out.write_manifest(counts, **({"job_id": summary["job_id"]} if "job_id" in summary else {}))
     return out.path

@@ -5,5 +5,7 @@
 * :mod:`mbs.training.policy`: that policy merged with the user's ``train.*`` settings (a mismatch
   is refused unless ``train.override`` names it);
 * :mod:`mbs.training.verl_command`: the ``verl.trainer.main_ppo`` command line;
-* :mod:`mbs.training.trl_engine`: TRL's ``GRPOTrainer`` in this process (CPU or GPUs).
+* :mod:`mbs.training.trl_engine`: TRL's ``GRPOTrainer`` in this process (CPU or GPUs);
+* :mod:`mbs.training.forecast`: the zero-std group share a GRPO run should see, from calibration;
+* :mod:`mbs.training.trap`: that forecast for a run's training rows, beside what each step logged.
 """

@@ -1,0 +1,51 @@
+"""The trap-forecast block of a training run: training rows' calibrations in, forecast and observed out."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from mbs.io import RunDir
+from mbs.records import Calibration
+from mbs.training.trap import forecast_block, observed_zero_std, training_calibrations
+
+
+def cal(pid, s, n=4, policy="smol", budget=64):
+    band = "failed_all" if s == 0 else ("solved_all" if s == n else "goldilocks")
+    return Calibration(problem_id=pid, policy=policy, budget=budget, n=n, n_target=4, successes=s, ungraded=0,
+                       pass_rate=s / n, band=band, complete_correct=s > 0, truncated=0, completion_tokens=0,
+                       early_stopped=n < 4)
+
+
+def test_training_calibrations_read_each_rows_run(tmp_path):
+    run = RunDir(tmp_path / "cal", "calibrate")
+    with run.shard("calibrations", Calibration) as shard:
+        shard.append([cal("a", 0), cal("b", 2), cal("c", 1, n=2), cal("a", 4, budget=128), cal("b", 4, policy="other")])
+    rows = [{"extra_info": {"id": pid, "run_dir": str(tmp_path / "cal")}} for pid in ("a", "b", "c", "d")]
+    cals, report = training_calibrations(rows, "smol", 64)
+    assert sorted((c.problem_id, c.successes, c.n) for c in cals) == [("a", 0, 4), ("b", 2, 4), ("c", 1, 2)]
+    assert report == {"rows": 4, "found": 3, "missing": 1}
+
+
+def test_forecast_block_beside_observed_steps(tmp_path):
+    run = RunDir(tmp_path / "cal", "calibrate")
+    with run.shard("calibrations", Calibration) as shard:
+        shard.append([cal(f"p{i}", s) for i, s in enumerate([0, 0, 0, 1, 2, 3, 4, 4])])
+    rows = [{"extra_info": {"id": f"p{i}", "run_dir": str(tmp_path / "cal")}} for i in range(8)]
+    data = tmp_path / "export"
+    data.mkdir()
+    pq.write_table(pa.Table.from_pylist(rows), data / "train.parquet")
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text("".join(json.dumps({"step": s, "frac_reward_zero_std": v}) + "\n" for s, v in ((1, 0.5), (2, 1.0))))
+    assert observed_zero_std(metrics) == ([1, 2], [0.5, 1.0])
+    block = forecast_block(data, "smol", 64, group_size=4, prompts_per_step=2, metrics_path=metrics)
+    assert block["calibrations"] == {"rows": 8, "found": 8, "missing": 0}
+    f = block["forecast"]
+    assert f["group_size"] == 4 and f["batch_size"] == 2 and f["n_problems"] == 8
+    assert 0.0 < f["expected_zero_std_share"] < 1.0
+    assert block["observed"]["n_steps"] == 2 and block["observed"]["observed_mean"] == 0.75
+    json.dumps(block)
+    assert "skipped" in forecast_block(data, None, None, 4, 2)
+    assert forecast_block(data, "nobody", 64, 4, 2)["skipped"].startswith("no training row has a calibration")
