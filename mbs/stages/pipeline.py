@@ -29,7 +29,7 @@ from mbs.errors import ConfigError
 from mbs.figures.report import render
 from mbs.io import RunDir, read_summary
 from mbs.progress import StepProgress, format_seconds
-from mbs.stages import calibrate, export, synthesize
+from mbs.stages import calibrate, evaluate, export, synthesize, train
 from mbs.validate import validate_config
 
 log = logging.getLogger(__name__)
@@ -104,7 +104,52 @@ def plan(cfg: DictConfig) -> list[str]:
         names.append(COST_MATCHED)
     if pcfg.export.enabled and names:
         names.append("export")
+        if pcfg.train.enabled:
+            names.append("train")
+            if pcfg.evaluate.enabled:
+                names.append("evaluate")
     return names + ["figures"]
+
+
+def stage_node(stage: str, key: str, groups: Sequence[str] = ()) -> dict[str, Any]:
+    """The ``key`` node of ``conf/<stage>.yaml`` merged with its group files ``conf/<key>/<group>.yaml``,
+    as that stage composes it (unresolved: interpolations resolve in the pipeline's config)."""
+    conf = Path(__file__).resolve().parent.parent.parent / "conf"
+    node = OmegaConf.load(conf / f"{stage}.yaml")[key]
+    for group in groups:
+        node = OmegaConf.merge(node, OmegaConf.load(conf / key / f"{group}.yaml"))
+    return OmegaConf.to_container(node, resolve=False)
+
+
+def train_step(cfg: DictConfig, export_dir: str, out_dir: Path) -> str:
+    """A brief TRL run of the calibrated policy on ``export_dir`` (``pipeline.train``)."""
+    pcfg = cfg.pipeline
+    sub = sub_config(cfg, out_dir, train=stage_node("train", "train", ["grpo"]))
+    with open_dict(sub):
+        sub.train.engine = "trl"
+        sub.train.data_dir = export_dir
+        sub.train.calibration = pcfg.train.calibration
+    apply_overrides(sub, list(pcfg.train.overrides))
+    return str(train.run(sub))
+
+
+def evaluate_step(cfg: DictConfig, trained: str, out_dir: Path) -> str:
+    """The trained checkpoint beside its starting model, both with ``backend=transformers`` (``pipeline.evaluate``)."""
+    pcfg, s = cfg.pipeline, read_summary(trained)
+    start, final = s["policy"]["model"], s["result"]["final"]
+    conf = Path(__file__).resolve().parent.parent.parent / "conf"
+    backend = OmegaConf.to_container(OmegaConf.load(conf / "backend" / "transformers.yaml"), resolve=False)
+    name = str((s["policy"].get("calibrated") or {}).get("policy") or "policy")
+    models = {
+        "base": {"name": f"{name} (start)", "backend": {**backend, "model": start, "label": f"{name} (start)"}},
+        "trained": {"name": f"{name} (GRPO, {s['result']['steps']} steps)",
+                    "backend": {**backend, "model": final, "label": f"{name} (GRPO)"}},
+    }
+    ev = OmegaConf.merge(OmegaConf.create(stage_node("evaluate", "eval")), cfg.eval)
+    ev = OmegaConf.to_container(ev, resolve=False)
+    ev.update(models=models, limit=int(pcfg.evaluate.limit), k=int(pcfg.evaluate.k), budgets=list(pcfg.evaluate.budgets),
+              pass_k=[1, int(pcfg.evaluate.k)])
+    return str(evaluate.run(sub_config(cfg, out_dir, eval=ev)))
 
 
 def run(cfg: DictConfig) -> Path:
@@ -185,10 +230,16 @@ def run(cfg: DictConfig) -> Path:
         with progress.step("export"):
             exported = {k: v for k, v in steps.items() if k != COST_MATCHED}
             steps["export"] = str(export_runs(cfg, exported, out.path / "export"))
+    if pcfg.export.enabled and pcfg.train.enabled and "export" in steps:
+        with progress.step("train"):
+            steps["train"] = train_step(cfg, steps["export"], out.path / "train")
+        if pcfg.evaluate.enabled:
+            with progress.step("evaluate"):
+                steps["evaluate"] = evaluate_step(cfg, steps["train"], out.path / "evaluate")
     summary: dict[str, Any] = {"steps": {name: str(Path(p).relative_to(out.path)) for name, p in steps.items()}}
     for name, path in steps.items():
         s = read_summary(path)
-        keep = ("bands", "intervals", "hard_seeds", "problems", "target_policy", "rows", "removed", "train_rows", "val_rows",
+        keep = ("trap_forecast", "results", "bands", "intervals", "hard_seeds", "problems", "target_policy", "rows", "removed", "train_rows", "val_rows",
                 "difficulty_moves", "yield", "yield_ci", "effective_share", "effective_share_ci")
         summary[name] = {k: s[k] for k in keep if k in s}
     summary["step_seconds"] = {name: round(sec, 1) for name, sec in progress.seconds.items()}

@@ -146,6 +146,7 @@ def _run_trl(cfg: DictConfig, out: RunDir, policy: TrainPolicy, summary: dict[st
     summary["trap_forecast"] = forecast_block(
         tcfg.data_dir, prov.policy if prov else None, prov.budget if prov else None, policy.group_size,
         int(tcfg.trl.prompts_per_step), out.path / "metrics.jsonl", seed=int(cfg.seed),
+        exclude=() if tcfg.all_rows or prov is None else policy.other_sources,
     )
     return {"steps": int(result["steps"])}
 

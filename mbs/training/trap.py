@@ -69,7 +69,7 @@ def observed_zero_std(metrics_path: str | Path) -> tuple[list[int], list[float]]
 
 
 def forecast_block(data_dir: str | Path, policy: str | None, budget: int | None, group_size: int, prompts_per_step: int,
-                   metrics_path: str | Path | None = None, seed: int = 0) -> dict[str, Any]:
+                   metrics_path: str | Path | None = None, seed: int = 0, exclude: Iterable[str] = ()) -> dict[str, Any]:
     """The ``trap_forecast`` block of a training summary (``{"skipped": reason}`` when it cannot be made).
 
     Args:
@@ -80,6 +80,7 @@ def forecast_block(data_dir: str | Path, policy: str | None, budget: int | None,
         prompts_per_step: Prompts per optimizer step B.
         metrics_path: The run's ``metrics.jsonl`` (``None`` or missing: the forecast alone).
         seed: Monte Carlo seed.
+        exclude: Export sources whose rows the run did not train on.
 
     Returns:
         ``{"forecast": TrapForecast.to_dict(), "calibrations": {"rows", "found", "missing"},
@@ -87,7 +88,9 @@ def forecast_block(data_dir: str | Path, policy: str | None, budget: int | None,
     """
     if policy is None:
         return {"skipped": "the export names no calibrated policy: no pass rates to forecast from"}
-    rows = pq.read_table(Path(data_dir) / "train.parquet", columns=["extra_info"]).to_pylist()
+    drop = set(exclude)
+    rows = [r for r in pq.read_table(Path(data_dir) / "train.parquet", columns=["extra_info"]).to_pylist()
+            if (r.get("extra_info") or {}).get("source") not in drop]
     cals, report = training_calibrations(rows, policy, budget)
     if not cals:
         return {"skipped": f"no training row has a calibration of {policy} at L={budget}", "calibrations": report}

@@ -250,6 +250,12 @@ def train_trl(cfg: DictConfig, policy: TrainPolicy, out_dir: str | os.PathLike) 
     for key, value in OmegaConf.to_container(tcfg.env, resolve=True).items():  # the reward's grading workers
         os.environ[str(key)] = str(value)
     ds = datasets.load_dataset("parquet", data_files={"train": str(Path(str(tcfg.data_dir)) / "train.parquet")})["train"]
+    drop = set(policy.other_sources) if policy.provenance is not None and not bool(tcfg.all_rows) else set()
+    if drop:  # rows calibrated for another policy or setup: their bands say nothing about this one
+        before = len(ds)
+        ds = ds.filter(lambda row: (row["extra_info"] or {}).get("source") not in drop)
+        log.info("training on %d of %d rows: the rows of %s were calibrated for another policy or setup "
+                 "(train.all_rows=true keeps them)", len(ds), before, sorted(drop))
     if len(ds) < int(tcfg.trl.prompts_per_step):
         raise TrainError(f"{tcfg.data_dir}/train.parquet has {len(ds)} rows, fewer than train.trl.prompts_per_step={tcfg.trl.prompts_per_step}")
     resume = last_checkpoint(out / "checkpoints") if tcfg.trl.resume else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pyarrow.parquet as pq
+import pytest
 
 from mbs.io import read_manifest, read_summary
 from mbs.llm import close_all
@@ -26,6 +27,8 @@ def test_pipeline_small(make_cfg, toy_jsonl, capsys):
             f"data.path={toy_jsonl}",
             "data.origin=toy",
             "pipeline.synthesize.overrides.goose=['goose.source=champ','goose.teacher_free=true','data.limit=2','thresholds.N_goose=4']",
+            # the fake backend is no model that trains: training and evaluation run in test_pipeline_trains_and_evaluates
+            "pipeline.train.enabled=false",
             *fake_backend_overrides(),
         ],
     )
@@ -82,3 +85,34 @@ def test_pipeline_small(make_cfg, toy_jsonl, capsys):
     assert [line.split()[0] for line in table[1:len(steps) + 3]] == [*steps, "figures", "total"]
     # the step bar (on stderr, like every tqdm bar) counted all 9 steps
     assert "mbs-pipeline: 9/9 steps" in captured.err
+
+
+@pytest.mark.slow
+def test_pipeline_trains_and_evaluates(make_cfg):
+    """The real path of the four jobs: the embedded model calibrated, its export trained 2 TRL steps
+    from the calibrated GGUF, and the trained checkpoint evaluated beside its start."""
+    pytest.importorskip("trl", reason="needs the trl extra (pip install -e '.[trl]')")
+    close_all()
+    cfg = make_cfg("pipeline", [
+        "pipeline.recorded.enabled=false", "pipeline.live.limit=2", "pipeline.live.budgets=[64]",
+        "pipeline.difficulty.data.size=6", "pipeline.synthesize.methods=[]", "pipeline.synthesize.cost_matched.enabled=false",
+        "pipeline.evaluate.limit=2", "pipeline.evaluate.budgets=[32]",
+    ])
+    out = run(cfg)
+    close_all()
+    s = read_summary(out)
+    assert {"export", "train", "evaluate"} <= set(s["steps"])
+    t = read_summary(out / "train")
+    assert t["engine"] == "trl" and t["result"]["steps"] == 2 and (out / "train" / "final" / "model.safetensors").is_file()
+    # the calibrated policy trains: the embedded GGUF, the study's N and L, llama.cpp's top-k and min-p
+    cal = t["policy"]["calibrated"]
+    assert cal["source"] == "calibrate_difficulty" and cal["embedded"]
+    assert (t["policy"]["group_size"], t["policy"]["max_completion_length"]) == (cal["n"], cal["budget"])
+    assert (t["policy"]["top_k"], t["policy"]["min_p"]) == (40, 0.05)
+    # the forecast from the rows' calibrations, and the zero-std share each step logged beside it
+    tf = t["trap_forecast"]
+    assert tf["calibrations"]["found"] >= 1 and tf["observed"]["n_steps"] == 2
+    assert 0.0 <= tf["forecast"]["expected_zero_std_share"] <= 1.0
+    e = read_summary(out / "evaluate")
+    assert len(e["models"]) == 2 and all(e["results"][m] for m in e["models"])
+    assert s["train"]["trap_forecast"] == tf

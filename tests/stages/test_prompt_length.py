@@ -39,16 +39,18 @@ def test_export_reports_rows_over_the_training_prompt_length(make_cfg, tmp_path)
     longest = pl["max_tokens"]["all"]
     assert longest == pl["over_limit_rows"][0]["tokens"] > 300
 
+    # a synthesis run names no trainable calibrated policy: the model is given explicitly
+    given = ["train.model=Qwen/Qwen3-1.7B", "train.override=[model]"]
     # mbs-train derives max_prompt_length from the data (the longest prompt)...
-    dry = train(make_cfg("train", ["train.dry_run=true", f"train.data_dir={out}"], out="dry"))
+    dry = train(make_cfg("train", ["train.dry_run=true", f"train.data_dir={out}", *given], out="dry"))
     s = read_summary(dry)
     args = dict(a.split("=", 1) for a in s["command"][3:])
     assert args["data.max_prompt_length"] == str(longest)
     assert s["prompt_length"]["derived"] is True and s["prompt_length"]["max_prompt_length"] == longest
     # ...and refuses a configured length that verl would silently filter rows at
     with pytest.raises(TrainError, match=r"1 row\(s\) have prompts longer than train.verl.data.max_prompt_length=300 tokens"):
-        train(make_cfg("train", [f"train.data_dir={out}", "train.verl.data.max_prompt_length=300"], out="refused"))
-    ok = prompt_length(make_cfg("train", [f"train.data_dir={out}", f"train.verl.data.max_prompt_length={longest}"]))
+        train(make_cfg("train", [f"train.data_dir={out}", "train.verl.data.max_prompt_length=300", *given], out="refused"))
+    ok = prompt_length(make_cfg("train", [f"train.data_dir={out}", f"train.verl.data.max_prompt_length={longest}", *given]))
     assert ok["max_prompt_length"] == longest and ok["derived"] is False and ok["over_limit"]["all"] == 0
     assert shlex.join(s["command"])  # printable
 
