@@ -130,7 +130,8 @@ def _run_trl(cfg: DictConfig, out: RunDir, policy: TrainPolicy, summary: dict[st
     tcfg = cfg.train
     check_reasoning_format(policy.reasoning_format)
     summary["trl"] = OmegaConf.to_container(tcfg.trl, resolve=True)
-    summary["data_rows"] = check_data(tcfg.data_dir, int(tcfg.trl.prompts_per_step), batch_key="train.trl.prompts_per_step")
+    summary["data_rows"] = check_data(tcfg.data_dir, int(tcfg.trl.prompts_per_step), batch_key="train.trl.prompts_per_step",
+                                      need_val=False)
     if tcfg.dry_run:
         print(f"mbs-train (trl): would train {policy.model} on {tcfg.data_dir}: N={policy.group_size} "
               f"L={policy.max_completion_length} temperature={policy.temperature} top_p={policy.top_p} "

@@ -32,7 +32,7 @@ def job_env(cfg: DictConfig) -> dict[str, str]:
 
 def check_data(
     data_dir: str | os.PathLike, train_batch_size: int | None = None, rows_out: dict | None = None,
-    batch_key: str = "train.verl.data.train_batch_size",
+    batch_key: str = "train.verl.data.train_batch_size", need_val: bool = True,
 ) -> dict[str, int]:
     """Rows of ``train.parquet`` and ``val.parquet`` in ``data_dir``.
 
@@ -43,6 +43,7 @@ def check_data(
             leave it empty ("Train dataloader is empty!").
         rows_out: Filled with the row counts as they are read (kept when this raises).
         batch_key: The config key of ``train_batch_size`` (named in the message).
+        need_val: Whether ``val.parquet`` must hold rows (verl validates on it; TRL does not read it).
 
     Raises:
         TrainError: A file is missing or empty, or holds fewer training rows than one
@@ -56,7 +57,7 @@ def check_data(
         if not path.is_file():
             raise TrainError(f"{path} not found: run mbs-export first (train.data_dir={data_dir})")
         rows[split] = pq.ParquetFile(path).metadata.num_rows
-        if rows[split] == 0:
+        if rows[split] == 0 and (split == "train" or need_val):
             raise TrainError(f"{path} has no rows: training needs training and validation rows (export more problems)")
     if train_batch_size and rows["train"] < train_batch_size:
         raise TrainError(

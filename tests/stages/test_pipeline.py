@@ -95,7 +95,8 @@ def test_pipeline_trains_and_evaluates(make_cfg):
     close_all()
     cfg = make_cfg("pipeline", [
         "pipeline.recorded.enabled=false", "pipeline.live.limit=2", "pipeline.live.budgets=[64]",
-        "pipeline.difficulty.data.size=6", "pipeline.synthesize.methods=[]", "pipeline.synthesize.cost_matched.enabled=false",
+        # the study at its default size (18 problems): at L = 128 one-digit sums are in the Goldilocks band
+        "pipeline.difficulty.budgets=[128]", "pipeline.synthesize.methods=[]", "pipeline.synthesize.cost_matched.enabled=false",
         "pipeline.evaluate.limit=2", "pipeline.evaluate.budgets=[32]",
     ])
     out = run(cfg)
