@@ -30,6 +30,8 @@ from mbs.figures.report import render
 from mbs.io import RunDir, read_summary
 from mbs.progress import StepProgress, format_seconds
 from mbs.stages import calibrate, evaluate, export, synthesize, train
+from mbs.training.launch import TrainError
+from mbs.training.provenance import MissingProvenanceError
 from mbs.validate import validate_config
 
 log = logging.getLogger(__name__)
@@ -121,14 +123,15 @@ def stage_node(stage: str, key: str, groups: Sequence[str] = ()) -> dict[str, An
     return OmegaConf.to_container(node, resolve=False)
 
 
-def train_step(cfg: DictConfig, export_dir: str, out_dir: Path) -> str:
+def train_step(cfg: DictConfig, export_dir: str, out_dir: Path, steps: Mapping[str, str]) -> str:
     """A brief TRL run of the calibrated policy on ``export_dir`` (``pipeline.train``)."""
     pcfg = cfg.pipeline
     sub = sub_config(cfg, out_dir, train=stage_node("train", "train", ["grpo"]))
     with open_dict(sub):
         sub.train.engine = "trl"
         sub.train.data_dir = export_dir
-        sub.train.calibration = pcfg.train.calibration
+        # the configured source when that step ran; else the policy every trainable source agrees on
+        sub.train.calibration = pcfg.train.calibration if pcfg.train.calibration in steps else None
     apply_overrides(sub, list(pcfg.train.overrides))
     return str(train.run(sub))
 
@@ -230,10 +233,15 @@ def run(cfg: DictConfig) -> Path:
         with progress.step("export"):
             exported = {k: v for k, v in steps.items() if k != COST_MATCHED}
             steps["export"] = str(export_runs(cfg, exported, out.path / "export"))
+    skipped: dict[str, str] = {}
     if pcfg.export.enabled and pcfg.train.enabled and "export" in steps:
         with progress.step("train"):
-            steps["train"] = train_step(cfg, steps["export"], out.path / "train")
-        if pcfg.evaluate.enabled:
+            try:
+                steps["train"] = train_step(cfg, steps["export"], out.path / "train", steps)
+            except (TrainError, MissingProvenanceError) as err:  # nothing of the calibrated policy to train on
+                log.warning("pipeline: training skipped: %s", err)
+                skipped["train"] = str(err)
+        if pcfg.evaluate.enabled and "train" in steps:
             with progress.step("evaluate"):
                 steps["evaluate"] = evaluate_step(cfg, steps["train"], out.path / "evaluate")
     summary: dict[str, Any] = {"steps": {name: str(Path(p).relative_to(out.path)) for name, p in steps.items()}}
@@ -242,6 +250,8 @@ def run(cfg: DictConfig) -> Path:
         keep = ("trap_forecast", "results", "bands", "intervals", "hard_seeds", "problems", "target_policy", "rows", "removed", "train_rows", "val_rows",
                 "difficulty_moves", "yield", "yield_ci", "effective_share", "effective_share_ci")
         summary[name] = {k: s[k] for k in keep if k in s}
+    if skipped:
+        summary["skipped"] = skipped
     summary["step_seconds"] = {name: round(sec, 1) for name, sec in progress.seconds.items()}
     out.write_summary(summary)
     with progress.step("figures"):

@@ -227,9 +227,13 @@ def _from_policy(base: dict[str, Any], cfg: DictConfig, name: str | None, budget
         )
     backend = node.get("backend") or {}
     kind = _backend_kind(backend)
+    # a test double or a plug-in backend names no weights mbs can load: recorded, but not trainable
+    known = kind in ("llamacpp", "vllm", "openai", "transformers")
     reasoning = backend.get("reasoning") or {}
     return PolicyProvenance(
-        **base, trainable=True, policy=str(name), backend=kind, **_model_identity(backend, kind),
+        **base, trainable=known, policy=str(name), backend=kind, **_model_identity(backend, kind),
+        why_not=None if known else f"backend {kind!r} names no model weights mbs can train: give train.model and "
+                                   "train.override=[model]",
         budget=None if budget is None else int(budget), n=None if n is None else int(n),
         temperature=_float(_select(cfg, f"{sampling}.temperature")), top_p=_float(_select(cfg, f"{sampling}.top_p")),
         **engine_sampling(kind), reasoning_format=str(reasoning.get("format") or "auto"),

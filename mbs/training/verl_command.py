@@ -162,6 +162,10 @@ def verl_overrides(cfg: DictConfig, policy: TrainPolicy | None = None) -> list[t
                     f"train.{pk} instead (and train.override=[{pk}] where it differs from the calibration)"
                 )
             v = verl_value(policy, VERL_POLICY_KEYS[k])
+            if isinstance(v, dict) and v:
+                # verl's default is {} (a dict with no keys): Hydra adds keys to it only with "+"
+                # (checked by tests/verl_checks against verl 0.9.1's own config)
+                k = "+" + k
         elif k == "reward.custom_reward_function.path" and v is None:
             v = reward_path()
         out.append((k, v))

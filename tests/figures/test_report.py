@@ -36,6 +36,8 @@ def pipeline_run(tmp_path_factory):
             "pipeline.recorded.limit=6", "pipeline.live.n=4", "pipeline.live.budgets=[64,128]",
             "data=jsonl", f"data.path={tmp / 'toy.jsonl'}",
             "pipeline.synthesize.overrides.goose=['goose.source=champ','goose.teacher_free=true','data.limit=3','thresholds.N_goose=4']",
+            # the fake backend is no model that trains (tests/stages/test_pipeline.py trains the real one)
+            "pipeline.train.enabled=false",
             *fake_backend_overrides(),
         ])
     GlobalHydra.instance().clear()

@@ -133,9 +133,10 @@ def test_export_calibration_and_synthesis_runs(make_cfg, cal_dir, tmp_path, held
     assert read_manifest(out)["counts"]["removed"] == 4
     # the policy that calibrated each source, for mbs-train (mbs.training.provenance)
     pol = s["policy"]
-    assert pol["trainable"] == ["calibrate"] and pol["agree"] is True
     cal = pol["sources"]["calibrate"]
     assert (cal["policy"], cal["budget"], cal["n"], cal["temperature"], cal["top_p"]) == ("fake", 64, 8, 1.0, 1.0)
+    # the test double names no weights: recorded, but no policy mbs-train would load (from a hub or anywhere)
+    assert pol["trainable"] == [] and cal["trainable"] is False and "names no model weights mbs can train" in cal["why_not"]
     assert pol["sources"]["synthesize_mbs"]["trainable"] is False  # this hand-made run names no target student
 
 

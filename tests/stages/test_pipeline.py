@@ -117,3 +117,17 @@ def test_pipeline_trains_and_evaluates(make_cfg):
     e = read_summary(out / "evaluate")
     assert len(e["models"]) == 2 and all(e["results"][m] for m in e["models"])
     assert s["train"]["trap_forecast"] == tf
+
+
+def test_pipeline_skips_training_when_nothing_of_a_trainable_policy_was_exported(make_cfg, toy_jsonl):
+    """The fake backend is no trainable policy: the main job ends, the training step skipped with its reason."""
+    close_all()
+    cfg = make_cfg("pipeline", [
+        "pipeline.recorded.enabled=false", "pipeline.live.limit=4", "pipeline.live.n=2", "pipeline.live.budgets=[64]",
+        "pipeline.difficulty.enabled=false", "pipeline.synthesize.methods=[]", "pipeline.synthesize.cost_matched.enabled=false",
+        "data=jsonl", f"data.path={toy_jsonl}", "data.origin=toy", *fake_backend_overrides(),
+    ])
+    out = run(cfg)
+    close_all()
+    s = read_summary(out)
+    assert "train" not in s["steps"] and "evaluate" not in s["steps"] and s["skipped"]["train"]

@@ -158,11 +158,11 @@ def test_verl_command_carries_the_calibrated_sampling_and_template_args(make_cfg
     assert (pairs["actor_rollout_ref.rollout.n"], pairs["data.max_response_length"]) == (4, 512)
     assert (pairs["actor_rollout_ref.rollout.temperature"], pairs["actor_rollout_ref.rollout.top_p"]) == (0.7, 0.8)
     assert pairs["actor_rollout_ref.rollout.top_k"] == 20
-    assert pairs["data.apply_chat_template_kwargs"] == {"enable_thinking": False}
+    assert pairs["+data.apply_chat_template_kwargs"] == {"enable_thinking": False}  # "+": verl's default is {}
     assert override_problems(list(pairs.items()), trainer_config(verl_package_dir())) == []
     argv = build_command(cfg)
-    arg = next(a for a in argv if a.startswith("data.apply_chat_template_kwargs="))
-    assert arg == "data.apply_chat_template_kwargs={enable_thinking:false}"
+    arg = next(a for a in argv if a.startswith("+data.apply_chat_template_kwargs="))
+    assert arg == "+data.apply_chat_template_kwargs={enable_thinking:false}"
     assert OverridesParser.create().parse_overrides([arg])[0].value() == {"enable_thinking": False}
     assert argv[-1] == "+reward.custom_reward_function.reward_kwargs.reasoning_format=think"
     # a policy key set in the verl recipe is refused: it comes from the calibration

@@ -15,23 +15,17 @@ import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from support.verl_runtime import run_script
 
-from mbs.export.verl_schema import verl_row, write_parquet
 from mbs.io import read_summary
 from mbs.stages.train import run
+from support.exports import HF_POLICY, write_export
 
 pytestmark = pytest.mark.verl
 
 
 @pytest.fixture
 def data_dir(tmp_path):
-    d = tmp_path / "export"
-    for split in ("train", "val"):
-        write_parquet([verl_row(
-            data_source="mbs/math/toy", messages=[{"role": "user", "content": "What is 2+3?"}], answer_type="math",
-            ground_truth="5", index=0, split=split, problem_id=f"toy/{split}", source="data", kind="data", run_dir="",
-            parents=[], verifier="math",
-        )], d / f"{split}.parquet")
-    return d
+    # a calibrated Qwen3 without thinking: the dry run emits its chat-template switch and sampling keys
+    return write_export(tmp_path / "export", {**HF_POLICY, "chat_template_kwargs": {"enable_thinking": False}})
 
 
 def dry_run_command(make_cfg, data_dir, overrides, out) -> list[str]:
@@ -46,7 +40,8 @@ def dry_run_command(make_cfg, data_dir, overrides, out) -> list[str]:
 DRY_RUNS = {
     "default": [],
     "train_paper": ["experiment=train_paper"],
-    "thinking": ["reasoning=qwen3_thinking"],  # adds +reward.custom_reward_function.reward_kwargs.reasoning_format
+    # adds +reward.custom_reward_function.reward_kwargs.reasoning_format
+    "thinking": ["train.reasoning_format=think", "train.override=[reasoning_format]"],
     "dapo_manager": ["train.verl.reward.reward_manager.name=dapo"],
 }
 

@@ -51,7 +51,9 @@ def test_verl_drops_exactly_the_rows_export_reported_over_long(tmp_path, tokeniz
     assert len(everything) == 8 and 0 < len(over) < 8 and len(over) == report["over_limit"]["all"]
     assert all(0 < len(set(rows[s]) - over) for s in rows)  # each split keeps rows
 
-    dry = run_mbs("mbs-train", ["train.dry_run=true", f"train.data_dir={export}", f"train.tokenizer={tokenizer_dir}"],
+    # the hand-made synthesis run names no calibrated policy: the model (SmolLM2, whose tokenizer counts) is given
+    dry = run_mbs("mbs-train", ["train.dry_run=true", f"train.data_dir={export}", f"train.tokenizer={tokenizer_dir}",
+                                f"train.model={tokenizer_dir}", "train.override=[model]"],
                   tmp_path, out="dry")
     s = read_summary(dry)
     command = s["command"][3:]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 from support.verl_runtime import run_script
 
-from mbs.export.verl_schema import verl_row, write_parquet
+from support.exports import HF_POLICY, write_export
 from mbs.io import read_summary
 from mbs.llm.base import Completion, split_completion
 from mbs.records import Rollout
@@ -44,17 +44,6 @@ THINK_SCORES = {"plain_right": 1.0, "plain_wrong": 0.0, "think_right": 1.0, "thi
 MANAGERS = ("loop/naive", "loop/dapo", "legacy/naive", "legacy/dapo")
 
 
-@pytest.fixture
-def data_dir(tmp_path):
-    d = tmp_path / "export"
-    for split in ("train", "val"):
-        write_parquet([verl_row(
-            data_source="mbs/math/toy", messages=MATH["messages"], answer_type="math", ground_truth="5", index=0,
-            split=split, problem_id=f"toy/{split}", source="data", kind="data", run_dir="", parents=[], verifier="math",
-        )], d / f"{split}.parquet")
-    return d
-
-
 def calibration_scores(texts: dict[str, str], fmt: str) -> dict[str, float]:
     """What calibration's grading gives each response: the backend splits the raw text for the
     reasoning format (``split_completion``), the rollout writer grades its final answer."""
@@ -68,12 +57,15 @@ def calibration_scores(texts: dict[str, str], fmt: str) -> dict[str, float]:
     return {r.problem_id: r.reward for r in writer.done.values()}
 
 
-@pytest.mark.parametrize(("reasoning", "fmt"), [("qwen3_thinking", "think"), ("plain", "none")])
-def test_verl_scores_decoded_responses_as_calibration_did(make_cfg, data_dir, tokenizer_dir, tmp_path, reasoning, fmt):
-    dry = run(make_cfg("train", ["train.dry_run=true", f"train.data_dir={data_dir}", f"reasoning={reasoning}"], out="dry"))
+@pytest.mark.parametrize("fmt", ["think", "none", "auto"])
+def test_verl_scores_decoded_responses_as_calibration_did(make_cfg, tokenizer_dir, tmp_path, fmt):
+    # an export calibrated with this reasoning format: mbs-train passes it to the reward (auto, the
+    # reward's own default, needs no kwarg)
+    data_dir = write_export(tmp_path / "export", {**HF_POLICY, "reasoning_format": fmt})
+    dry = run(make_cfg("train", ["train.dry_run=true", f"train.data_dir={data_dir}"], out="dry"))
     s = read_summary(dry)
     command = s["command"][3:]
-    assert (f"+reward.custom_reward_function.reward_kwargs.reasoning_format={fmt}" in command) == (fmt != "none")
+    assert (f"+reward.custom_reward_function.reward_kwargs.reasoning_format={fmt}" in command) == (fmt != "auto")
     samples = [{**problem, "response": text, "finish": finish} for problem, text, finish in SAMPLES.values()]
     got = run_script("reward.py", {"overrides": command, "tokenizer": str(tokenizer_dir), "samples": samples}, tmp_path,
                      env=s["env"])
@@ -89,8 +81,8 @@ def test_verl_scores_decoded_responses_as_calibration_did(make_cfg, data_dir, to
         assert dict(zip(SAMPLES, got["scores"][manager], strict=True)) == calibrated, manager
         assert [e["pred"] for e in got["extra"][manager]] == [r["pred"] for r in here.values()], manager
         assert [e["reason"] for e in got["extra"][manager]] == [r["reason"] for r in here.values()], manager
-    if fmt == "think":
+    if fmt in ("think", "auto"):  # auto finds the <think> block without being told
         assert calibrated == THINK_SCORES
         assert "cut off while thinking" in here["cut_off"]["reason"]
-    else:  # without the format the reward grades the thinking's guess: why mbs-train passes it
+    else:  # "none" named by the user grades the whole text, the thinking's guess included
         assert calibrated["cut_off"] == 1.0
