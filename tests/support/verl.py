@@ -74,6 +74,11 @@ def override_problems(pairs: Iterable[tuple[str, Any]], cfg: DictConfig) -> list
     """
     problems = []
     for key, value in pairs:
+        if key.startswith("+"):  # Hydra's "add": the key may be new, its parent must exist
+            parent = key[1:].rsplit(".", 1)[0]
+            if lookup(cfg, parent) is _ABSENT:
+                problems.append(f"{key}: verl's trainer config has no {parent}")
+            continue
         default = lookup(cfg, key)
         if default is _ABSENT:
             problems.append(f"{key}: not a key of verl's trainer config")
