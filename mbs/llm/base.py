@@ -261,3 +261,17 @@ def normalise_finish_reason(reason: str | None) -> str:
     ``eos``, ``stop_sequence``, ``None`` from servers that omit it) means the response ended.
     """
     return "length" if reason in ("length", "max_tokens", "max_length") else "stop"
+
+
+def release_torch_memory() -> None:
+    """Collect garbage and return cached CUDA memory to the driver (a no-op without torch or a GPU);
+    what a backend's ``close()`` calls after dropping its model."""
+    import gc
+
+    gc.collect()
+    try:
+        import torch
+    except ImportError:
+        return
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

@@ -52,6 +52,7 @@ from mbs.llm.base import (
     BackendStats,
     ChatRequest,
     Completion,
+    release_torch_memory,
     sample_seed,
     split_completion,
     template_kwargs,
@@ -394,16 +395,7 @@ class TransformersBackend:
         self._model = None
         self._tokenizer = None
         self._prompt_memo.clear()
-        import gc
-
-        gc.collect()
-        try:
-            import torch
-
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-        except ImportError:
-            pass
+        release_torch_memory()
 
 
 class _RowSampler:

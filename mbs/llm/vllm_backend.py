@@ -20,7 +20,6 @@ go to :meth:`vllm.LLM.chat` as ``chat_template_kwargs``.
 
 from __future__ import annotations
 
-import gc
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -32,6 +31,7 @@ from mbs.llm.base import (
     ChatRequest,
     Completion,
     normalise_finish_reason,
+    release_torch_memory,
     sample_seed,
     split_completion,
     template_kwargs,
@@ -266,11 +266,4 @@ class VLLMBackend:
         if self._llm is None:
             return
         self._llm = None
-        gc.collect()
-        try:
-            import torch
-
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-        except ImportError:
-            pass
+        release_torch_memory()
