@@ -20,12 +20,11 @@ Example::
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from scipy.stats import beta, binom, norm
+from scipy.stats import binomtest
 
 __all__ = ["bootstrap_mean", "clopper_pearson", "mcnemar_exact", "paired_shares", "share", "wilson"]
 
@@ -40,8 +39,16 @@ def _check(k: int, n: int, level: float) -> None:
         raise ValueError(f"confidence level must lie in (0, 1), got {level}")
 
 
+def _ci(k: int, n: int, level: float, method: str) -> tuple[float, float]:
+    _check(k, n, level)
+    if n == 0:
+        return 0.0, 1.0
+    ci = binomtest(k, n).proportion_ci(confidence_level=level, method=method)
+    return (0.0 if k == 0 else float(ci.low)), (1.0 if k == n else float(ci.high))
+
+
 def wilson(k: int, n: int, level: float = LEVEL) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion.
+    """Wilson score interval of a binomial proportion (scipy's ``binomtest(...).proportion_ci``).
 
     Args:
         k: Successes (problems in the band, rollouts correct, ...).
@@ -54,30 +61,16 @@ def wilson(k: int, n: int, level: float = LEVEL) -> tuple[float, float]:
     Raises:
         ValueError: ``k`` outside ``[0, n]`` or ``level`` outside ``(0, 1)``.
     """
-    _check(k, n, level)
-    if n == 0:
-        return 0.0, 1.0
-    z = float(norm.ppf(0.5 + level / 2))
-    p = k / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (0.0 if k == 0 else max(0.0, centre - half)), (1.0 if k == n else min(1.0, centre + half))
+    return _ci(k, n, level, "wilson")
 
 
 def clopper_pearson(k: int, n: int, level: float = LEVEL) -> tuple[float, float]:
-    """Exact (Clopper-Pearson) binomial interval: Beta quantiles, coverage >= ``level`` for every p.
+    """Exact (Clopper-Pearson) binomial interval: coverage >= ``level`` for every p (scipy's ``method="exact"``).
 
     Raises:
         ValueError: ``k`` outside ``[0, n]`` or ``level`` outside ``(0, 1)``.
     """
-    _check(k, n, level)
-    if n == 0:
-        return 0.0, 1.0
-    a = 1 - level
-    lo = 0.0 if k == 0 else float(beta.ppf(a / 2, k, n - k + 1))
-    hi = 1.0 if k == n else float(beta.ppf(1 - a / 2, k + 1, n - k))
-    return lo, hi
+    return _ci(k, n, level, "exact")
 
 
 def share(k: int, n: int, *, level: float = LEVEL, method: str = "wilson", digits: int = 4) -> dict[str, Any]:
@@ -153,10 +146,9 @@ def mcnemar_exact(b: int, c: int) -> float:
     """
     if b < 0 or c < 0:
         raise ValueError(f"mcnemar_exact: counts must be >= 0, got b={b}, c={c}")
-    n = b + c
-    if n == 0:
+    if b + c == 0:
         return 1.0
-    return float(min(1.0, 2 * binom.cdf(min(b, c), n, 0.5)))
+    return float(binomtest(b, b + c, 0.5).pvalue)
 
 
 def paired_shares(x: Sequence[bool], y: Sequence[bool], *, level: float = LEVEL, seed: int = 0) -> dict[str, Any]:
