@@ -328,6 +328,14 @@ class RunDir:
             return
         write_json_atomic(path, {"config": now})
 
+    def record_distribution(self, distribution: dict[str, Any]) -> None:
+        """Add ``distribution`` to ``sampling.json``: per policy, the distribution its samples are
+        drawn from, engine defaults included (derived from the sampling config, so never compared
+        on resume; see :func:`mbs.training.provenance.sampled_distributions`)."""
+        path = self.path / SAMPLING
+        record = read_json(path) if path.is_file() else {}
+        write_json_atomic(path, {**record, "distribution": distribution})
+
     def write_summary(self, summary: dict[str, Any]) -> Path:
         """Write ``summary.json`` (the stage's headline numbers)."""
         return write_json_atomic(

@@ -30,6 +30,7 @@ from mbs.llm.meter import BackendMeter
 from mbs.recorded import calibrate_recorded
 from mbs.records import Problem, Rollout
 from mbs.sampling import Group, Policy, RolloutWriter, draw
+from mbs.training.provenance import sampled_distributions
 from mbs.validate import validate_config
 from mbs.verify.pool import GradingPool
 
@@ -91,6 +92,7 @@ def run(cfg: DictConfig) -> Path:
     logging.getLogger("mbs").setLevel(cfg.log_level)
     out = RunDir(cfg.out_dir, STAGE, cfg.shard.index, cfg.shard.count, cfg=cfg)
     out.write_config(cfg)
+    out.record_distribution(sampled_distributions(cfg, "calibrate"))
     t0 = time.perf_counter()
     problems, report = load_problems(cfg.data, cfg.shard.index, cfg.shard.count)
     out.timings["load"] = time.perf_counter() - t0

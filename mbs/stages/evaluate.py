@@ -34,6 +34,7 @@ from mbs.io import RunDir, write_text_atomic
 from mbs.llm import build_backend
 from mbs.records import Rollout
 from mbs.sampling import Group, Policy, RolloutWriter, draw
+from mbs.training.provenance import distribution_of
 from mbs.validate import validate_config
 from mbs.verify.pool import GradingPool
 
@@ -98,6 +99,7 @@ def run(cfg: DictConfig) -> Path:
     models = models_from_cfg(ecfg.models)
     out = RunDir(cfg.out_dir, STAGE, cfg=cfg)
     out.write_config(cfg)
+    out.record_distribution({m.name: distribution_of(m.backend, ecfg.temperature, ecfg.top_p) for m in models})
     t0 = time.perf_counter()
     benches = load_benchmarks(ecfg.benchmarks, None if ecfg.limit is None else int(ecfg.limit))
     out.timings["load"] = time.perf_counter() - t0

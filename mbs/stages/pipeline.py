@@ -137,11 +137,14 @@ def train_step(cfg: DictConfig, export_dir: str, out_dir: Path, steps: Mapping[s
 
 
 def evaluate_step(cfg: DictConfig, trained: str, out_dir: Path) -> str:
-    """The trained checkpoint beside its starting model, both with ``backend=transformers`` (``pipeline.evaluate``)."""
+    """The trained checkpoint beside its starting model, both with ``backend=transformers`` (``pipeline.evaluate``),
+    sampled as the policy trained and was calibrated (its temperature, top-p, top-k and min-p)."""
     pcfg, s = cfg.pipeline, read_summary(trained)
-    start, final = s["policy"]["model"], s["result"]["final"]
+    policy = s["policy"]
+    start, final = policy["model"], s["result"]["final"]
     conf = Path(__file__).resolve().parent.parent.parent / "conf"
     backend = OmegaConf.to_container(OmegaConf.load(conf / "backend" / "transformers.yaml"), resolve=False)
+    backend.update(top_k=int(policy.get("top_k") or 0), min_p=float(policy.get("min_p") or 0.0))
     name = str((s["policy"].get("calibrated") or {}).get("policy") or "policy")
     models = {
         "base": {"name": f"{name} (start)", "backend": {**backend, "model": start, "label": f"{name} (start)"}},
@@ -151,7 +154,7 @@ def evaluate_step(cfg: DictConfig, trained: str, out_dir: Path) -> str:
     ev = OmegaConf.merge(OmegaConf.create(stage_node("evaluate", "eval")), cfg.eval)
     ev = OmegaConf.to_container(ev, resolve=False)
     ev.update(models=models, limit=int(pcfg.evaluate.limit), k=int(pcfg.evaluate.k), budgets=list(pcfg.evaluate.budgets),
-              pass_k=[1, int(pcfg.evaluate.k)])
+              pass_k=[1, int(pcfg.evaluate.k)], temperature=float(policy["temperature"]), top_p=float(policy["top_p"]))
     return str(evaluate.run(sub_config(cfg, out_dir, eval=ev)))
 
 

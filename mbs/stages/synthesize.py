@@ -23,6 +23,7 @@ from omegaconf import DictConfig
 from mbs.errors import UnknownNameError
 from mbs.figures import BY_STAGE
 from mbs.io import RunDir
+from mbs.training.provenance import sampled_distributions
 from mbs.validate import validate_config
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,7 @@ def run(cfg: DictConfig) -> Path:
     fn = method_fn(cfg.method)
     out = RunDir(cfg.out_dir, STAGE, cfg.shard.index, cfg.shard.count, cfg=cfg)
     out.write_config(cfg)
+    out.record_distribution(sampled_distributions(cfg, "synth"))
     t0 = time.perf_counter()
     summary = fn(cfg, out)
     out.timings["synthesize"] = time.perf_counter() - t0

@@ -44,6 +44,8 @@ __all__ = [
     "MissingProvenanceError",
     "PolicyProvenance",
     "engine_sampling",
+    "distribution_of",
+    "sampled_distributions",
     "policy_block",
     "provenance_of_run",
 ]
@@ -87,8 +89,8 @@ class PolicyProvenance:
         budget: Response budget L in tokens.
         n: Rollouts per problem (the GRPO group size N).
         temperature, top_p: Sampling parameters of the rollouts.
-        top_k, min_p: What the engine applied besides them (llama.cpp: 40 and 0.05; ``None``:
-            the engine's default, not known here).
+        top_k, min_p: What the engine applied besides them (:func:`engine_sampling`; ``None``: off,
+            or an OpenAI-compatible server's default, not known here).
         reasoning_format: The policy's reasoning format (:data:`mbs.reasoning.FORMATS`).
         chat_template_kwargs: Chat-template variables sent at calibration (e.g. ``enable_thinking``).
         effort: Reasoning effort sent at calibration (gpt-oss, hosted APIs), or ``None``.
@@ -156,11 +158,63 @@ class PolicyProvenance:
         return f"{self.source}: {self.policy} ({self.backend} {self.model}) " + " ".join(parts)
 
 
-def engine_sampling(backend_kind: str | None) -> dict[str, Any]:
-    """top-k and min-p an engine applies on its own (llama.cpp: 40 and 0.05; others: unknown, ``None``)."""
+def engine_sampling(backend_kind: str | None, node: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """top-k and min-p an engine applies besides a request's temperature and top-p.
+
+    Args:
+        backend_kind: ``llamacpp``, ``transformers``, ``vllm``, ``openai`` or another kind.
+        node: The backend's config node (its ``top_k`` / ``min_p`` settings where it has them).
+
+    Returns:
+        ``{"top_k": int | None, "min_p": float | None}``, ``None`` meaning off: llama.cpp applies
+        40 and 0.05 (its chat defaults) unless the node sets them; ``backend=transformers`` applies
+        its ``top_k`` / ``min_p`` settings (0: off); vLLM's ``SamplingParams`` default to neither; an
+        OpenAI-compatible server's own defaults are not known here (``None``).
+    """
+    node = node or {}
     if backend_kind == "llamacpp":
-        return dict(LLAMACPP_SAMPLING)
+        return {k: v if node.get(k) is None else node[k] for k, v in LLAMACPP_SAMPLING.items()}
+    if backend_kind == "transformers":
+        top_k, min_p = node.get("top_k") or 0, node.get("min_p") or 0.0
+        return {"top_k": int(top_k) or None, "min_p": float(min_p) or None}
     return {"top_k": None, "min_p": None}
+
+
+def sampled_distributions(cfg: DictConfig, sampling: str = "calibrate") -> dict[str, dict[str, Any]]:
+    """Per live policy of ``cfg.students``, the distribution its rollouts are drawn from.
+
+    What the run's ``sampling.json`` records under ``distribution`` (issue 29: calibration must
+    sample what training samples): the backend, temperature and top-p of ``cfg.<sampling>``, and
+    the top-k and min-p the engine applies besides them (:func:`engine_sampling`), with what each
+    training engine reproduces of it (``mbs-train`` trains with these values: TRL all of them,
+    verl 0.9.1 all but min-p).
+
+    Args:
+        cfg: A calibrate or synthesize config.
+        sampling: The node holding ``temperature`` and ``top_p`` (``calibrate``, ``synth``, ``eval``).
+
+    Returns:
+        ``{policy name: {"backend", "temperature", "top_p", "top_k", "min_p", "trainers"}}``;
+        recorded policies (answers shipped with the data) are left out.
+    """
+    temperature, top_p = _select(cfg, f"{sampling}.temperature"), _select(cfg, f"{sampling}.top_p")
+    return {str(node.get("name")): distribution_of(node.get("backend") or {}, temperature, top_p)
+            for node in (_select(cfg, "students.policies") or {}).values()
+            if isinstance(node, dict) and node.get("source") != "recorded"}
+
+
+def distribution_of(backend: Mapping[str, Any], temperature: Any, top_p: Any) -> dict[str, Any]:
+    """The distribution one backend node samples at ``temperature`` and ``top_p``, and what each
+    training engine reproduces of it (see :func:`sampled_distributions`)."""
+    if isinstance(backend, DictConfig):
+        backend = _select(OmegaConf.create({"b": backend}), "b") or {}
+    kind = _backend_kind(backend)
+    dist: dict[str, Any] = {"backend": kind, "temperature": _float(temperature), "top_p": _float(top_p),
+                            **engine_sampling(kind, backend)}
+    verl = "the same" if dist["min_p"] is None else (
+        f"all but min_p={dist['min_p']} (verl 0.9.1's rollout has no min-p)")
+    dist["trainers"] = {"trl": "the same (mbs-train adopts these values)", "verl": verl}
+    return dist
 
 
 def _select(cfg: DictConfig, key: str) -> Any:
@@ -236,7 +290,7 @@ def _from_policy(base: dict[str, Any], cfg: DictConfig, name: str | None, budget
                                    "train.override=[model]",
         budget=None if budget is None else int(budget), n=None if n is None else int(n),
         temperature=_float(_select(cfg, f"{sampling}.temperature")), top_p=_float(_select(cfg, f"{sampling}.top_p")),
-        **engine_sampling(kind), reasoning_format=str(reasoning.get("format") or "auto"),
+        **engine_sampling(kind, backend), reasoning_format=str(reasoning.get("format") or "auto"),
         chat_template_kwargs=dict(reasoning.get("chat_template_kwargs") or {}), effort=reasoning.get("effort"),
     )
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pyarrow.parquet as pq
 import pytest
 
@@ -116,6 +118,13 @@ def test_pipeline_trains_and_evaluates(make_cfg):
     assert 0.0 <= tf["forecast"]["expected_zero_std_share"] <= 1.0
     e = read_summary(out / "evaluate")
     assert len(e["models"]) == 2 and all(e["results"][m] for m in e["models"])
+    # calibration, training and evaluation sample one distribution, and each run's sampling record says so
+    sampled = json.loads((out / "calibrate_difficulty" / "sampling.json").read_text())["distribution"]
+    assert {k: sampled[cal["policy"]][k] for k in ("temperature", "top_p", "top_k", "min_p")} == {
+        k: t["policy"][k] for k in ("temperature", "top_p", "top_k", "min_p")} == {
+        "temperature": 0.6, "top_p": 1.0, "top_k": 40, "min_p": 0.05}
+    evaluated = json.loads((out / "evaluate" / "sampling.json").read_text())["distribution"]
+    assert [(d["backend"], d["temperature"], d["top_k"], d["min_p"]) for d in evaluated.values()] == [("transformers", 0.6, 40, 0.05)] * 2
     assert s["train"]["trap_forecast"] == tf
 
 

@@ -204,3 +204,22 @@ def test_trl_reward_is_compute_score_on_the_assistant_text(tmp_path, monkeypatch
     assert scores == [1.0, 0.0, 0.0] and reward.__name__ == "compute_score"
     lines = [json.loads(x) for x in log.read_text().splitlines()]
     assert [x["clipped"] for x in lines] == [False, True, False] and "cut off while thinking" in lines[1]["reason"]
+
+
+def test_sampling_records_state_the_distribution_training_samples(make_cfg):
+    """Issue 29: every backend's rollouts are drawn from a stated distribution (engine defaults
+    included), and the record says what each trainer reproduces of it."""
+    from mbs.training.provenance import distribution_of, sampled_distributions
+
+    cfg = make_cfg("calibrate", ["calibrate.temperature=0.6"])
+    [(name, dist)] = sampled_distributions(cfg, "calibrate").items()
+    assert name == "smollm2-135m-instruct"
+    assert {k: dist[k] for k in ("backend", "temperature", "top_p", "top_k", "min_p")} == {
+        "backend": "llamacpp", "temperature": 0.6, "top_p": 1.0, "top_k": 40, "min_p": 0.05}
+    assert "min_p=0.05" in dist["trainers"]["verl"] and dist["trainers"]["trl"].startswith("the same")
+    tf = distribution_of({"_target_": "mbs.llm.transformers_backend.TransformersBackend", "top_k": 0, "min_p": 0.0}, 1.0, 0.9)
+    assert (tf["backend"], tf["top_p"], tf["top_k"], tf["min_p"], tf["trainers"]["verl"]) == ("transformers", 0.9, None, None, "the same")
+    # a GGUF calibrated with a transformers checkpoint's filters records them, not llama.cpp's defaults
+    tk = distribution_of({"_target_": "mbs.llm.transformers_backend.TransformersBackend", "top_k": 40, "min_p": 0.05}, 0.6, 1.0)
+    assert (tk["top_k"], tk["min_p"]) == (40, 0.05)
+    assert sampled_distributions(make_cfg("calibrate", ["students=champ_recorded"]), "calibrate") == {}
