@@ -216,13 +216,14 @@ def findings(steps: Sequence[tuple[str, dict[str, Any]]], run_summary: dict[str,
 
 
 def _story_order(step: str, s: dict[str, Any]) -> tuple[int, str]:
-    """Pipeline order: recorded calibration, live calibration, MBS, direct, Goose, export, the rest."""
+    """The headline first: live calibrations (N samples of a policy at a budget L; a difficulty
+    study before the others), then recorded ones (a proxy), MBS, direct, Goose, export, the rest."""
     stage, method = s.get("stage"), s.get("method")
     if stage == "calibrate":
-        rank = 1 if s.get("budgets") else 0
+        rank = (0 if s.get("by_difficulty") else 1) if s.get("budgets") else 2  # "budgets": the live policies' L
     else:
-        rank = {("synthesize", "mbs"): 2, ("synthesize", "direct"): 3, ("synthesize", "goose"): 4}.get(
-            (stage, method), 5 if stage == "export" else 6)
+        rank = {("synthesize", "mbs"): 3, ("synthesize", "direct"): 4, ("synthesize", "goose"): 5}.get(
+            (stage, method), 6 if stage == "export" else 7)
     return rank, step
 
 

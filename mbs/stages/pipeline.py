@@ -27,6 +27,7 @@ from omegaconf.errors import ConfigKeyError
 
 from mbs.errors import ConfigError
 from mbs.figures.report import render
+from mbs.figures.story import findings
 from mbs.io import RunDir, read_summary
 from mbs.progress import StepProgress, format_seconds
 from mbs.stages import calibrate, evaluate, export, synthesize, train
@@ -263,6 +264,9 @@ def run(cfg: DictConfig) -> Path:
     out.timings.update(progress.seconds)
     out.write_manifest({"steps": len(steps), "figures": len(report["figures"])}, report=report.get("report"))
     lines = [f"mbs-pipeline finished in {format_seconds(sum(progress.seconds.values()))}: outputs in {out.path}"]
+    story = [f for f in findings([(name, read_summary(path)) for name, path in steps.items()]) if f.figure == "trap_bands"]
+    if story:  # the headline: the trap of the first live study (N samples of a policy at a budget L)
+        lines.append(f"headline ({story[0].step}): {story[0].title}; {story[0].text.split(': solved_all')[0]}")
     for name, path in steps.items():
         what = "train.parquet, val.parquet, summary.json" if name == "export" else "summary.json, figures/"
         lines.append(f"  {name:<20} {path}  ({what})")

@@ -74,3 +74,17 @@ def test_cost_matched_direct_is_named_apart_from_the_baseline():
     matched = synthesis_findings("synthesize_direct_cost_matched", {**base, "cost_match": {"seeds": 2}})[0].title
     assert plain.startswith("Direct prompting (baseline): 3 qualified problems from 1 of 2 hard seeds (yield 50%)")
     assert matched.startswith("Direct prompting, cost-matched to MBS: 3 qualified problems")
+
+
+def test_the_headline_is_the_live_study_of_a_policy_at_a_budget_and_the_recorded_proxy_follows():
+    """Issue 29: the trap study that leads the report is N samples of a policy at a budget L (the
+    difficulty study first), and the recorded prompt-settings study comes after, labelled a proxy."""
+    rec = {"stage": "calibrate", "target_policy": "B", "problems": 4, "budgets": [],
+           "bands": {"B": {"recorded": {"solved_all": 0.25, "goldilocks": 0.0, "failed_all": 0.75}}},
+           "counts": {"B": {"recorded": {"n_problems": 4, "goldilocks": 0}}}}
+    study = {**LIVE, "by_difficulty": {"levels": ["easy", "hard"]}}
+    got = findings([("calibrate_recorded", rec), ("calibrate_live", LIVE), ("calibrate_difficulty", study)])
+    order = list(dict.fromkeys(f.step for f in got))
+    assert order == ["calibrate_difficulty", "calibrate_live", "calibrate_recorded"]
+    proxy = next(f for f in got if f.step == "calibrate_recorded")
+    assert "a proxy for the trap, not N samples of one policy at a budget L" in proxy.text

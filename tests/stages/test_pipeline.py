@@ -76,6 +76,10 @@ def test_pipeline_small(make_cfg, toy_jsonl, capsys):
     printed = captured.out
     assert f"outputs in {out}" in printed and "train.parquet" in printed
     assert "what moved where (difficulty x budget):" in printed and "fake, L=32: failed_all" in printed
+    # the headline is the live difficulty study (N samples of a policy at L), with its interval and n
+    headline = next(line for line in printed.splitlines() if line.startswith("headline"))
+    assert headline.startswith("headline (calibrate_difficulty): ") and "zero-advantage trap for fake at L = 32 tokens" in headline
+    assert "95% interval" in headline and "n = 2)" in headline
     # the time of each step: printed at the end, in the summary (steps before the figures) and the manifest
     steps = [
         "calibrate_recorded", "calibrate_live", "calibrate_difficulty", "synthesize_mbs", "synthesize_direct",
@@ -97,8 +101,8 @@ def test_pipeline_trains_and_evaluates(make_cfg):
     close_all()
     cfg = make_cfg("pipeline", [
         "pipeline.recorded.enabled=false", "pipeline.live.limit=2", "pipeline.live.budgets=[64]",
-        # the study at its default size (18 problems): at L = 128 one-digit sums are in the Goldilocks band
-        "pipeline.difficulty.budgets=[128]", "pipeline.synthesize.methods=[]", "pipeline.synthesize.cost_matched.enabled=false",
+        # 18 problems of the study (the first 6 of each level): at L = 128 one-digit sums are in the Goldilocks band
+        "pipeline.difficulty.data.size=18", "pipeline.difficulty.budgets=[128]", "pipeline.synthesize.methods=[]", "pipeline.synthesize.cost_matched.enabled=false",
         "pipeline.evaluate.limit=2", "pipeline.evaluate.budgets=[32]",
     ])
     out = run(cfg)
