@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # mbs-synthesize -m experiment=mbs_vs_direct calibration_dir=runs/budget_trap hydra.sweep.dir=runs/mbs_vs_direct
 # MagicBeanStalk against direct teacher prompting on the same hard seeds, teacher pool and students
-# (seed paper: MBS converts 74.7% of hard seeds, direct 43.8%). One sweep, two runs: <OUT>/0 is
-# method=mbs, <OUT>/1 method=direct; then <OUT>/direct_cost_matched, the direct baseline given the
-# teacher tokens MBS spent per seed (direct.cost_match_run=<OUT>/0). Feeds the yield comparison and
+# (seed paper: MBS converts 74.7% of hard seeds, direct 43.8%: at least 39 hard seeds separate those
+# yields at power 0.8, mbs.stats.seeds_to_separate). One sweep, two runs: <OUT>/0 is
+# method=mbs, <OUT>/1 method=direct; then <OUT>/direct_cost_matched, the direct baseline given
+# every token MBS spent per seed, teachers and students (direct.cost_match_run=<OUT>/0). Feeds the yield comparison and
 # the MBS / MBS root-only / direct / cost-matched direct table (<OUT>/paper_figures/compare).
 #
 #   CAL: a calibration run whose hard seeds are grown (default runs/budget_trap, from

@@ -185,6 +185,7 @@ RULES: tuple[tuple[str, Check], ...] = (
     ("mbs.max_answer_chars", COUNT),
     ("mbs.grounding.top_k", COUNT),
     ("direct.n_variants", COUNT),
+    ("direct.cost_match_on", OneOf(("all_tokens", "teacher_tokens"))),
     ("goose.options", Num(integer=True, lo=2)),
     ("goose.filter.n", COUNT),
     ("goose.filter.budget", Num(integer=True, lo=1, nullable=True)),  # null: the student's budget L

@@ -99,3 +99,18 @@ def test_paired_shares():
     assert p["difference_ci"][0] <= 0.5 <= p["difference_ci"][1]
     with pytest.raises(ValueError, match="equal, non-empty"):
         paired_shares([True], [True, False])
+
+
+def test_seeds_to_separate_the_papers_yields():
+    from mbs.stats import seeds_to_separate
+
+    # Fleiss eq. 4.14 by hand for 0.747 vs 0.438 (the seed paper's MBS and direct yields): 38.49 -> 39
+    assert seeds_to_separate(0.747, 0.438) == 39
+    # the textbook case 0.5 vs 0.6 at alpha 0.05, power 0.8 needs 388 per arm (no continuity correction)
+    assert seeds_to_separate(0.5, 0.6) == 388
+    # a larger difference or lower power needs fewer; equal shares cannot be separated
+    assert seeds_to_separate(0.2, 0.8) < seeds_to_separate(0.4, 0.6)
+    assert seeds_to_separate(0.747, 0.438, power=0.5) < 39
+    assert seeds_to_separate(0.3, 0.3) is None
+    with pytest.raises(ValueError, match="shares in"):
+        seeds_to_separate(1.2, 0.3)

@@ -25,13 +25,13 @@ from typing import Any
 
 from mbs.figures import figure, save
 from mbs.io import read_summary
-from mbs.stats import paired_shares, share
+from mbs.stats import paired_shares, seeds_to_separate, share
 
 #: Row labels, in table order.
 LABELS = ("MBS", "MBS root-only", "direct", "direct, cost-matched")
 COLORS = {"MBS": "#4C72B0", "MBS root-only": "#8EB1D8", "direct": "#DD8452", "direct, cost-matched": "#F0B27A"}
 HEAD = ["method", "hard seeds", "yield %", "qualified per seed", "teacher tokens", "teacher tokens per qualified",
-        "yield 95% CI"]
+        "yield 95% CI", "student rollouts", "all tokens"]
 #: Columns of the paired table (one row per baseline, each against MBS on the seeds both ran).
 PAIRED_HEAD = ["MBS against", "paired seeds", "MBS yield %", "baseline yield %", "difference (pp)", "95% CI (pp)",
                "MBS only", "baseline only", "McNemar p"]
@@ -48,11 +48,13 @@ def role(summary: dict[str, Any]) -> str | None:
     return None
 
 
-def _row(label: str, seeds: int, yld: float, qualified: int, tokens: int) -> dict[str, Any]:
+def _row(label: str, seeds: int, yld: float, qualified: int, tokens: int, rollouts: int | None = None,
+         all_tokens: int | None = None) -> dict[str, Any]:
     return {
         "method": label, "hard_seeds": seeds, "yield": yld, "yield_ci": share(round(yld * seeds), seeds)["ci"],
         "qualified_per_seed": qualified / seeds if seeds else 0.0, "qualified_problems": qualified,
         "teacher_tokens": tokens, "teacher_tokens_per_qualified": round(tokens / qualified, 1) if qualified else None,
+        "student_rollouts": rollouts, "all_tokens": all_tokens,
     }
 
 
@@ -80,7 +82,8 @@ def comparison_rows(summaries: dict[str, dict[str, Any]]) -> list[dict[str, Any]
             rows.append(_row(label, n, float(s["yield_by_path"]["root_only"]), int(p.get("qualified_problems", 0)),
                              int(p.get("teacher_tokens", 0))))
         else:
-            rows.append(_row(label, n, float(s.get("yield", 0.0)), int(s.get("qualified_problems", 0)), int(s.get("teacher_tokens", 0))))
+            rows.append(_row(label, n, float(s.get("yield", 0.0)), int(s.get("qualified_problems", 0)), int(s.get("teacher_tokens", 0)),
+                             s.get("student_rollouts"), s.get("all_tokens")))
     return rows
 
 
@@ -88,7 +91,8 @@ def comparison_table(rows: Sequence[dict[str, Any]]) -> dict[str, str]:
     """The rows as ``{"md": ..., "tex": ...}``."""
     cells = [[r["method"], str(r["hard_seeds"]), f"{100 * r['yield']:.1f}", f"{r['qualified_per_seed']:.2f}",
               str(r["teacher_tokens"]), "-" if r["teacher_tokens_per_qualified"] is None else f"{r['teacher_tokens_per_qualified']:.1f}",
-              f"{100 * r['yield_ci'][0]:.1f}-{100 * r['yield_ci'][1]:.1f}"]
+              f"{100 * r['yield_ci'][0]:.1f}-{100 * r['yield_ci'][1]:.1f}",
+              "-" if r["student_rollouts"] is None else str(r["student_rollouts"]), "-" if r["all_tokens"] is None else str(r["all_tokens"])]
              for r in rows]
     return _tables(HEAD, cells)
 
@@ -125,7 +129,7 @@ def paired_table(rows: Sequence[dict[str, Any]]) -> dict[str, str]:
 def _tables(head: Sequence[str], cells: Sequence[Sequence[str]]) -> dict[str, str]:
     """Markdown and LaTeX (booktabs) of a header and rows of cells."""
     md = "| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n" + "".join("| " + " | ".join(c) + " |\n" for c in cells)
-    esc = lambda t: t.replace("_", "\\_").replace("%", "\\%").replace("&", "\\&")  # noqa: E731
+    esc = lambda t: t.replace("_", "\\_").replace("%", "\\%").replace("&", "\\&")
     tex = ("\\begin{tabular}{l" + "r" * (len(head) - 1) + "}\n\\toprule\n" + " & ".join(esc(h) for h in head) + " \\\\\n\\midrule\n"
            + "".join(" & ".join(esc(c) for c in r) + " \\\\\n" for r in cells) + "\\bottomrule\n\\end{tabular}\n")
     return {"md": md, "tex": tex}
@@ -179,6 +183,12 @@ def compare_methods(run_dirs: Sequence[str | Path], out_dir: str | Path, formats
     written = [str(p) for p in save(fig, out_dir, "mbs_vs_direct", formats)]
     seeds = {r["hard_seeds"] for r in rows}
     note = "" if len(seeds) == 1 else f"<p><b>Note:</b> the runs have different numbers of hard seeds ({sorted(seeds)}).</p>"
+    for r in paired:  # how many hard seeds would separate yields this far apart (power 0.8), against how many ran
+        need = seeds_to_separate(r["x"]["value"], r["y"]["value"])
+        r["seeds_to_separate"] = need
+        size = ("no number of seeds separates equal yields" if need is None else
+                f"{need} hard seeds per method would separate yields this far apart at power 0.8 (this run: {r['n']})")
+        note += f"<p>MBS against {r['baseline']}: {size}.</p>"
     tables = {"mbs_vs_direct": comparison_table(rows)}
     if paired:
         tables["mbs_vs_direct_paired"] = paired_table(paired)

@@ -72,7 +72,7 @@ from mbs.prompts import user_messages
 from mbs.records import Problem, TreeNode
 from mbs.sampling import Group, Policy, messages_for, verifier_for
 from mbs.synth.candidate import KEPT, REJECTIONS, Candidate, Status
-from mbs.synth.engine import Calibrate, Gather, Task, Verify, generate, one
+from mbs.synth.engine import Calibrate, Gather, Tally, Task, Verify, generate, one
 from mbs.synth.grounding import assign_documents, documents_block
 from mbs.synth.grower import SeedTree, SynthBase, mark_verified
 from mbs.synth.inputs import load_base_calibrations, load_seeds
@@ -179,12 +179,12 @@ class Beanstalk(SynthBase):
                 everything = yield from self.ground(tree, everything)
             problems = yield from self.final(tree, everything)
             log.debug("seed %s: %d kept at the root, %d qualified", seed.id, len(kept), len(problems))
-        info.update(teacher_tokens=tree.tally.teacher_tokens, teacher_samples=tree.tally.teacher_samples)
+        info.update(tree.tally.as_dict())
         return list(tree.nodes.values()), problems
 
     # -- Stage 2 -----------------------------------------------------------------------
 
-    def base_acc(self, node: TreeNode) -> Task:
+    def base_acc(self, node: TreeNode, tally: Tally | None = None) -> Task:
         """acc(S, p) of every live student over all N rollouts: from the calibration run (a seed
         whose group there drew all its rollouts) or measured here with all N (subproblems, and
         seeds whose calibration stopped early: a stopped group's successes / drawn is biased).
@@ -202,7 +202,7 @@ class Beanstalk(SynthBase):
                 todo.append(s)
         if todo:
             groups = [Group.of(node.problem, int(s.budget), self.templates, self.cfg.verifier) for s in todo]
-            res = yield Gather([one(Calibrate(s, [g], self.n, "band", early_stop=False)) for s, g in zip(todo, groups)])
+            res = yield Gather([one(Calibrate(s, [g], self.n, "band", early_stop=False, tally=tally)) for s, g in zip(todo, groups)])
             for s, (c,) in zip(todo, res):
                 out[s.name] = {"acc": c.pass_rate, "source": "measured", "n": c.n}
         return out
@@ -227,7 +227,7 @@ class Beanstalk(SynthBase):
         if node.depth >= depth_max:
             node.effectivity = {"passed": None, "students": {}, "attempts": [], "leaf_reason": f"depth limit D={depth_max}"}
             return
-        accs = yield from self.base_acc(node)
+        accs = yield from self.base_acc(node, tree.tally)
         messages = user_messages(
             m.templates.decompose, problem=clip(node.problem.prompt, self.max_chars),
             solution=self.trace_text(node), answer=self.shown(node), k=str(k_max),
@@ -274,7 +274,7 @@ class Beanstalk(SynthBase):
                 att.update(passed=False, reason="no valid subproblem")
                 continue
             res = yield Gather([
-                one(Calibrate(s, [self.conditioned(node, valid, s, k)], self.n, "above_alpha", accs[s.name]["acc"]))
+                one(Calibrate(s, [self.conditioned(node, valid, s, k)], self.n, "above_alpha", accs[s.name]["acc"], tally=tree.tally))
                 for s in self.students
             ])
             per: dict[str, dict[str, Any]] = {}
@@ -343,7 +343,8 @@ class Beanstalk(SynthBase):
         valid = [v for v in variants if v["status"] == Status.VALID]
         if valid:
             alpha = float(th.alpha_leaf)
-            cals = yield Calibrate(self.weakest, [self.group(tree, v, self.weakest) for v in valid], self.n, "above_alpha", alpha)
+            cals = yield Calibrate(self.weakest, [self.group(tree, v, self.weakest) for v in valid], self.n, "above_alpha", alpha,
+                                   tally=tree.tally)
             for v, c in zip(valid, cals):
                 self.filter(v, c, alpha, "alpha_leaf")
         node.variants.extend(variants)
@@ -391,7 +392,7 @@ class Beanstalk(SynthBase):
             v = self.candidate(tree, f"{node.node_id}/c{t}", "composed", comp, [node.node_id, *used], node_id=node.node_id, children=used)
             yield from self.check([v])
             if v["status"] == Status.VALID:
-                (c,) = yield Calibrate(self.weakest, [self.group(tree, v, self.weakest)], self.n, "above_alpha", alpha)
+                (c,) = yield Calibrate(self.weakest, [self.group(tree, v, self.weakest)], self.n, "above_alpha", alpha, tally=tree.tally)
                 self.filter(v, c, alpha, "alpha_parent")
             trials.append(v)
             if v["status"] == Status.KEPT:

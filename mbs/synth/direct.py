@@ -11,12 +11,15 @@ and accounting as MBS: one root :class:`~mbs.records.TreeNode` per seed holding 
 ``problems.*.jsonl`` (data source ``mbs/math/<origin>-direct``), ``rollouts.*.jsonl`` and the
 same summary keys (``seeds_with_trace`` is ``None``: there is no trace stage).
 
-**Cost-matched** (``direct.cost_match_run=<an MBS run directory>``): each seed gets the teacher
-completion tokens MBS spent on it in that run (Stage 1 traces included). Variations are drawn
-in rounds of ``direct.n_variants`` (sample indices go on: round r draws samples
-r*n_variants .. (r+1)*n_variants-1) until the seed's teacher tokens reach MBS's, or
-``direct.cost_match_max_variants`` were drawn. The summary's ``cost_match`` reports the
-tokens matched per seed and the totals of both runs.
+**Cost-matched** (``direct.cost_match_run=<an MBS run directory>``): each seed gets the work MBS
+spent on it in that run (:class:`mbs.synth.engine.Tally`; ``direct.cost_match_on``): by default
+every token, teacher prompt and completion tokens (Stage 1 traces and judges included) and the
+students' rollout tokens (effectivity tests, leaf and parent filters, qualification), or the
+teacher completion tokens alone. Variations are drawn, checked and calibrated in rounds of
+``direct.n_variants`` (sample indices go on: round r draws samples r*n_variants ..
+(r+1)*n_variants-1) until the seed's cost reaches MBS's, or ``direct.cost_match_max_variants``
+were drawn. The summary's ``cost_match`` reports, for each cost (teacher prompt and completion
+tokens, student rollouts and tokens, all tokens), both runs' totals and their ratio.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from mbs.prompts import user_messages
 from mbs.records import Problem, TreeNode
 from mbs.sampling import verifier_for
 from mbs.synth.candidate import KEPT, Status
-from mbs.synth.engine import Task, generate
+from mbs.synth.engine import Tally, Task, generate
 from mbs.synth.grower import SeedTree, SynthBase
 from mbs.synth.inputs import load_seeds
 from mbs.synth.judge import judge_summary
@@ -57,7 +60,8 @@ class Direct(SynthBase):
 
     def __init__(self, cfg: DictConfig, seeds: list[Problem] | None = None):
         super().__init__(cfg, cfg.direct)
-        self.budgets = cost_budgets(cfg.direct.cost_match_run, seeds or []) if cfg.direct.cost_match_run else None
+        self.cost_on = str(cfg.direct.get("cost_match_on", "all_tokens"))
+        self.budgets = cost_budgets(cfg.direct.cost_match_run, seeds or [], self.cost_on) if cfg.direct.cost_match_run else None
 
     def grow(self, seed: Problem) -> Task:
         """Variations of one seed, checked and calibrated against the target.
@@ -72,36 +76,68 @@ class Direct(SynthBase):
         messages = user_messages(d.templates.variant, problem=clip(seed.prompt, self.max_chars),
                                  answer=shown_answer(seed.ground_truth, verifier_for(seed, self.cfg.verifier)))
         step = int(d.n_variants)
-        comps = (yield from generate(self.gen, [self.gen.request(messages, 0, step)], tree.tally))[0]
-        if self.budgets is not None:  # cost-matched: go on until the seed has spent MBS's teacher tokens
+        variants, problems = yield from self.round(tree, root, messages, 0, step)
+        if self.budgets is not None:  # cost-matched: go on until the seed has spent what MBS spent on it
             cap = int(d.cost_match_max_variants)
-            while tree.tally.teacher_tokens < self.budgets[seed.id] and len(comps) < cap:
-                more = min(step, cap - len(comps))
-                comps += (yield from generate(self.gen, [self.gen.request(messages, len(comps), more)], tree.tally))[0]
-        variants = [self.candidate(tree, f"{seed.id}/d{c.sample_index}", "direct", c, [seed.id], node_id=root.node_id) for c in comps]
-        yield from self.check(variants)
-        for v in variants:
-            if v["status"] == Status.VALID:
-                v["status"] = Status.KEPT
+            while self.spent(tree.tally) < self.budgets[seed.id] and len(variants) < cap:
+                more, got = yield from self.round(tree, root, messages, len(variants), min(step, cap - len(variants)))
+                variants, problems = variants + more, problems + got
         root.variants = variants
-        problems = yield from self.final(tree, [v for v in variants if v["status"] == Status.KEPT])
         root.status = "synthesized" if any(v["status"] in ("qualified", "unqualified") for v in variants) else "exhausted"
         if root.status == "exhausted":
             c = Counter(reason_kind(v.get("reason")) for v in variants)
             root.reject_reason = "no valid variation: " + ", ".join(f"{n} {k}" for k, n in sorted(c.items()))
-        root.problem.metadata["direct"] = {"teacher_tokens": tree.tally.teacher_tokens, "teacher_samples": tree.tally.teacher_samples}
+        root.problem.metadata["direct"] = tree.tally.as_dict()
         if self.budgets is not None:
             root.problem.metadata["direct"]["cost_match_tokens"] = self.budgets[seed.id]
+            root.problem.metadata["direct"]["cost_match_on"] = self.cost_on
         return [root], problems
 
+    def round(self, tree: SeedTree, root: TreeNode, messages: list, first: int, count: int) -> Task:
+        """Variations ``first .. first+count-1``: drawn, checked and (the valid ones) calibrated
+        against the target.
 
-def cost_budgets(run_dir: str, seeds: list[Problem]) -> dict[str, int]:
-    """Teacher completion tokens an MBS run spent on each seed (its roots' ``metadata.mbs``).
+        Returns:
+            ``(variants, qualified problems)``.
+        """
+        comps = (yield from generate(self.gen, [self.gen.request(messages, first, count)], tree.tally))[0]
+        variants = [self.candidate(tree, f"{tree.seed.id}/d{c.sample_index}", "direct", c, [tree.seed.id], node_id=root.node_id)
+                    for c in comps]
+        yield from self.check(variants)
+        for v in variants:
+            if v["status"] == Status.VALID:
+                v["status"] = Status.KEPT
+        problems = yield from self.final(tree, [v for v in variants if v["status"] == Status.KEPT])
+        return variants, problems
+
+    def spent(self, tally: Tally) -> int:
+        """What a seed has spent in the unit of ``direct.cost_match_on``."""
+        return tally.all_tokens if self.cost_on == "all_tokens" else tally.teacher_tokens
+
+
+#: The costs ``direct.cost_match_on`` can match (keys of a root's ``metadata.mbs``).
+COST_UNITS = ("all_tokens", "teacher_tokens")
+
+#: Every cost the cost-matched summary compares.
+COSTS = ("teacher_prompt_tokens", "teacher_tokens", "student_rollouts", "student_tokens", "all_tokens")
+
+
+def cost_budgets(run_dir: str, seeds: list[Problem], on: str = "all_tokens") -> dict[str, int]:
+    """What an MBS run spent on each seed (its roots' ``metadata.mbs``), in ``on``'s unit.
+
+    Args:
+        run_dir: A finished MBS run directory.
+        seeds: The hard seeds to match.
+        on: ``all_tokens`` (teacher prompt and completion tokens and student rollout tokens) or
+            ``teacher_tokens`` (teacher completion tokens).
 
     Raises:
         FileNotFoundError: ``run_dir`` has no ``trees.*.jsonl``.
-        ValueError: A seed has no finished tree in ``run_dir`` (names the run and the seed).
+        ValueError: ``on`` is not a cost unit; a seed has no finished tree in ``run_dir``, or its
+            tree was written before that cost was recorded (names the run and the seed).
     """
+    if on not in COST_UNITS:
+        raise ValueError(f"direct.cost_match_on={on!r}: must be one of {', '.join(COST_UNITS)}")
     roots = {n.seed_id: n for n in read_records(run_dir, "trees", TreeNode) if n.depth == 0}
     if not roots:
         raise FileNotFoundError(f"direct.cost_match_run={run_dir}: no trees.*.jsonl records (is it a finished MBS run?)")
@@ -110,7 +146,11 @@ def cost_budgets(run_dir: str, seeds: list[Problem]) -> dict[str, int]:
         if s.id not in roots or "mbs" not in roots[s.id].problem.metadata:
             raise ValueError(f"direct.cost_match_run={run_dir}: hard seed {s.id!r} has no MBS tree there "
                              "(run MBS on the same calibration_dir, shard and seeds_limit first)")
-        out[s.id] = int(roots[s.id].problem.metadata["mbs"].get("teacher_tokens", 0))
+        spent = roots[s.id].problem.metadata["mbs"]
+        if on not in spent:
+            raise ValueError(f"direct.cost_match_run={run_dir}: the tree of hard seed {s.id!r} records no {on} "
+                             "(written by an older mbs): rerun MBS there, or set direct.cost_match_on=teacher_tokens")
+        out[s.id] = int(spent[on])
     return out
 
 
@@ -149,18 +189,28 @@ def summarize(cfg: DictConfig, state: RunState, grower: Direct) -> dict[str, Any
 
 
 def _cost_match(cfg: DictConfig, state: RunState, teacher_tokens: int) -> dict[str, Any] | None:
-    """``None``, or the matched run, MBS's and this run's teacher tokens, seeds short of the match."""
+    """``None``, or the matched run and unit, seeds short of the match, and for every cost
+    (:data:`COSTS`) MBS's total over the same seeds, this run's, and their ratio."""
     if not cfg.direct.cost_match_run:
         return None
+    on = str(cfg.direct.get("cost_match_on", "all_tokens"))
     meta = [n.problem.metadata.get("direct", {}) for n in state.nodes if n.depth == 0]
-    target = sum(int(m.get("cost_match_tokens", 0)) for m in meta)
+    mbs_roots = {n.seed_id: n.problem.metadata.get("mbs", {}) for n in read_records(cfg.direct.cost_match_run, "trees", TreeNode)
+                 if n.depth == 0}
+    mbs_spent = [mbs_roots.get(n.seed_id, {}) for n in state.nodes if n.depth == 0]
+    costs = {}
+    for key in COSTS:
+        a, b = sum(int(m.get(key, 0)) for m in mbs_spent), sum(int(m.get(key, 0)) for m in meta)
+        costs[key] = {"mbs": a, "direct": b, "ratio": round(b / a, 3) if a else None}
     return {
         "run": str(cfg.direct.cost_match_run),
+        "on": on,
         "max_variants": int(cfg.direct.cost_match_max_variants),
-        "mbs_teacher_tokens": target,
+        "mbs_teacher_tokens": costs["teacher_tokens"]["mbs"],
         "teacher_tokens": teacher_tokens,
-        "ratio": round(teacher_tokens / target, 3) if target else None,
-        "seeds_short": sum(1 for m in meta if m.get("teacher_tokens", 0) < m.get("cost_match_tokens", 0)),
+        "ratio": costs[on]["ratio"],
+        "costs": costs,
+        "seeds_short": sum(1 for m in meta if m.get(on, 0) < m.get("cost_match_tokens", 0)),
         "variants": sum(int(m.get("teacher_samples", 0)) for m in meta),
     }
 

@@ -72,6 +72,7 @@ class Calibrate:
         decision: ``band`` or ``above_alpha`` (what early stopping keeps identical).
         alpha: Threshold of ``above_alpha``.
         early_stop: Allow sequential early stopping (``synth.early_stop`` must be on too).
+        tally: The seed's :class:`Tally`: the rollouts drawn and their tokens are added to it.
     """
 
     policy: Policy
@@ -80,6 +81,7 @@ class Calibrate:
     decision: str = "band"
     alpha: float = 0.5
     early_stop: bool = True
+    tally: Tally | None = None
 
 
 @dataclass
@@ -236,6 +238,8 @@ class Engine:
             )
             for i in idx:
                 out[i] = [cals[(g.id, g.budget)] for g in ops[i].groups]
+                if ops[i].tally is not None:
+                    ops[i].tally.add_rollouts(out[i])
         return out
 
 
@@ -246,21 +250,52 @@ class Engine:
 
 @dataclass
 class Tally:
-    """Teacher work spent on one seed (cached samples count too: they were paid for once).
+    """The work spent on one seed, teachers (judges included) and students (cached samples count
+    too: they were paid for once). What a cost-matched comparison matches (issue 29).
 
     Attributes:
         teacher_tokens: Completion tokens of every teacher sample the seed used.
         teacher_samples: Teacher samples the seed used.
+        teacher_prompt_tokens: Prompt tokens of the teacher requests (once per request: the
+            ``n`` samples of one request share their prompt).
+        student_rollouts: Student rollouts drawn for the seed (effectivity tests, leaf and
+            parent filters, the target's qualification).
+        student_tokens: Completion tokens of those rollouts.
     """
 
     teacher_tokens: int = 0
     teacher_samples: int = 0
+    teacher_prompt_tokens: int = 0
+    student_rollouts: int = 0
+    student_tokens: int = 0
 
     def add(self, completions: Iterable[Iterable[Completion]]) -> None:
+        """Add teacher samples: one list of completions per request."""
         for comps in completions:
+            comps = list(comps)
+            if comps:
+                self.teacher_prompt_tokens += max(c.prompt_tokens for c in comps)
             for c in comps:
                 self.teacher_tokens += c.completion_tokens
                 self.teacher_samples += 1
+
+    def add_rollouts(self, calibrations: Iterable[Any]) -> None:
+        """Add the rollouts of student calibrations (:class:`mbs.records.Calibration`)."""
+        for c in calibrations:
+            self.student_rollouts += int(c.n)
+            self.student_tokens += int(c.completion_tokens)
+
+    @property
+    def all_tokens(self) -> int:
+        """Every token spent: teacher prompt and completion tokens and student completion tokens.
+        Student prompt tokens are left out: a group's prompt is evaluated once for its N rollouts."""
+        return self.teacher_prompt_tokens + self.teacher_tokens + self.student_tokens
+
+    def as_dict(self) -> dict[str, int]:
+        """The counts, for a root's metadata (``metadata.mbs`` / ``metadata.direct``)."""
+        return {"teacher_tokens": self.teacher_tokens, "teacher_samples": self.teacher_samples,
+                "teacher_prompt_tokens": self.teacher_prompt_tokens, "student_rollouts": self.student_rollouts,
+                "student_tokens": self.student_tokens, "all_tokens": self.all_tokens}
 
 
 def generate(teacher: Any, requests: list[ChatRequest], tally: Tally) -> Task:

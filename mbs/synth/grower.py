@@ -186,7 +186,7 @@ class SynthBase:
         """
         if not kept:
             return []
-        cals = yield Calibrate(self.target, [self.group(tree, v, self.target) for v in kept], self.n, "band")
+        cals = yield Calibrate(self.target, [self.group(tree, v, self.target) for v in kept], self.n, "band", tally=tree.tally)
         for v, c in zip(kept, cals):
             v["target"] = to_dict(c)
             if c.usable:

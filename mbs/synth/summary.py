@@ -43,11 +43,19 @@ def base_summary(
         ``hard_seeds``, ``seed_ids`` (seed order, the order of ``qualified_per_seed``), ``seeds_qualified``, ``yield``, ``yield_ci`` (its count, n and 95% Wilson
         interval, :func:`mbs.stats.share`), ``qualified_problems``,
         ``qualified_per_seed`` (a list in seed order), ``qualified_per_seed_histogram``,
-        ``teacher_tokens``, ``student_tokens`` and both per qualified problem.
+        ``teacher_tokens``, ``student_tokens`` and both per qualified problem; the cost of every
+        token (issue 29): ``teacher_prompt_tokens`` (from the roots' ``metadata.<method>`` tallies,
+        :class:`mbs.synth.engine.Tally`), ``student_rollouts`` and ``all_tokens`` (teacher prompt
+        and completion tokens plus student completion tokens), and ``all_tokens_per_qualified``.
     """
     per_seed = Counter(p.metadata.get("seed_id") for p in qualified)
     counts = [per_seed.get(s.id, 0) for s in seeds]
-    student_tokens = sum(r.completion_tokens for r in rollouts)
+    student_tokens = student_rollouts = 0
+    for r in rollouts:
+        student_tokens += r.completion_tokens
+        student_rollouts += 1
+    prompt_tokens = sum(int(n.problem.metadata.get(method, {}).get("teacher_prompt_tokens", 0)) for n in nodes if n.depth == 0)
+    all_tokens = prompt_tokens + teacher_tokens + student_tokens
     n_q = len(qualified)
     seeds_q = sum(1 for c in counts if c > 0)
     return {
@@ -64,4 +72,8 @@ def base_summary(
         "student_tokens": student_tokens,
         "teacher_tokens_per_qualified": per_qualified(teacher_tokens, n_q),
         "student_tokens_per_qualified": per_qualified(student_tokens, n_q),
+        "teacher_prompt_tokens": prompt_tokens,
+        "student_rollouts": student_rollouts,
+        "all_tokens": all_tokens,
+        "all_tokens_per_qualified": per_qualified(all_tokens, n_q),
     }

@@ -6,11 +6,11 @@ import json
 
 import pyarrow.parquet as pq
 import pytest
+from support.fakes import fake_backend_overrides
 
 from mbs.io import read_manifest, read_summary
 from mbs.llm import close_all
 from mbs.stages.pipeline import run
-from support.fakes import fake_backend_overrides
 
 
 def test_pipeline_small(make_cfg, toy_jsonl, capsys):

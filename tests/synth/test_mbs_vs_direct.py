@@ -12,6 +12,7 @@ from mbs.io import RunDir, read_records, read_summary
 from mbs.llm import build_backend, close_all
 from mbs.records import Calibration, Problem, TreeNode
 from mbs.stages.synthesize import run
+from mbs.stats import seeds_to_separate
 
 SMALL = ["thresholds.D=2", "thresholds.N_t=2", "thresholds.N_l=3", "thresholds.N_c=2", "thresholds.N=4", "verifier.workers=0",
          "synth.figures=false"]
@@ -117,17 +118,34 @@ def test_cost_matched_direct_and_the_comparison_table(make_cfg, tmp_path):
     direct = run(synth(make_cfg, cal, "direct", "direct.n_variants=2"))
     matched = run(synth(make_cfg, cal, "direct", "direct.n_variants=2", f"direct.cost_match_run={mbs}",
                         "direct.cost_match_max_variants=5", out="matched"))
+    teacher_only = run(synth(make_cfg, cal, "direct", "direct.n_variants=2", f"direct.cost_match_run={mbs}",
+                             "direct.cost_match_max_variants=5", "direct.cost_match_on=teacher_tokens", out="teacher_only"))
     ms, ds, cs = read_summary(mbs), read_summary(direct), read_summary(matched)
-    mbs_tokens = {n.seed_id: n.problem.metadata["mbs"]["teacher_tokens"] for n in read_records(mbs, "trees", TreeNode) if n.depth == 0}
+    spent = {n.seed_id: n.problem.metadata["mbs"] for n in read_records(mbs, "trees", TreeNode) if n.depth == 0}
+    # every token of a seed: teacher prompt and completion tokens and the students' rollout tokens
+    for m in spent.values():
+        assert m["all_tokens"] == m["teacher_prompt_tokens"] + m["teacher_tokens"] + m["student_tokens"]
+        assert m["teacher_prompt_tokens"] > 0
+    assert sum(m["student_rollouts"] for m in spent.values()) == read_summary(mbs)["student_rollouts"] > 0
     for n in read_records(matched, "trees", TreeNode):
         meta = n.problem.metadata["direct"]
-        assert meta["cost_match_tokens"] == mbs_tokens[n.seed_id]
-        # rounds of 2 until MBS's tokens are reached, at most 5 variations
-        assert meta["teacher_tokens"] >= mbs_tokens[n.seed_id] or meta["teacher_samples"] == 5
+        assert (meta["cost_match_tokens"], meta["cost_match_on"]) == (spent[n.seed_id]["all_tokens"], "all_tokens")
+        # rounds of 2, each drawn, checked and calibrated, until MBS's cost is reached, at most 5 variations
+        assert meta["all_tokens"] >= spent[n.seed_id]["all_tokens"] or meta["teacher_samples"] == 5
         assert meta["teacher_samples"] <= 5
-    assert cs["cost_match"]["mbs_teacher_tokens"] == sum(mbs_tokens.values())
+    costs = cs["cost_match"]["costs"]
+    for key in ("teacher_prompt_tokens", "teacher_tokens", "student_rollouts", "student_tokens", "all_tokens"):
+        assert costs[key]["mbs"] == sum(m[key] for m in spent.values())
+    assert costs["all_tokens"]["direct"] == cs["all_tokens"] and costs["student_rollouts"]["direct"] == cs["student_rollouts"]
+    assert cs["cost_match"]["on"] == "all_tokens" and cs["cost_match"]["ratio"] == costs["all_tokens"]["ratio"]
     assert cs["cost_match"]["teacher_tokens"] == cs["teacher_tokens"] > ds["teacher_tokens"]
     assert ds["cost_match"] is None
+    # matched on teacher completion tokens alone (the earlier unit)
+    for n in read_records(teacher_only, "trees", TreeNode):
+        meta = n.problem.metadata["direct"]
+        assert meta["cost_match_tokens"] == spent[n.seed_id]["teacher_tokens"]
+        assert meta["teacher_tokens"] >= spent[n.seed_id]["teacher_tokens"] or meta["teacher_samples"] == 5
+    assert read_summary(teacher_only)["cost_match"]["mbs_teacher_tokens"] == sum(m["teacher_tokens"] for m in spent.values())
     # the variations a cost-matched seed draws first are the plain baseline's (same indices)
     first = {v["id"] for n in read_records(direct, "trees", TreeNode) for v in n.variants}
     assert first <= {v["id"] for n in read_records(matched, "trees", TreeNode) for v in n.variants}
@@ -140,7 +158,7 @@ def test_cost_matched_direct_and_the_comparison_table(make_cfg, tmp_path):
     table = compare_methods([mbs, direct, matched], tmp_path / "cmp", formats=("png",))
     md = table["tables"]["mbs_vs_direct"]["md"]
     assert md.splitlines()[0] == ("| method | hard seeds | yield % | qualified per seed | teacher tokens | teacher tokens per qualified "
-                                  "| yield 95% CI |")
+                                  "| yield 95% CI | student rollouts | all tokens |")
     # MBS and each baseline paired seed by seed: the yield difference with its interval and McNemar's exact p
     paired = {r["baseline"]: r for r in table["paired"]}
     assert set(paired) == {"direct", "direct, cost-matched"}
@@ -150,6 +168,11 @@ def test_cost_matched_direct_and_the_comparison_table(make_cfg, tmp_path):
         assert r["difference"] == pytest.approx(ms["yield"] - s["yield"])
         assert r["difference_ci"][0] <= r["difference"] <= r["difference_ci"][1] and 0.0 <= r["mcnemar_p"] <= 1.0
     assert "| direct | 3 |" in table["tables"]["mbs_vs_direct_paired"]["md"]
+    # the report says how many seeds would separate yields this far apart, against the 3 that ran
+    for r in table["paired"]:
+        need = seeds_to_separate(r["x"]["value"], r["y"]["value"])
+        assert r["seeds_to_separate"] == need
+        assert (f"{need} hard seeds per method would separate" if need else "no number of seeds separates") in table["html"]
     assert md.splitlines()[2].startswith(f"| MBS | 3 | {100 * ms['yield']:.1f} |")
     assert md.splitlines()[3].startswith("| MBS root-only | 3 | 0.0 | 0.00 | ")
     assert (tmp_path / "cmp" / "mbs_vs_direct.png").is_file()

@@ -82,7 +82,7 @@ def _drop(obj, keys):
 
 #: What thinking legitimately changes: token counts (the budget counts the thinking) and the
 #: stored Stage-1 trace (which keeps the reasoning; compared separately).
-VARYING = {"tokens", "teacher_tokens", "reasoning_tokens", "trace", "trace_reasoning"}
+VARYING = {"tokens", "teacher_tokens", "all_tokens", "reasoning_tokens", "trace", "trace_reasoning"}  # all_tokens: teacher tokens in it
 
 
 def _tree(run_dir) -> dict[str, dict]:
