@@ -114,8 +114,8 @@ class Reward:
                 res = compute_score(data_source[i], text, reward_model[i]["ground_truth"], info, reasoning_format=self.reasoning_format)
             except Exception as err:  # noqa: BLE001 - any failure of the reward ends training with its place named
                 raise TrainError(
-                    f"step {step}: the reward raised on completion {i} of problem {info.get('id')!r} (data_source "
-                    f"{data_source[i]!r}): {type(err).__name__}: {err}"
+                    f"step {step}: the reward raised on completion {i} of the step's batch, problem {info.get('id')!r} "
+                    f"(data_source {data_source[i]!r}): {type(err).__name__}: {err}"
                 ) from err
             scores.append(float(res["score"]))
             tokens = len(completion_ids[i]) if completion_ids is not None else None

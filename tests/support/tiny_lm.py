@@ -48,16 +48,21 @@ def tiny_model(folder: Path, seed: int = 0) -> Path:
     return folder
 
 
-def letter_export(folder: Path, rows: int = 8) -> Path:
-    """``train.parquet`` and ``val.parquet`` of ``rows`` + 2 four-option questions (answers cycle A-D)."""
+def letter_export(folder: Path, rows: int = 8, unknown_verifier: int | None = None) -> Path:
+    """``train.parquet`` and ``val.parquet`` of ``rows`` + 2 four-option questions (answers cycle A-D).
+
+    Args:
+        unknown_verifier: The row whose data source and verifier name no verifier (its reward raises).
+    """
     from mbs.export.verl_schema import verl_row, write_parquet
 
     def row(i: int, split: str) -> dict:
         gold = LETTERS[i % 4]
+        bad = i == unknown_verifier
         return verl_row(
-            data_source="mbs/mcq/tiny", messages=[{"role": "user", "content": f"Q{i}: pick {gold}"}],
+            data_source="mbs/nosuch/tiny" if bad else "mbs/mcq/tiny", messages=[{"role": "user", "content": f"Q{i}: pick {gold}"}],
             answer_type="mcq", ground_truth=gold, index=i, split=split, problem_id=f"q{i}", source="tiny",
-            kind="seed", run_dir=str(folder), parents=[], verifier="mcq",
+            kind="seed", run_dir=str(folder), parents=[], verifier="nosuch" if bad else "mcq",
         )
 
     write_parquet([row(i, "train") for i in range(rows)], folder / "train.parquet")
