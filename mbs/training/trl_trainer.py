@@ -24,8 +24,9 @@ before anything of the failing step is saved:
 
 * a non-finite loss of a micro batch, non-finite gradients before the optimizer step, or weights
   made non-finite by it (names the step and the value; the learning rate is the usual cause);
-* an ``OSError`` while saving a checkpoint (a full disk: ``ENOSPC``, ``EFBIG``, ``EDQUOT``): the
-  partial folder is removed and the last complete checkpoint named.
+* a failed write while saving a checkpoint (a full disk: ``ENOSPC``, ``EFBIG``, ``EDQUOT``; an
+  ``OSError``, or the ``RuntimeError`` that ``torch.save`` raises for it): the partial folder is
+  removed and the last complete checkpoint named.
 """
 
 from __future__ import annotations
@@ -143,10 +144,11 @@ def trainer_class() -> type:
             try:
                 super()._save_checkpoint(model, trial)
                 mark_complete(folder, step)
-            except OSError as err:
+            except (OSError, RuntimeError) as err:  # torch.save reports a failed write as RuntimeError (iostream error)
                 shutil.rmtree(folder, ignore_errors=True)
+                why = (err.strerror if isinstance(err, OSError) else None) or str(err)
                 raise TrainError(
-                    f"step {step}: saving {folder} failed ({err.strerror or err}; a full disk?): the partial folder was "
+                    f"step {step}: saving {folder} failed ({why}; a full disk?): the partial folder was "
                     f"removed; {_resume_hint(self.args.output_dir)}"
                 ) from err
             for path in rotate(self.args.output_dir, self.keep_checkpoints):
