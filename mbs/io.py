@@ -50,7 +50,7 @@ from typing import Any
 
 from mbs.records import SCHEMA_VERSION, RecordError, from_dict, to_dict
 from mbs.redact import redact_obj
-from mbs.run_lock import LOCK, RunDirError, RunLock
+from mbs.run_lock import RunDirError, RunLock
 from mbs.run_restore import StartSnapshot
 from mbs.validate import plain_config, select
 
@@ -232,11 +232,11 @@ def on_admit(hook: Callable[[Path], None]) -> Iterator[None]:
         _ADMIT_HOOKS.remove(hook)
 
 
-_GUARDS: list[list["RunDir"]] = []
+_GUARDS: list[list[RunDir]] = []
 
 
 @contextmanager
-def restore_on_failure(logs: Callable[[], Iterable[str]] = tuple) -> Iterator[list["RunDir"]]:
+def restore_on_failure(logs: Callable[[], Iterable[str]] = tuple) -> Iterator[list[RunDir]]:
     """Collect every :class:`RunDir` admitted while the block runs; if the block raises, put back
     each directory whose start changed nothing but bookkeeping (:mod:`mbs.run_restore`): a
     finished run's manifest and files stay as they were. Restores all or none (an outer run

@@ -50,7 +50,15 @@ from omegaconf import DictConfig, OmegaConf
 
 from mbs.errors import ConfigError, require_extra
 from mbs.rewards import compute_score
-from mbs.training.checkpoints import COMPLETE, checkpoint_step, drop_after, is_complete, last_checkpoint, remove_incomplete_after, replace_dir
+from mbs.training.checkpoints import (
+    COMPLETE,
+    checkpoint_step,
+    drop_after,
+    is_complete,
+    last_checkpoint,
+    remove_incomplete_after,
+    replace_dir,
+)
 from mbs.training.launch import TrainError
 from mbs.training.policy import TrainPolicy
 from mbs.training.trl_trainer import finite_guard, trainer_class
@@ -112,7 +120,7 @@ class Reward:
             info = dict(extra_info[i] or {})
             try:
                 res = compute_score(data_source[i], text, reward_model[i]["ground_truth"], info, reasoning_format=self.reasoning_format)
-            except Exception as err:  # noqa: BLE001 - any failure of the reward ends training with its place named
+            except Exception as err:  # any failure of the reward ends training with its place named
                 raise TrainError(
                     f"step {step}: the reward raised on completion {i} of the step's batch, problem {info.get('id')!r} "
                     f"(data_source {data_source[i]!r}): {type(err).__name__}: {err}"

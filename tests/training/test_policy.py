@@ -17,6 +17,14 @@ from mbs.errors import ConfigError
 from mbs.llm.hf_checkpoint import file_sha256
 from mbs.llm.llamacpp import embedded_model_path
 from mbs.stages.train import build_command, run, verl_overrides
+from mbs.training.checkpoints import (
+    COMPLETE,
+    drop_after,
+    is_complete,
+    mark_complete,
+    remove_incomplete_after,
+    rotate,
+)
 from mbs.training.policy import resolve_policy
 from mbs.training.provenance import (
     ExportProvenance,
@@ -24,7 +32,6 @@ from mbs.training.provenance import (
     PolicyProvenance,
     provenance_of_run,
 )
-from mbs.training.checkpoints import COMPLETE, drop_after, is_complete, mark_complete, remove_incomplete_after, rotate
 from mbs.training.trl_engine import Reward, batch_sizes, last_checkpoint
 from mbs.training.verl_command import known_differences
 

@@ -62,6 +62,11 @@ def checkpoints(run: Path) -> dict[str, bool]:
     return {p.name: is_complete(p) for p in sorted((run / "checkpoints").glob("checkpoint-*"))}
 
 
+def files(run: Path) -> dict[str, bytes]:
+    """Every file under ``run`` (hidden ones included) and its bytes."""
+    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+
+
 def weights(path: Path) -> dict:
     from safetensors.numpy import load_file
 
@@ -243,6 +248,11 @@ def test_kill_9_at_random_points_resumes_to_the_uninterrupted_result(tiny, refer
     result = json.loads((run / "summary.json").read_text())["result"]
     assert result["resumed_step"] >= 4 and (run / "manifest.json").is_file()
     assert_same_run(run, reference, tiny[0])
+
+    # a start of the finished run that fails after admission (a missing checkpoint) changes no file of it
+    before = files(run)
+    assert "train.trl.resume_from=99: no checkpoint folder" in _one_error_line(_cli(tmp_path, tiny, STEPS, "train.trl.resume_from=99"))
+    assert files(run) == before
 
 
 @pytest.mark.slow
