@@ -33,7 +33,7 @@ from mbs.io import write_json_atomic, write_text_atomic
 
 __all__ = [
     "COMPLETE", "checkpoint_step", "drop_after", "is_complete", "last_checkpoint", "mark_complete", "remove_incomplete_after",
-    "replace_dir", "rotate",
+    "replace_dir", "resume_hint", "rotate",
 ]
 
 log = logging.getLogger(__name__)
@@ -95,6 +95,12 @@ def last_checkpoint(folder: str | os.PathLike) -> Path | None:
             return path
         log.warning("%s is incomplete (no %s: the save was cut short): skipped", path, COMPLETE)
     return None
+
+
+def resume_hint(folder: str | os.PathLike) -> str:
+    """The end of a training error message: the last complete checkpoint in ``folder``, or that there is none."""
+    last = last_checkpoint(folder)
+    return f"the last complete checkpoint is {last} (a rerun resumes from it)" if last else "no checkpoint is complete yet"
 
 
 def remove_incomplete_after(folder: str | os.PathLike, step: int) -> list[str]:

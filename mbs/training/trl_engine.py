@@ -58,6 +58,7 @@ from mbs.training.checkpoints import (
     last_checkpoint,
     remove_incomplete_after,
     replace_dir,
+    resume_hint,
 )
 from mbs.training.launch import TrainError
 from mbs.training.policy import TrainPolicy
@@ -73,6 +74,7 @@ METRIC_KEYS = (
     "completions/max_length", "completions/clipped_ratio", "completions/mean_terminated_length", "loss",
     "learning_rate", "grad_norm", "kl", "entropy", "num_tokens",
 )
+
 
 def completion_text(completion: Any) -> str:
     """The text of one TRL completion: a string, or (conversational data) the assistant messages' content."""
@@ -148,12 +150,7 @@ def append_lines(path: Path, rows: Sequence[dict[str, Any]], step: int) -> None:
             f.write("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in rows))
     except OSError as err:
         raise TrainError(f"step {step}: writing {path} failed ({err.strerror or err}; a full disk?); "
-                         f"{_resume_hint(path.parent)}") from err
-
-
-def _resume_hint(out: Path) -> str:
-    last = last_checkpoint(out / "checkpoints")
-    return f"the last complete checkpoint is {last} (a rerun resumes from it)" if last else "no checkpoint is complete yet"
+                         f"{resume_hint(path.parent / 'checkpoints')}") from err
 
 
 def batch_sizes(prompts_per_step: int, group_size: int, gradient_accumulation_steps: int) -> int:
@@ -341,7 +338,7 @@ def train_trl(cfg: DictConfig, policy: TrainPolicy, out_dir: str | os.PathLike) 
         replace_dir(tmp, final)
     except (OSError, RuntimeError) as err:
         raise TrainError(f"step {steps}: saving the trained model to {final} failed ({err}; a full disk?); "
-                         f"{_resume_hint(out)}") from err
+                         f"{resume_hint(out / 'checkpoints')}") from err
     newest = last_checkpoint(out / "checkpoints")
     done = steps - int(resumed_step)
     return {

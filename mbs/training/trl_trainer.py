@@ -38,7 +38,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from mbs.training.checkpoints import last_checkpoint, mark_complete, rotate
+from mbs.training.checkpoints import mark_complete, resume_hint, rotate
 from mbs.training.launch import TrainError
 
 __all__ = ["NonFiniteError", "finite_guard", "trainer_class"]
@@ -48,11 +48,6 @@ log = logging.getLogger(__name__)
 
 class NonFiniteError(TrainError):
     """Training produced a NaN or infinite loss, gradient or weight (names the step and value)."""
-
-
-def _resume_hint(output_dir: str) -> str:
-    last = last_checkpoint(output_dir)
-    return f"the last complete checkpoint is {last} (a rerun resumes from it)" if last else "no checkpoint is complete yet"
 
 
 def _first_nonfinite(named: Any, grads: bool) -> tuple[str, float] | None:
@@ -84,7 +79,7 @@ def finite_guard(output_dir: str) -> Any:
             if bad:
                 raise NonFiniteError(
                     f"step {state.global_step + 1}: the gradient of {bad[0]} is {bad[1]} (non-finite); stopped before the "
-                    f"optimizer step, nothing of this step was saved; {_resume_hint(output_dir)}"
+                    f"optimizer step, nothing of this step was saved; {resume_hint(output_dir)}"
                 )
 
         def on_optimizer_step(self, args, state, control, model=None, optimizer=None, **kwargs):
@@ -93,7 +88,7 @@ def finite_guard(output_dir: str) -> Any:
                 lr = optimizer.param_groups[0]["lr"] if optimizer is not None else args.learning_rate
                 raise NonFiniteError(
                     f"step {state.global_step + 1}: the optimizer step made {bad[0]} {bad[1]} (non-finite weights; "
-                    f"learning rate {lr:g}); nothing of this step was saved; {_resume_hint(output_dir)}"
+                    f"learning rate {lr:g}); nothing of this step was saved; {resume_hint(output_dir)}"
                 )
 
     return FiniteGuard()
@@ -134,7 +129,7 @@ def trainer_class() -> type:
             if not math.isfinite(value):
                 raise NonFiniteError(
                     f"step {self.state.global_step + 1}: the loss is {value}; stopped before the optimizer step, nothing "
-                    f"of this step was saved; {_resume_hint(self.args.output_dir)}"
+                    f"of this step was saved; {resume_hint(self.args.output_dir)}"
                 )
             return loss
 
@@ -149,7 +144,7 @@ def trainer_class() -> type:
                 why = (err.strerror if isinstance(err, OSError) else None) or str(err)
                 raise TrainError(
                     f"step {step}: saving {folder} failed ({why}; a full disk?): the partial folder was "
-                    f"removed; {_resume_hint(self.args.output_dir)}"
+                    f"removed; {resume_hint(self.args.output_dir)}"
                 ) from err
             for path in rotate(self.args.output_dir, self.keep_checkpoints):
                 log.info("removed %s (train.trl.save_total_limit=%s)", path, self.keep_checkpoints)
