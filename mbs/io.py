@@ -23,7 +23,9 @@ differs from the one the directory's records were drawn with is refused unless
 sampling config is accepted; only then is anything in the directory changed: ``manifest.json``
 is removed (it marks a finished stage only), ``sampling.json`` recorded and the hooks of
 :func:`on_admit` run (the command line writes Hydra's ``.hydra/`` files and its log there), so
-a refused start leaves every file as it was. Derived files are replaced atomically
+a refused start leaves every file as it was; so does a start that fails after admission but
+before writing anything of its own, under :func:`restore_on_failure` (every ``mbs-*`` command:
+:mod:`mbs.run_restore`). Derived files are replaced atomically
 (:meth:`Shard.rewrite`). The server's address (``base_url``) is not sampling config: the same
 model served elsewhere draws the same records.
 Every string written to ``config.yaml``, ``summary.json`` and ``manifest.json`` has its URLs
@@ -35,11 +37,9 @@ interface that ``analysis/`` and ``mbs-figures`` use; they never import stage in
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
-import socket
 import subprocess
 import tempfile
 import time
@@ -47,18 +47,17 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from weakref import WeakValueDictionary
 
-from mbs.errors import UserError
 from mbs.records import SCHEMA_VERSION, RecordError, from_dict, to_dict
 from mbs.redact import redact_obj
+from mbs.run_lock import RunDirError, RunLock
+from mbs.run_restore import StartSnapshot
 from mbs.validate import plain_config, select
 
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 SUMMARY = "summary.json"
-LOCK = ".lock"
 SAMPLING = "sampling.json"
 
 #: Per stage, the config keys (patterns, ``*``: any key or index) that decide what a record
@@ -84,11 +83,6 @@ OPERATIONAL_KEYS = frozenset(
     {"base_url", "max_concurrency", "timeout_s", "max_retries", "n_threads", "n_batch", "api_key_env", "use_n", "gpu_memory_utilization",
      "figures", "seeds_limit", "early_stop", "early_stop_batch"}
 )
-
-
-class RunDirError(UserError, RuntimeError):
-    """A run directory is in use by another process, or its records were drawn under another
-    sampling config (the message names the holder or the keys that differ)."""
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
@@ -238,13 +232,45 @@ def on_admit(hook: Callable[[Path], None]) -> Iterator[None]:
         _ADMIT_HOOKS.remove(hook)
 
 
+_GUARDS: list[list[RunDir]] = []
+
+
+@contextmanager
+def restore_on_failure(logs: Callable[[], Iterable[str]] = tuple) -> Iterator[list[RunDir]]:
+    """Collect every :class:`RunDir` admitted while the block runs; if the block raises, put back
+    each directory whose start changed nothing but bookkeeping (:mod:`mbs.run_restore`): a
+    finished run's manifest and files stay as they were. Restores all or none (an outer run
+    directory holding an inner one that changed is itself changed).
+
+    Args:
+        logs: Returns the job log files the start appended to (cut back when restored).
+
+    Yields:
+        The run directories admitted so far (each has ``restored`` set after a failure).
+    """
+    opened: list[RunDir] = []
+    _GUARDS.append(opened)
+    try:
+        yield opened
+    except BaseException:
+        files = list(logs())
+        if opened and all(run.restorable(files) for run in opened):
+            for run in reversed(opened):
+                run.restore_start(files)
+        raise
+    finally:
+        _GUARDS.remove(opened)
+
+
 class RunDir:
     """A stage's output folder.
 
     Opening one takes the directory's lock (held while this object lives), checks the sampling
     config when ``cfg`` is given (:meth:`check_sampling`), and only then, the run admitted,
     runs the :func:`on_admit` hooks and removes ``manifest.json``. A refused open changes no
-    file of the directory (the lock file's holder line is put back).
+    file of the directory (the lock file's holder line is put back); under
+    :func:`restore_on_failure` (every ``mbs-*`` command), neither does a start that fails
+    before writing anything of its own (:mod:`mbs.run_restore`).
 
     Args:
         path: The folder (created if missing).
@@ -268,19 +294,40 @@ class RunDir:
         self.shard_index = int(shard_index)
         self.shard_count = int(shard_count)
         self._lock = RunLock.acquire(self.path)
+        self.restored = False
+        self._snapshot: StartSnapshot | None = None
         try:
             if cfg is not None:
                 self.check_sampling(cfg)
+            if _GUARDS:  # under restore_on_failure: what a failing start must put back
+                self._snapshot = StartSnapshot(self.path)
             for hook in list(_ADMIT_HOOKS):
                 hook(self.path)
         except BaseException:
             self._lock.restore()
             raise
-        self._lock.admitted()
+        self._lock_before = self._lock.admitted()
+        if _GUARDS:
+            _GUARDS[-1].append(self)
         # the manifest marks a finished stage: a stage (re)starting here is not finished
         (self.path / MANIFEST).unlink(missing_ok=True)
         self.started = time.time()
         self.timings: dict[str, float] = {}
+
+    def restorable(self, logs: Iterable[str] = ()) -> bool:
+        """Whether this start changed nothing but bookkeeping, the job ``logs`` and new empty
+        files (see :mod:`mbs.run_restore`; only under :func:`restore_on_failure`)."""
+        return self._snapshot is not None and not self._snapshot.changed(logs)
+
+    def restore_start(self, logs: Iterable[str] = ()) -> bool:
+        """Put the directory back as it was before this start, lock holder line included, if
+        :meth:`restorable`. Returns whether it did (then :attr:`restored` is true)."""
+        if self._snapshot is None or not self._snapshot.restore(logs):
+            return False
+        if self._lock_before is not None:
+            self._lock.put_back(self._lock_before)
+        self.restored = True
+        return True
 
     def shard(self, name: str, record_type: type | None = None) -> Shard:
         """The shard file of record set ``name`` for this process."""
@@ -423,84 +470,6 @@ def _diff(before: dict[str, Any], now: dict[str, Any]) -> list[tuple[str, Any, A
 def _short(value: Any) -> str:
     text = json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-class RunLock:
-    """An exclusive POSIX record lock (``lockf``) on ``<run dir>/.lock``, held while the object lives.
-
-    The kernel releases it when the process dies (``kill -9`` included), so a stale lock never
-    blocks a resume; POSIX locks belong to the process, so forked grading workers that outlive
-    a killed stage do not hold it. They work on NFS (lockd). Within one process the lock is
-    shared (a stage's finaliser may open its own run directory again).
-    """
-
-    _held: "WeakValueDictionary[str, RunLock]" = WeakValueDictionary()
-
-    def __init__(self, fd: int, path: Path, previous: bytes | None = None):
-        self.fd = fd
-        self.path = path
-        self._previous = previous  # the lock file's content before this process took it
-
-    @classmethod
-    def acquire(cls, run_dir: Path) -> "RunLock":
-        """Take the lock of ``run_dir`` or fail at once.
-
-        Raises:
-            RunDirError: Another process holds it (names host, pid and start time).
-        """
-        key = str(run_dir.resolve())
-        held = cls._held.get(key)
-        if held is not None:
-            return held
-        path = run_dir / LOCK
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = _read_holder(fd)
-            os.close(fd)
-            raise RunDirError(
-                f"{run_dir} is in use by another run ({holder}); wait for it to finish, or give this run "
-                "another hydra.run.dir"
-            ) from None
-        previous = os.pread(fd, 1 << 16, 0)
-        info = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}).encode()
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, info, 0)
-        lock = cls(fd, path, previous)
-        cls._held[key] = lock
-        return lock
-
-    def admitted(self) -> None:
-        """The run was admitted: its holder line stays (:meth:`restore` does nothing now)."""
-        self._previous = None
-
-    def restore(self) -> None:
-        """Put back the lock file's content from before this process took it (a refused start
-        leaves the file as it was); the lock itself stays held until the object goes."""
-        if self._previous is None:
-            return
-        try:
-            os.ftruncate(self.fd, 0)
-            os.pwrite(self.fd, self._previous, 0)
-        except OSError:
-            pass
-        self._previous = None
-
-    def __del__(self) -> None:
-        try:
-            os.close(self.fd)  # releases the lock
-        except OSError:
-            pass
-
-
-def _read_holder(fd: int) -> str:
-    try:
-        info = json.loads(os.pread(fd, 4096, 0) or b"{}")
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(info["started"])))
-        return f"host {info['host']}, pid {info['pid']}, started {started}"
-    except (OSError, ValueError, KeyError, TypeError):
-        return "holder unknown"
 
 
 def safe_resolved(cfg: Any) -> Any:

@@ -17,7 +17,10 @@ nothing of it.
   :class:`DeferredFileHandler` (``hydra.job_logging`` in ``conf/base.yaml``): the lines of a
   run before its admission are held and written on admission, or dropped when it is refused.
   A command that finishes without opening a run directory (``mbs-serve``) is admitted when it
-  ends without an error.
+  ends without an error. A start that fails after its admission but before writing anything of
+  its own (a policy that does not resolve, a missing checkpoint, data that does not load) is put
+  back too: manifest, config, ``.hydra/`` files and job log as they were
+  (:func:`mbs.io.restore_on_failure`).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from mbs.io import on_admit, write_text_atomic
+from mbs.io import on_admit, restore_on_failure, write_text_atomic
 from mbs.redact import redact_obj, secret_override
 
 #: Folder of the run directory receiving Hydra's ``config.yaml``, ``hydra.yaml`` and ``overrides.yaml``.
@@ -107,10 +110,14 @@ class DeferredFileHandler(logging.FileHandler):
                 self.flush()
 
     def discard(self) -> None:
-        """Drop the held lines; the file is not opened (a refused run leaves no line in it)."""
+        """Drop the held lines and every later record (a refused run leaves no line in the file;
+        after :meth:`commit`, the file is closed and its later lines dropped: a failed start
+        whose directory :func:`mbs.io.restore_on_failure` puts back)."""
         with self.lock:
-            if self._state == "held":
-                self._held, self._state = [], "dropped"
+            if self._state == "open" and self.stream is not None:
+                self.stream.close()
+                self.stream = None
+            self._held, self._state = [], "dropped"
 
 
 def deferred_handlers() -> list[DeferredFileHandler]:
@@ -170,14 +177,20 @@ def staged_outputs(cfg: Any) -> Iterator[None]:
         for handler in deferred_handlers():
             handler.commit()
 
+    def job_logs() -> list[str]:
+        for handler in deferred_handlers():
+            handler.flush()
+        return [h.baseFilename for h in deferred_handlers()]
+
     finished = False
-    with on_admit(admit):
-        try:
+    opened: list[Any] = []
+    try:
+        with on_admit(admit), restore_on_failure(job_logs) as opened:
             yield
             finished = True
-        finally:
-            if finished:
-                admit(output)
-            elif not admitted:
-                for handler in deferred_handlers():
-                    handler.discard()
+    finally:  # after restore_on_failure has put back what it could
+        if finished:
+            admit(output)
+        elif not admitted or (opened and all(run.restored for run in opened)):
+            for handler in deferred_handlers():
+                handler.discard()

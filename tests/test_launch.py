@@ -91,6 +91,31 @@ def test_refused_starts_leave_the_finished_run_directory_as_it_was(tmp_path, toy
         assert SECRET.encode() not in data, path
 
 
+def test_a_start_failing_after_admission_leaves_the_finished_run_as_it_was(tmp_path, toy_jsonl):
+    run = tmp_path / "run"
+    done = _calibrate(run, toy_jsonl)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    before = snapshot(run)
+
+    # admitted (same sampling config), then the data fails to load: nothing of its own written
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "x", "problem": "p"}\n')
+    res = _calibrate(run, bad)
+    assert res.returncode == 2 and "missing field 'answer'" in res.stderr, res.stderr[-3000:]
+    assert snapshot(run) == before  # manifest, config.yaml, .hydra/, log and lock line as they were
+
+    # a start that wrote records before failing is unfinished: its manifest stays gone, its records stay
+    more = tmp_path / "more.jsonl"  # 8 new problems: two batches of 4 requests, the second one fails
+    more.write_text(toy_jsonl.read_text() + "".join(f'{{"id": "new{k}", "problem": "EASY: {k}+1?", "answer": "{k + 1}"}}\n'
+                                                    for k in range(8)))
+    res = _calibrate(run, more, "+backend.fail_after=9")
+    assert res.returncode == 2 and "fake backend: killed" in res.stderr, res.stderr[-3000:]
+    after = snapshot(run)
+    assert "manifest.json" not in after and after["calibrate.log"].startswith(before["calibrate.log"])
+    grown = [p for p in after if p.startswith("rollouts.") and len(after[p]) > len(before.get(p, b""))]
+    assert grown, sorted(after)
+
+
 def test_a_run_refused_by_the_lock_writes_nothing_into_the_running_run(tmp_path, toy_jsonl):
     run = tmp_path / "run"
     done = _calibrate(run, toy_jsonl)

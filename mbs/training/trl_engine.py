@@ -21,8 +21,17 @@ about 17 s a step for 8 completions of up to 32 tokens when the machine is quiet
   rate, elapsed seconds), ``checkpoints/checkpoint-<step>/`` (every ``save_steps``), ``final/``
   (the trained model and tokenizer: ``backend=transformers backend.model=RUN/final``).
 * Resume: a rerun in the same folder continues from the last complete checkpoint
-  (:func:`last_checkpoint`); lines of steps after it are dropped from ``metrics.jsonl`` and
-  ``completions.jsonl`` first, so no step is counted twice.
+  (:func:`last_checkpoint`: one whose sentinel was written after all its files, see
+  :mod:`mbs.training.checkpoints`), or from ``train.trl.resume_from``; checkpoint folders after it
+  are removed and lines of later steps (and a torn last line) are dropped from ``metrics.jsonl``
+  and ``completions.jsonl`` first, so no step is missing or counted twice. The resumed run draws
+  the same prompts and, on the same machine, the same completions and losses as an uninterrupted
+  run of the same seed (:mod:`mbs.training.trl_trainer`).
+* Faults end the run with one :class:`~mbs.training.launch.TrainError` naming the step (exit 2
+  from ``mbs-train``), the last complete checkpoint intact: a reward that raises (a crashing
+  *grade* is not one: the grading pool already scores it 0 with its reason), a non-finite loss,
+  gradient or weight, a failed write of a checkpoint, a log or ``final/`` (a full disk), and a
+  missing or incomplete ``train.trl.resume_from``.
 
 Needs the ``trl`` extra (``pip install -e '.[trl]'``: torch, transformers, trl, accelerate, gguf).
 """
@@ -32,7 +41,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,10 +50,21 @@ from omegaconf import DictConfig, OmegaConf
 
 from mbs.errors import ConfigError, require_extra
 from mbs.rewards import compute_score
+from mbs.training.checkpoints import (
+    COMPLETE,
+    checkpoint_step,
+    drop_after,
+    is_complete,
+    last_checkpoint,
+    remove_incomplete_after,
+    replace_dir,
+    resume_hint,
+)
 from mbs.training.launch import TrainError
 from mbs.training.policy import TrainPolicy
+from mbs.training.trl_trainer import finite_guard, trainer_class
 
-__all__ = ["METRIC_KEYS", "Reward", "TrlJob", "batch_sizes", "last_checkpoint", "train_trl"]
+__all__ = ["METRIC_KEYS", "Reward", "TrlJob", "batch_sizes", "last_checkpoint", "resume_point", "train_trl"]
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +74,6 @@ METRIC_KEYS = (
     "completions/max_length", "completions/clipped_ratio", "completions/mean_terminated_length", "loss",
     "learning_rate", "grad_norm", "kl", "entropy", "num_tokens",
 )
-
-_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 
 def completion_text(completion: Any) -> str:
@@ -90,13 +107,26 @@ class Reward:
         data_source: Sequence[str] = (), reward_model: Sequence[dict] = (), extra_info: Sequence[dict] = (),
         trainer_state: Any = None, **_: Any,
     ) -> list[float]:
-        """Scores in [0, 1], one per completion (raises like :func:`compute_score` on a data error)."""
+        """Scores in [0, 1], one per completion.
+
+        Raises:
+            TrainError: :func:`compute_score` raised (a data error such as an unknown verifier,
+                or a bug: a crashing *grade* is already a 0 with its reason), naming the step,
+                the problem id and the completion; or ``completions.jsonl`` could not be
+                written (a full disk). Nothing of the step is trained or saved.
+        """
         step = int(getattr(trainer_state, "global_step", 0)) + 1  # the optimizer step these completions train
         scores, lines = [], []
         for i, comp in enumerate(completions):
             text = completion_text(comp)
             info = dict(extra_info[i] or {})
-            res = compute_score(data_source[i], text, reward_model[i]["ground_truth"], info, reasoning_format=self.reasoning_format)
+            try:
+                res = compute_score(data_source[i], text, reward_model[i]["ground_truth"], info, reasoning_format=self.reasoning_format)
+            except Exception as err:  # any failure of the reward ends training with its place named
+                raise TrainError(
+                    f"step {step}: the reward raised on completion {i} of the step's batch, problem {info.get('id')!r} "
+                    f"(data_source {data_source[i]!r}): {type(err).__name__}: {err}"
+                ) from err
             scores.append(float(res["score"]))
             tokens = len(completion_ids[i]) if completion_ids is not None else None
             lines.append({
@@ -105,9 +135,22 @@ class Reward:
                 "score": res["score"], "pred": res["pred"], "reason": res["reason"],
             })
         if self.log_path is not None:
-            with open(self.log_path, "a", encoding="utf-8") as f:
-                f.write("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines))
+            append_lines(self.log_path, lines, step)
         return scores
+
+
+def append_lines(path: Path, rows: Sequence[dict[str, Any]], step: int) -> None:
+    """Append ``rows`` to a JSONL log in one write.
+
+    Raises:
+        TrainError: The write failed (a full disk), naming the file and the step.
+    """
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in rows))
+    except OSError as err:
+        raise TrainError(f"step {step}: writing {path} failed ({err.strerror or err}; a full disk?); "
+                         f"{resume_hint(path.parent / 'checkpoints')}") from err
 
 
 def batch_sizes(prompts_per_step: int, group_size: int, gradient_accumulation_steps: int) -> int:
@@ -130,36 +173,6 @@ def batch_sizes(prompts_per_step: int, group_size: int, gradient_accumulation_st
     return total // ga
 
 
-def last_checkpoint(folder: str | os.PathLike) -> Path | None:
-    """The newest complete ``checkpoint-<step>`` in ``folder`` (holding ``trainer_state.json``,
-    written last by the trainer, and weights), or ``None``."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return None
-    found = sorted(
-        ((int(m.group(1)), p) for p in folder.iterdir() if p.is_dir() and (m := _CHECKPOINT.match(p.name))), reverse=True
-    )
-    for _, path in found:
-        if (path / "trainer_state.json").is_file() and any(path.glob("*.safetensors")):
-            return path
-        log.warning("%s is incomplete (killed while saving?): skipped", path)
-    return None
-
-
-def _drop_after(path: Path, step: int) -> None:
-    """Drop the lines of ``path`` whose ``step`` is after ``step`` (a resumed run redoes them)."""
-    if not path.is_file():
-        return
-    keep = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            if int(json.loads(line)["step"]) <= step:
-                keep.append(line + "\n")
-        except (ValueError, KeyError, TypeError):
-            continue  # a torn last line
-    path.write_text("".join(keep), encoding="utf-8")
-
-
 def _metrics_callback(path: Path, t0: float) -> Any:
     from transformers import TrainerCallback
 
@@ -172,8 +185,7 @@ def _metrics_callback(path: Path, t0: float) -> Any:
                 return  # the end-of-training summary (train_runtime, ...) goes into summary.json
             row = {"step": int(state.global_step), "elapsed_s": round(time.perf_counter() - t0, 3)}
             row.update({k: logs[k] for k in METRIC_KEYS if k in logs})
-            with open(path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(row) + "\n")
+            append_lines(path, [row], row["step"])
 
     return MetricsCallback()
 
@@ -222,8 +234,41 @@ def grpo_args(tcfg: DictConfig, policy: TrainPolicy, out_dir: Path) -> dict[str,
     }
 
 
+def resume_point(tcfg: DictConfig, checkpoints: Path) -> Path | None:
+    """The checkpoint a run starts from: ``train.trl.resume_from`` if set, else (``train.trl.resume``)
+    the newest complete one in ``checkpoints`` (:func:`mbs.training.checkpoints.last_checkpoint`).
+
+    ``resume_from`` is a checkpoint folder, a folder name under ``checkpoints/``
+    (``checkpoint-20``) or a step number (``20``).
+
+    Raises:
+        TrainError: ``resume_from`` names no folder, or an incomplete checkpoint (cut short
+            while saving; names the sentinel it lacks and the complete ones there are).
+    """
+    t = tcfg.trl
+    if t.resume_from is None:
+        return last_checkpoint(checkpoints) if t.resume else None
+    asked = str(t.resume_from)
+    path = checkpoints / f"checkpoint-{asked}" if asked.isdigit() else Path(asked)
+    if not path.is_absolute() and not path.exists():
+        path = checkpoints / asked
+    complete = sorted((p for p in checkpoints.glob("checkpoint-*") if is_complete(p)), key=lambda p: checkpoint_step(p) or 0)
+    there = ", ".join(p.name for p in complete) or "none"
+    if not path.is_dir():
+        raise TrainError(f"train.trl.resume_from={asked}: no checkpoint folder {path} (complete checkpoints in {checkpoints}: {there})")
+    if not is_complete(path):
+        raise TrainError(f"train.trl.resume_from={asked}: {path} is incomplete (no {COMPLETE} with every file it lists: the save "
+                         f"was cut short); complete checkpoints in {checkpoints}: {there}")
+    return path
+
+
 def train_trl(cfg: DictConfig, policy: TrainPolicy, out_dir: str | os.PathLike) -> dict[str, Any]:
     """Train ``policy`` with TRL's GRPO trainer on ``train.data_dir``; resume from the last checkpoint.
+
+    A resumed run first removes the checkpoint folders after its starting point (incomplete ones,
+    or steps it redoes: reported as ``removed_checkpoints``) and cuts ``metrics.jsonl`` and
+    ``completions.jsonl`` back to that step. ``final/`` is written to a temporary folder and
+    renamed into place.
 
     Args:
         cfg: The train config (``train.data_dir``, ``train.trl``, ``train.env``).
@@ -233,20 +278,24 @@ def train_trl(cfg: DictConfig, policy: TrainPolicy, out_dir: str | os.PathLike) 
     Returns:
         The engine's part of the summary: ``steps`` (global step reached), ``resumed_from`` (a
         checkpoint or ``None``), ``final`` (the saved model folder), ``checkpoint`` (newest),
-        ``train`` (TRL's end-of-training numbers), ``seconds_per_step``.
+        ``train`` (TRL's end-of-training numbers), ``seconds_per_step``, ``removed_checkpoints``.
 
     Raises:
         mbs.errors.MissingExtraError: torch, transformers or trl is not installed.
         ConfigError: The batch does not split into micro batches.
-        TrainError: Fewer training rows than prompts per step.
+        TrainError: Fewer training rows than prompts per step; a missing or incomplete
+            ``train.trl.resume_from``; a reward that raised; a non-finite loss, gradient or weight
+            (:class:`mbs.training.trl_trainer.NonFiniteError`); a failed write (a full disk). Each
+            names the step; the last complete checkpoint is left as it was.
     """
     for module in ("torch", "transformers", "trl"):
         require_extra(module, "mbs-train train.engine=trl")
     import datasets
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig
 
     out = Path(out_dir)
     tcfg = cfg.train
+    resume = resume_point(tcfg, out / "checkpoints")
     for key, value in OmegaConf.to_container(tcfg.env, resolve=True).items():  # the reward's grading workers
         os.environ[str(key)] = str(value)
     ds = datasets.load_dataset("parquet", data_files={"train": str(Path(str(tcfg.data_dir)) / "train.parquet")})["train"]
@@ -258,19 +307,23 @@ def train_trl(cfg: DictConfig, policy: TrainPolicy, out_dir: str | os.PathLike) 
                  "(train.all_rows=true keeps them)", len(ds), before, sorted(drop))
     if len(ds) < int(tcfg.trl.prompts_per_step):
         raise TrainError(f"{tcfg.data_dir}/train.parquet has {len(ds)} rows, fewer than train.trl.prompts_per_step={tcfg.trl.prompts_per_step}")
-    resume = last_checkpoint(out / "checkpoints") if tcfg.trl.resume else None
     resumed_step = json.loads((resume / "trainer_state.json").read_text())["global_step"] if resume else 0
+    removed = remove_incomplete_after(out / "checkpoints", int(resumed_step))
+    for path in removed:
+        log.warning("removed %s: after the resumed step %d (incomplete, or a step this run trains again)", path, resumed_step)
     for name in ("metrics.jsonl", "completions.jsonl"):
         if resume is None:
             (out / name).unlink(missing_ok=True)
-        else:
-            _drop_after(out / name, int(resumed_step))
-    args = GRPOConfig(**grpo_args(tcfg, policy, out))
+        elif dropped := drop_after(out / name, int(resumed_step)):
+            log.info("%s: dropped %d line(s) after step %d (steps this run trains again, or a torn line)", name, dropped, resumed_step)
+    kwargs = grpo_args(tcfg, policy, out)
+    keep = kwargs.pop("save_total_limit")
+    args = GRPOConfig(**kwargs, save_total_limit=None)  # rotation after the new checkpoint is complete (trainer_class)
     reward = Reward(policy.reasoning_format, policy.max_completion_length, out / "completions.jsonl")
     t0 = time.perf_counter()
-    trainer = GRPOTrainer(
-        model=policy.model, reward_funcs=[reward], args=args, train_dataset=ds,
-        callbacks=[_metrics_callback(out / "metrics.jsonl", t0)],
+    trainer = trainer_class()(
+        model=policy.model, reward_funcs=[reward], args=args, train_dataset=ds, keep_checkpoints=keep,
+        callbacks=[_metrics_callback(out / "metrics.jsonl", t0), finite_guard(str(out / "checkpoints"))],
     )
     if resume is not None:
         log.info("resuming from %s (step %d)", resume, resumed_step)
@@ -279,13 +332,20 @@ def train_trl(cfg: DictConfig, policy: TrainPolicy, out_dir: str | os.PathLike) 
     seconds = time.perf_counter() - t1
     steps = int(trainer.state.global_step)
     final = out / "final"
-    trainer.save_model(str(final))
+    tmp = out / ".final.tmp"
+    try:
+        trainer.save_model(str(tmp))
+        replace_dir(tmp, final)
+    except (OSError, RuntimeError) as err:
+        raise TrainError(f"step {steps}: saving the trained model to {final} failed ({err}; a full disk?); "
+                         f"{resume_hint(out / 'checkpoints')}") from err
     newest = last_checkpoint(out / "checkpoints")
     done = steps - int(resumed_step)
     return {
         "steps": steps,
         "resumed_from": None if resume is None else str(resume),
         "resumed_step": int(resumed_step),
+        "removed_checkpoints": removed,
         "final": str(final),
         "checkpoint": None if newest is None else str(newest),
         "train": {k: v for k, v in (result.metrics or {}).items() if isinstance(v, (int, float))},

@@ -17,6 +17,14 @@ from mbs.errors import ConfigError
 from mbs.llm.hf_checkpoint import file_sha256
 from mbs.llm.llamacpp import embedded_model_path
 from mbs.stages.train import build_command, run, verl_overrides
+from mbs.training.checkpoints import (
+    COMPLETE,
+    drop_after,
+    is_complete,
+    mark_complete,
+    remove_incomplete_after,
+    rotate,
+)
 from mbs.training.policy import resolve_policy
 from mbs.training.provenance import (
     ExportProvenance,
@@ -181,12 +189,22 @@ def test_trl_batches_and_checkpoints(tmp_path):
     with pytest.raises(ConfigError, match=r"prompts_per_step=1 x group size 6 = 6 completions per step do not split"):
         batch_sizes(1, 6, 4)
     ck = tmp_path / "checkpoints"
-    for step, complete in ((1, True), (2, True), (3, False)):
+    for step in (1, 2, 3, 4):
         (ck / f"checkpoint-{step}").mkdir(parents=True)
-        if complete:
-            (ck / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
-            (ck / f"checkpoint-{step}" / "model.safetensors").write_text("")
+        (ck / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
+        (ck / f"checkpoint-{step}" / "model.safetensors").write_text("weights")
+        if step < 3:
+            mark_complete(ck / f"checkpoint-{step}", step)
+    (ck / "checkpoint-4" / COMPLETE).write_text('{"step": 4, "files": {"model.safetensors": 9, "trainer_state.json": 2}}')
+    # 3: all files but no sentinel (killed before it); 4: a listed file shorter than listed (cut short)
     assert last_checkpoint(ck) == ck / "checkpoint-2" and last_checkpoint(tmp_path / "none") is None
+    assert [is_complete(ck / f"checkpoint-{s}") for s in (1, 2, 3, 4)] == [True, True, False, False]
+    assert rotate(ck, 1) == [str(ck / "checkpoint-1")] and (ck / "checkpoint-3").is_dir()  # never an incomplete one
+    assert remove_incomplete_after(ck, 2) == [str(ck / "checkpoint-3"), str(ck / "checkpoint-4")]
+    assert sorted(p.name for p in ck.iterdir()) == ["checkpoint-2"]
+    log = tmp_path / "metrics.jsonl"
+    log.write_text('{"step": 1}\n{"step": 2}\n{"step": 3}\n{"step": 4, "los')  # a torn last line
+    assert drop_after(log, 2) == 2 and log.read_text() == '{"step": 1}\n{"step": 2}\n'
 
 
 def test_trl_reward_is_compute_score_on_the_assistant_text(tmp_path, monkeypatch):
