@@ -25,6 +25,7 @@ from mbs.data.base import LOADERS, DataError, LoadReport, register_loader
 from mbs.errors import UnknownNameError
 from mbs.records import Problem
 from mbs.verify import available as registered_verifiers
+from mbs.verify.sources import data_source
 
 log = logging.getLogger(__name__)
 
@@ -325,7 +326,7 @@ def _problem_from_record(
     meta = {k: v for k, v in rec.items() if k not in skip}
     return Problem(
         id=pid,
-        data_source=f"mbs/{answer_type if not str(answer_type).startswith('unverifiable') else 'none'}/{origin}",
+        data_source=data_source(str(answer_type), origin),
         prompt=prompt,
         ground_truth=gt,
         answer_type=str(answer_type),

@@ -48,9 +48,10 @@ from mbs.export.sources import Source, data_source, sources_from_run
 from mbs.export.verl_schema import check_verl_rows, verl_row, write_parquet
 from mbs.io import RunDir, write_text_atomic
 from mbs.records import Problem
-from mbs.sampling import messages_for, verifier_for
+from mbs.sampling import messages_for
 from mbs.training.provenance import policy_block, provenance_of_run
 from mbs.validate import validate_config
+from mbs.verify.sources import verifier_for
 
 log = logging.getLogger(__name__)
 
@@ -246,7 +247,7 @@ def run(cfg: DictConfig) -> Path:
                 data_source=p.data_source, messages=messages_for(p, ecfg.templates), answer_type=p.answer_type,
                 ground_truth=str(p.ground_truth), index=len(files[split]), split=split, problem_id=p.id,
                 source=s.name, kind=s.kind, run_dir=s.run_dir, parents=p.parents,
-                verifier=verifier_for(p, cfg.verifier),
+                verifier=verifier_for(p, cfg.verifier.path),
             )
         )
     paths = {split: write_parquet(rs, out.path / f"{split}.parquet") for split, rs in files.items()}

@@ -69,7 +69,9 @@ from mbs.synth.goose.build import (
 from mbs.synth.goose.distractors import teacher_free_candidate
 from mbs.synth.goose.shortcuts import Auditor, audit_corpus, audit_report, enforce_audit
 from mbs.synth.goose.sources import MASK, Passage, has_reasoning, load_passages, segment
+from mbs.verify.mcq import ANSWER_TYPE
 from mbs.verify.pool import GradingPool
+from mbs.verify.sources import data_source
 
 log = logging.getLogger(__name__)
 
@@ -307,10 +309,10 @@ def problem_of(item: MCQ, origin: str, parents: Sequence[str]) -> Problem:
     """The :class:`Problem` of an item: the question as prompt, its letter as ground truth."""
     return Problem(
         id=item.id,
-        data_source=f"mbs/mcq/goose-{origin}",
+        data_source=data_source(ANSWER_TYPE, f"goose-{origin}"),
         prompt=render_question(item.masked_passage, item.options),
         ground_truth=item.answer,
-        answer_type="mcq",
+        answer_type=ANSWER_TYPE,
         reference_solution=item.span,
         metadata={
             "method": "goose",
@@ -401,7 +403,7 @@ def item_row(item: MCQ, origin: str, cal: Calibration | None, kept: bool | None)
         "question": render_question(item.masked_passage, item.options),
         "options": list(item.options),
         "answer": item.answer,
-        "data_source": f"mbs/mcq/goose-{origin}",
+        "data_source": data_source(ANSWER_TYPE, f"goose-{origin}"),
         "source_id": item.source_id,
         "span": item.span,
         "span_offsets": list(item.span_offsets),
