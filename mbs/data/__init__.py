@@ -83,9 +83,9 @@ def _load_filtered(data_cfg: Any) -> tuple[list[Problem], LoadReport]:
     """Every problem of the input after the verifiability filter (before sharding and limit)."""
     name = data_cfg.loader
     if name not in LOADERS:
-        raise UnknownNameError(f"data.loader={name!r} is not a registered loader; valid: {sorted(LOADERS)}")
+        raise UnknownNameError(f"data.loader={name!r} is not a registered loader; valid: {LOADERS.names()}")
     report = LoadReport()
-    problems = LOADERS[name](data_cfg, report)
+    problems = LOADERS.get(name)(data_cfg, report)
     if not bool(data_cfg.get("include_unverifiable", False)):
         kept = [p for p in problems if p.verifiable]
         report.unverifiable += len(problems) - len(kept)

@@ -44,6 +44,7 @@ from mbs.errors import UserError
 from mbs.grouping import SeenKeys
 from mbs.io import MANIFEST, RunDir, Shard, read_json, read_records, shard_files, write_json_atomic
 from mbs.records import Rollout
+from mbs.registry import Registry
 from mbs.validate import validate_config
 
 log = logging.getLogger(__name__)
@@ -325,20 +326,10 @@ def merge_backend_usage(usages: Sequence[dict[str, Any]]) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------
 
 #: Stage name -> ``fn(out, cfg, shards)`` writing the derived files, summary and manifest.
-FINALIZERS: dict[str, Callable[[RunDir, DictConfig, Sequence[ShardDir]], Path]] = {}
+FINALIZERS: Registry[Callable[[RunDir, DictConfig, Sequence[ShardDir]], Path]] = Registry("merge finalizer")
 
 
-def register_finalizer(stage: str) -> Callable:
-    """Decorator adding a finalizer for ``stage`` to :data:`FINALIZERS`."""
-
-    def deco(fn: Callable) -> Callable:
-        FINALIZERS[stage] = fn
-        return fn
-
-    return deco
-
-
-@register_finalizer("calibrate")
+@FINALIZERS.register("calibrate")
 def finalize_calibration(out: RunDir, cfg: DictConfig, shards: Sequence[ShardDir]) -> Path:
     """Recompute a calibration from the union of its shards' rollouts.
 
@@ -406,11 +397,10 @@ def merge(inputs: Sequence[str | Path], out_dir: str | Path) -> Path:
     out.write_config(cfg)
     counts = union_records(shards, out)
     log.info("merged %d shards of %s into %s: %s", count, stage, out.path, counts)
-    finalizer = FINALIZERS.get(stage)
-    if finalizer is None:
-        _finalize_generic(out, counts, shards)
+    if stage in FINALIZERS:
+        FINALIZERS.get(stage)(out, cfg, shards)
     else:
-        finalizer(out, cfg, shards)
+        _finalize_generic(out, counts, shards)
     manifest = read_json(out.path / MANIFEST)
     manifest["merged_from"] = [
         {"dir": str(s.path), "index": s.index, "count": s.count} for s in sorted(shards, key=lambda s: s.index)

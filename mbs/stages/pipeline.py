@@ -100,7 +100,7 @@ def plan(cfg: DictConfig) -> list[str]:
     names = ["calibrate_recorded"] * bool(pcfg.recorded.enabled) + ["calibrate_live"] * bool(pcfg.live.enabled)
     names += ["calibrate_difficulty"] * bool(pcfg.difficulty.enabled)
     for method in pcfg.synthesize.methods:
-        if method not in ("mbs", "direct") or pcfg.live.enabled:
+        if not synthesize.method_spec(method).needs_seeds or pcfg.live.enabled:
             names.append(f"synthesize_{method}")
     if pcfg.synthesize.cost_matched.enabled and "synthesize_mbs" in names:
         names.append(COST_MATCHED)
@@ -215,7 +215,7 @@ def run(cfg: DictConfig) -> Path:
 
     for method in pcfg.synthesize.methods:
         seeds = steps.get("calibrate_live")
-        if method in ("mbs", "direct") and seeds is None:
+        if synthesize.method_spec(method).needs_seeds and seeds is None:
             log.warning("pipeline: %s needs the live calibration's hard seeds; skipped", method)
             continue
         with progress.step(f"synthesize_{method}"):
