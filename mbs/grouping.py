@@ -196,7 +196,7 @@ class RolloutIndex(_OnDisk):
 
 class SeenKeys(_OnDisk):
     """A set of record identities, each with the number of the input it came from, on disk
-    (bounded memory; for the duplicate check of :func:`mbs.stages.merge.union_records`)."""
+    (bounded memory; for the duplicate check of :func:`mbs.shards.union_records`)."""
 
     def __init__(self) -> None:
         super().__init__("CREATE TABLE k (key TEXT PRIMARY KEY, source INTEGER NOT NULL) WITHOUT ROWID")
