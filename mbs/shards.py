@@ -21,8 +21,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from mbs.calibration.grouping import SeenKeys
 from mbs.errors import UserError
-from mbs.grouping import SeenKeys
 from mbs.io import MANIFEST, RunDir, Shard, read_json
 
 log = logging.getLogger(__name__)
@@ -233,7 +233,7 @@ def union_records(shards: Sequence[ShardDir], out: RunDir) -> dict[str, int]:
     names = sorted({n for s in shards for n in s.files})
     counts: dict[str, int] = {}
     for name in names:
-        # identity -> shard index, on disk: records stream through, never all held (mbs.grouping)
+        # identity -> shard index, on disk: records stream through, never all held (mbs.calibration.grouping)
         with SeenKeys() as seen, out.shard(name) as target:
             for s in sorted(shards, key=lambda s: s.index):
                 if name not in s.files:

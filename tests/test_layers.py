@@ -25,11 +25,11 @@ LAYERS: list[list[str]] = [
     # problems in, rewards out
     ["mbs.data", "mbs.benchmarks", "mbs.rewards", "mbs.evaluation"],
     # calibration: pass rates, bands, grouping, drawing rollouts
-    ["mbs.calibration", "mbs.grouping", "mbs.difficulty", "mbs.sampling"],
+    ["mbs.calibration", "mbs.calibration.grouping", "mbs.calibration.difficulty", "mbs.calibration.sampling"],
     # figures of each stage (they read run directories)
     ["mbs.figures"],
     # what the stages call: a calibration run's outputs, shards and their union, synthesis, export, training
-    ["mbs.calibration_run", "mbs.recorded", "mbs.shards", "mbs.synth", "mbs.export", "mbs.training"],
+    ["mbs.calibration.run", "mbs.calibration.recorded", "mbs.shards", "mbs.synth", "mbs.export", "mbs.training"],
     # the report (draws every stage's figures, synthesis methods' included)
     ["mbs.figures.report"],
     # the stages and their entry points
@@ -41,9 +41,9 @@ LAYERS: list[list[str]] = [
 #: settings built at the stage boundary replace them). A function that no longer takes ``cfg``
 #: must leave this list, and none may join it.
 CFG_DEBT = {
-    "mbs/calibration_run.py:from_cfg", "mbs/io.py:sampling_config", "mbs/io.py:safe_resolved",
+    "mbs/calibration/run.py:from_cfg", "mbs/io.py:sampling_config", "mbs/io.py:safe_resolved",
     "mbs/io.py:__init__", "mbs/io.py:write_config", "mbs/io.py:check_sampling",
-    "mbs/launch.py:write_hydra_files", "mbs/launch.py:staged_outputs", "mbs/recorded.py:calibrate_recorded",
+    "mbs/launch.py:write_hydra_files", "mbs/launch.py:staged_outputs", "mbs/calibration/recorded.py:calibrate_recorded",
     "mbs/service.py:run", "mbs/synth/beanstalk.py:summarize", "mbs/synth/beanstalk.py:run",
     "mbs/synth/beanstalk.py:__init__", "mbs/synth/direct.py:summarize", "mbs/synth/direct.py:_cost_match",
     "mbs/synth/direct.py:run", "mbs/synth/direct.py:__init__", "mbs/synth/engine.py:__init__",
@@ -192,8 +192,8 @@ def test_cfg_debt_list_is_current():
 
 def test_the_checks_catch_an_upward_import_and_a_deferred_one():
     # verify/gold.py's old import of sampling.py, at the top and inside a function
-    top = _imports_of("mbs.verify.gold", "from mbs.sampling import verifier_for\n")
-    deferred = _imports_of("mbs.verify.gold", "def f():\n    import mbs.sampling as s\n    return s\n")
-    assert top == deferred == {"mbs.sampling"}
-    assert _upward({"mbs.verify.gold": top}) == ["mbs.verify.gold (layer 2) imports mbs.sampling (layer 4)"]
+    top = _imports_of("mbs.verify.gold", "from mbs.calibration.sampling import verifier_for\n")
+    deferred = _imports_of("mbs.verify.gold", "def f():\n    import mbs.calibration.sampling as s\n    return s\n")
+    assert top == deferred == {"mbs.calibration.sampling"}
+    assert _upward({"mbs.verify.gold": top}) == ["mbs.verify.gold (layer 2) imports mbs.calibration.sampling (layer 4)"]
     assert _imports_of("mbs.verify", "from .registry import Grade\n", is_package=True) == {"mbs.verify.registry"}

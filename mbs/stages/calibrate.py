@@ -22,14 +22,14 @@ from typing import Any, Sequence
 
 from omegaconf import DictConfig
 
-from mbs.calibration_run import CalibrationSettings, finalize
+from mbs.calibration.grouping import GroupOutcomes
+from mbs.calibration.recorded import calibrate_recorded
+from mbs.calibration.run import CalibrationSettings, finalize
+from mbs.calibration.sampling import Group, Policy, RolloutWriter, draw
 from mbs.data import load_problems
-from mbs.grouping import GroupOutcomes
 from mbs.io import RunDir
 from mbs.llm.meter import BackendMeter
-from mbs.recorded import calibrate_recorded
 from mbs.records import Problem, Rollout
-from mbs.sampling import Group, Policy, RolloutWriter, draw
 from mbs.validate import validate_config
 from mbs.verify.pool import GradingPool
 
@@ -47,7 +47,7 @@ def calibrate_live(
     writer: RolloutWriter,
     stats: Counter,
 ) -> None:
-    """Draw, grade and write N rollouts per (problem, budget) for a live policy (see :func:`mbs.sampling.draw`)."""
+    """Draw, grade and write N rollouts per (problem, budget) for a live policy (see :func:`mbs.calibration.sampling.draw`)."""
     groups = [Group.of(p, L, ccfg.templates, cfg.verifier) for L in budgets for p in problems]
     draw(
         policy, groups, int(ccfg.n), writer, cfg.paths.cache_dir,

@@ -36,6 +36,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from mbs.calibration.sampling import messages_for
 from mbs.errors import ConfigError
 from mbs.export.build import benchmark_index, check_templates, clean, collect_sources, family_of, split_rows
 from mbs.export.mix import quotas, take
@@ -44,7 +45,6 @@ from mbs.export.sources import Source
 from mbs.export.verl_schema import check_verl_rows, verl_row, write_parquet
 from mbs.io import RunDir, write_text_atomic
 from mbs.records import Problem
-from mbs.sampling import messages_for
 from mbs.training.provenance import policy_block, provenance_of_run
 from mbs.validate import validate_config
 from mbs.verify.sources import verifier_for

@@ -19,7 +19,7 @@ The merge checks, before writing anything:
 
 It then writes every record set as one file ``<name>.00000-of-00001.jsonl``, so the merged
 folder looks exactly like a single-process run, and recomputes what is derived from the
-records with the stage's own code (calibration: :func:`mbs.calibration_run.finalize`, which
+records with the stage's own code (calibration: :func:`mbs.calibration.run.finalize`, which
 writes calibrations, hard seeds, ``summary.json``, figures and ``manifest.json``). The merge is
 idempotent: every output file is rewritten in full, record files left by an earlier merge are
 removed first, and ``manifest.json`` (written last) marks a merge that finished.
@@ -33,7 +33,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from mbs.calibration_run import CalibrationSettings, finalize
+from mbs.calibration.run import CalibrationSettings, finalize
 from mbs.data import load_problem_shards
 from mbs.io import MANIFEST, RunDir, Shard, read_json, read_records, shard_files, write_json_atomic
 from mbs.records import Rollout
@@ -65,7 +65,7 @@ def finalize_calibration(out: RunDir, cfg: DictConfig, shards: Sequence[ShardDir
     """Recompute a calibration from the union of its shards' rollouts.
 
     The problems are loaded again exactly as each shard loaded them (:func:`mbs.data.load_problem_shards`:
-    the data read once and split as ``load_problems`` with each shard's index and count), then :func:`mbs.calibration_run.finalize` derives
+    the data read once and split as ``load_problems`` with each shard's index and count), then :func:`mbs.calibration.run.finalize` derives
     calibrations, hard seeds, the summary, figures and the manifest, as a single process does.
 
     Raises:

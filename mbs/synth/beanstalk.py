@@ -67,10 +67,10 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from mbs.calibration.sampling import Group, Policy, messages_for
 from mbs.io import RunDir
 from mbs.prompts import user_messages
 from mbs.records import Problem, TreeNode
-from mbs.sampling import Group, Policy, messages_for
 from mbs.synth.candidate import KEPT, REJECTIONS, Candidate, Status
 from mbs.synth.engine import Calibrate, Gather, Task, Verify, generate, one
 from mbs.synth.grounding import assign_documents, documents_block

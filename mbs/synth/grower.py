@@ -7,10 +7,10 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from mbs.calibration.sampling import Group, Policy
 from mbs.errors import ConfigError
 from mbs.llm.base import Completion
 from mbs.records import Calibration, Problem, TreeNode, to_dict
-from mbs.sampling import Group, Policy
 from mbs.synth.candidate import Candidate, Status
 from mbs.synth.engine import Calibrate, Tally, Task, Verify
 from mbs.synth.inputs import live_students

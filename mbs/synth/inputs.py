@@ -9,11 +9,11 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from mbs.calibration.sampling import Policy, policies_from_cfg
 from mbs.data import DataError, in_shard
 from mbs.errors import ConfigError, InputNotFoundError
 from mbs.io import Shard, read_records, read_summary, shard_files
 from mbs.records import Calibration, Problem
-from mbs.sampling import Policy, policies_from_cfg
 
 log = logging.getLogger(__name__)
 

@@ -44,13 +44,13 @@ from typing import Any
 from omegaconf import DictConfig
 
 from mbs.calibration import calibrate_group
+from mbs.calibration.sampling import Group, Policy, RolloutWriter, draw, policies_from_cfg
 from mbs.io import RunDir
 from mbs.llm import build_backend
 from mbs.llm.base import ChatRequest
 from mbs.llm.meter import BackendMeter
 from mbs.prompts import user_messages
 from mbs.records import BANDS, MCQ, Calibration, Problem, Rollout
-from mbs.sampling import Group, Policy, RolloutWriter, draw, policies_from_cfg
 from mbs.stats import share
 from mbs.synth.goose.build import (
     LETTERS,
@@ -356,7 +356,7 @@ def difficulty_filter(
 ) -> tuple[dict[str, Calibration], list[Rollout], Policy]:
     """``goose.filter.n`` graded rollouts of the target student per item (Golden Goose, section 3).
 
-    Rollouts are drawn through :func:`mbs.sampling.draw` (LLM cache, grading pool, sequential
+    Rollouts are drawn through :func:`mbs.calibration.sampling.draw` (LLM cache, grading pool, sequential
     early stopping when ``synth.early_stop``: decisions identical to drawing all N) and appended
     to ``rollouts.*.jsonl`` as they are graded; those already there are not drawn again.
 

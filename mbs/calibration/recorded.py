@@ -15,10 +15,10 @@ from typing import Any
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
+from mbs.calibration.sampling import Policy, RolloutWriter
 from mbs.data.champ import RECORDED_MODELS, recorded_answers
 from mbs.errors import ConfigError
 from mbs.records import Problem, Rollout, reason_kind
-from mbs.sampling import Policy, RolloutWriter
 from mbs.verify.sources import verifier_for
 
 

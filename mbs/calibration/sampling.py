@@ -135,7 +135,7 @@ class RolloutWriter:
         shard: Where graded rollouts are appended (``None``: memory only).
         done: Rollouts already finished, by :attr:`Rollout.key` (filled as they are written): a
             dict, or for a stage that streams its rollouts back from ``shard`` a
-            :class:`mbs.grouping.GroupOutcomes`, which keeps three bits per rollout, so memory
+            :class:`mbs.calibration.grouping.GroupOutcomes`, which keeps three bits per rollout, so memory
             does not grow with the rollouts.
         write_every_s: Seconds between writes while generation runs (0: every finished grading
             is written at the next :meth:`add`).

@@ -104,7 +104,7 @@ class GroupOutcomes:
     """The finished rollouts of a calibration as three bit masks per (problem, policy, budget L)
     group: which samples are done, correct, and correct and complete. A mapping from
     :attr:`~mbs.records.Rollout.key` to :class:`Mark`, as much of one as
-    :class:`mbs.sampling.RolloutWriter` and :func:`mbs.sampling.draw` use (``in``, ``[]``,
+    :class:`mbs.calibration.sampling.RolloutWriter` and :func:`mbs.calibration.sampling.draw` use (``in``, ``[]``,
     ``[] =``, ``len``): memory grows with the groups (~0.3 KiB each), not with the rollouts.
     """
 

@@ -18,15 +18,15 @@ from typing import Any
 from omegaconf import DictConfig
 
 from mbs.calibration import calibrate_group, settled, trap_summary
+from mbs.calibration.difficulty import difficulty_fields
+from mbs.calibration.grouping import RolloutIndex
+from mbs.calibration.recorded import recorded_report
+from mbs.calibration.sampling import Policy, policies_from_cfg
 from mbs.data.champ import gold_report
-from mbs.difficulty import difficulty_fields
 from mbs.errors import ConfigError
 from mbs.figures.calibration import calibration_figures
-from mbs.grouping import RolloutIndex
 from mbs.io import RunDir
-from mbs.recorded import recorded_report
 from mbs.records import Calibration, Problem, Rollout, reason_kind
-from mbs.sampling import Policy, policies_from_cfg
 from mbs.verify.gold import ungradable_golds
 from mbs.verify.rules import extraction_report
 
@@ -122,7 +122,7 @@ def early_stop_group(rollouts: Sequence[Rollout], full: Calibration, batch: int,
     """Replay sequential early stopping on one fully drawn group.
 
     Args:
-        rollouts: The group's rollouts (or :class:`mbs.grouping.Outcome`), sorted by sample index.
+        rollouts: The group's rollouts (or :class:`mbs.calibration.grouping.Outcome`), sorted by sample index.
         full: The group's calibration over all ``full.n_target`` rollouts.
         batch: Rollouts per early-stopping round.
         decision: ``band`` or ``above_alpha``.
@@ -203,7 +203,7 @@ def finalize(
     Everything here is a pure function of the rollouts, so rerunning (or merging the rollout
     shards of several processes and finalising once) gives identical files.
 
-    The rollouts are streamed once into a :class:`mbs.grouping.RolloutIndex` (no text kept,
+    The rollouts are streamed once into a :class:`mbs.calibration.grouping.RolloutIndex` (no text kept,
     memory bounded) and read back one (problem, policy, budget) group at a time; calibrations
     are written as they are computed. Nothing is written before ``rollouts`` is exhausted, so
     an iterator that raises (e.g. on a rollout of an unknown problem) leaves the run as it was.
