@@ -19,7 +19,7 @@ import sqlite3
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple, Self
 
-from mbs.records import BANDS
+from mbs.records import BANDS, is_complete_correct, rollout_key
 from mbs.stats import share
 
 #: Rows per ``executemany`` (bounds the rows held while inserting).
@@ -81,15 +81,10 @@ class Outcome(NamedTuple):
     completion_tokens: int
     reason: str | None
 
-    @property
-    def key(self) -> tuple:
-        """(problem, policy, budget, sample), as :attr:`mbs.records.Rollout.key`."""
-        return (self.problem_id, self.policy, self.budget, self.sample_index)
-
-    @property
-    def complete_correct(self) -> bool:
-        """Correct and complete within L (finish reason ``stop``), as the rollout's."""
-        return self.reward == 1.0 and self.finish_reason == "stop"
+    #: (problem, policy, budget, sample), as :attr:`mbs.records.Rollout.key`.
+    key = property(rollout_key)
+    #: Correct and complete within L (finish reason ``stop``), as the rollout's.
+    complete_correct = property(is_complete_correct)
 
 
 class Mark(NamedTuple):

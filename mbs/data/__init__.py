@@ -218,6 +218,17 @@ def records_hf_disk(path: Path, split: str | None, split_key: str = "data.split"
         yield f"{path} [{split}] row {i}", row
 
 
+def unwrap(record: Any) -> Any:
+    """A record as a reader yielded it; a reader's error in its place (a bad line) is raised here.
+
+    Raises:
+        Exception: The error the reader put in the record's place (a :class:`DataError`).
+    """
+    if isinstance(record, Exception):
+        raise record
+    return record
+
+
 def problems_from_records(records: Iterable[tuple[str, Any]], data_cfg: Any, report: LoadReport, source: str) -> list[Problem]:
     """Map raw records onto :class:`Problem` with ``data.fields``; handle bad records per ``on_error``.
 
@@ -236,9 +247,7 @@ def problems_from_records(records: Iterable[tuple[str, Any]], data_cfg: Any, rep
     for i, (where, rec) in enumerate(records):
         seen += 1
         try:
-            if isinstance(rec, Exception):
-                raise rec
-            problem = _problem_from_record(rec, i, where, fields, origin, answer_type, max_chars)
+            problem = _problem_from_record(unwrap(rec), i, where, fields, origin, answer_type, max_chars)
             if problem.id in first_seen:
                 raise DataError(
                     f"{where}: duplicate id {problem.id!r} in field {fields.get('id')!r} (data.fields.id); "

@@ -127,3 +127,20 @@ def save(fig, out_dir: str | Path, stem: str, formats: Sequence[str] = ("png", "
     return paths
 
 
+def yield_panels(fig, axes, labels: Sequence[str], right: Sequence[float], colors: Sequence[str], right_label: str,
+                 title: str) -> None:
+    """Finish a two-panel synthesis comparison (the caller saves it).
+
+    The left panel (already drawn: a bar per run) gets the yield axis (0 to 100 % of hard
+    seeds); the right panel gets one bar per run of ``right`` labelled ``right_label``.
+    """
+    axes[0].set_xlim(0, 100)
+    axes[0].set_xlabel("yield (% of hard seeds)")
+    axes[0].invert_yaxis()
+    axes[1].barh(labels, right, color=colors, height=0.6)
+    axes[1].set_xlabel(right_label)
+    axes[1].set_yticks([])
+    axes[1].invert_yaxis()
+    fig.suptitle(title, fontsize=8)
+
+

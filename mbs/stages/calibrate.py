@@ -38,24 +38,6 @@ log = logging.getLogger(__name__)
 STAGE = "calibrate"
 
 
-def calibrate_live(
-    policy: Policy,
-    problems: Sequence[Problem],
-    budgets: Sequence[int],
-    ccfg: DictConfig,
-    cfg: DictConfig,
-    writer: RolloutWriter,
-    stats: Counter,
-) -> None:
-    """Draw, grade and write N rollouts per (problem, budget) for a live policy (see :func:`mbs.calibration.sampling.draw`)."""
-    groups = [Group.of(p, L, ccfg.templates, cfg.verifier) for L in budgets for p in problems]
-    draw(
-        policy, groups, int(ccfg.n), writer, cfg.paths.cache_dir,
-        temperature=float(ccfg.temperature), top_p=float(ccfg.top_p), seed=int(cfg.seed),
-        early_stop=ccfg.early_stop, stats=stats, desc=f"calibrate {policy.name}",
-    )
-
-
 def _draw_all(
     policies: Sequence[Policy],
     problems: Sequence[Problem],
@@ -67,13 +49,22 @@ def _draw_all(
     cond_writer: RolloutWriter,
     backends: dict[str, Any],
 ) -> None:
-    """Draw and grade the rollouts of every policy (live or recorded); record backend usage."""
+    """Draw and grade the rollouts of every policy (live or recorded); record backend usage.
+
+    A live policy gets N rollouts per (problem, budget), drawn, graded and written by
+    :func:`mbs.calibration.sampling.draw`; a recorded one its dataset answers.
+    """
     for policy in policies:
         if policy.source == "recorded":
             calibrate_recorded(policy, problems, writer, cond_writer, cfg)
             continue
         meter = BackendMeter([(policy.name, policy.backend)], cfg.paths.cache_dir)
-        calibrate_live(policy, problems, budgets, ccfg, cfg, writer, stats)
+        groups = [Group.of(p, L, ccfg.templates, cfg.verifier) for L in budgets for p in problems]
+        draw(
+            policy, groups, int(ccfg.n), writer, cfg.paths.cache_dir,
+            temperature=float(ccfg.temperature), top_p=float(ccfg.top_p), seed=int(cfg.seed),
+            early_stop=ccfg.early_stop, stats=stats, desc=f"calibrate {policy.name}",
+        )
         backends.update(meter.report())
 
 

@@ -177,41 +177,32 @@ def run(cfg: DictConfig) -> Path:
 
         levels_of(pcfg.difficulty.data)
     progress = StepProgress(plan(cfg), desc="mbs-pipeline")
+    def calibrate_step(name: str, **overrides: Any) -> None:  # one calibration step into out/<name>
+        with progress.step(name):
+            steps[name] = str(calibrate.run(sub_config(cfg, out.path / name, **overrides)))
+
     if pcfg.recorded.enabled:
-        with progress.step("calibrate_recorded"):
-            sub = sub_config(
-                cfg,
-                out.path / "calibrate_recorded",
-                students=OmegaConf.to_container(pcfg.recorded.students, resolve=True),
-                data={**OmegaConf.to_container(pcfg.recorded.data, resolve=True), "limit": pcfg.recorded.limit},
-            )
-            steps["calibrate_recorded"] = str(calibrate.run(sub))
+        calibrate_step(
+            "calibrate_recorded",
+            students=OmegaConf.to_container(pcfg.recorded.students, resolve=True),
+            data={**OmegaConf.to_container(pcfg.recorded.data, resolve=True), "limit": pcfg.recorded.limit},
+        )
     if pcfg.live.enabled:
-        with progress.step("calibrate_live"):
-            sub = sub_config(
-                cfg,
-                out.path / "calibrate_live",
-                **{
-                    "data.limit": pcfg.live.limit,
-                    "calibrate.n": pcfg.live.n,
-                    "calibrate.budgets": list(pcfg.live.budgets),
-                },
-            )
-            steps["calibrate_live"] = str(calibrate.run(sub))
+        calibrate_step(
+            "calibrate_live",
+            **{"data.limit": pcfg.live.limit, "calibrate.n": pcfg.live.n, "calibrate.budgets": list(pcfg.live.budgets)},
+        )
 
     if pcfg.difficulty.enabled:
-        with progress.step("calibrate_difficulty"):
-            sub = sub_config(
-                cfg,
-                out.path / "calibrate_difficulty",
-                data=OmegaConf.to_container(pcfg.difficulty.data, resolve=True),
-                **{
-                    "calibrate.n": pcfg.difficulty.n,
-                    "calibrate.budgets": list(pcfg.difficulty.budgets),
-                    "calibrate.temperature": pcfg.difficulty.temperature,
-                },
-            )
-            steps["calibrate_difficulty"] = str(calibrate.run(sub))
+        calibrate_step(
+            "calibrate_difficulty",
+            data=OmegaConf.to_container(pcfg.difficulty.data, resolve=True),
+            **{
+                "calibrate.n": pcfg.difficulty.n,
+                "calibrate.budgets": list(pcfg.difficulty.budgets),
+                "calibrate.temperature": pcfg.difficulty.temperature,
+            },
+        )
 
     for method in pcfg.synthesize.methods:
         seeds = steps.get("calibrate_live")

@@ -70,7 +70,7 @@ from omegaconf import DictConfig
 from mbs.calibration.sampling import Group, Policy, messages_for
 from mbs.io import RunDir
 from mbs.prompts import user_messages
-from mbs.records import Problem, TreeNode
+from mbs.records import Problem, TreeNode, reason_kind
 from mbs.synth.candidate import KEPT, REJECTIONS, Candidate, Status
 from mbs.synth.engine import Calibrate, Gather, Task, Verify, generate, one
 from mbs.synth.grounding import assign_documents, documents_block
@@ -78,7 +78,7 @@ from mbs.synth.grower import SeedTree, SynthBase, mark_verified
 from mbs.synth.inputs import load_base_calibrations, load_seeds
 from mbs.synth.judge import judge_summary
 from mbs.synth.paths import path_details, yield_by_path
-from mbs.synth.problems import above, clip, reason_kind, variant_type
+from mbs.synth.problems import above, clip, variant_type
 from mbs.synth.restate import restatement, same_answer_reason
 from mbs.synth.run import RunState, run_method, setup_summary
 from mbs.synth.store import root_id

@@ -30,13 +30,13 @@ from omegaconf import DictConfig
 
 from mbs.io import RunDir, read_records
 from mbs.prompts import user_messages
-from mbs.records import Problem, TreeNode
+from mbs.records import Problem, TreeNode, reason_kind
 from mbs.synth.candidate import KEPT, Status
 from mbs.synth.engine import Task, generate
 from mbs.synth.grower import SeedTree, SynthBase
 from mbs.synth.inputs import load_seeds
 from mbs.synth.judge import judge_summary
-from mbs.synth.problems import clip, reason_kind
+from mbs.synth.problems import clip
 from mbs.synth.run import RunState, run_method, setup_summary
 from mbs.synth.store import root_id
 from mbs.synth.summary import base_summary

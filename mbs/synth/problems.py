@@ -38,11 +38,6 @@ def synthetic_problem(pid: str, text: str, answer: str, solution: str, seed: Pro
     )
 
 
-def reason_kind(reason: str | None) -> str:
-    """The category of a rejection reason (the text before its first colon)."""
-    return (reason or "none").split(":")[0].strip() or "none"
-
-
 def above(c: Calibration, alpha: float) -> bool:
     """Pass rate over N above ``alpha``: exact with early stopping too (successes > alpha * N)."""
     return c.successes > alpha * c.n_target

@@ -50,7 +50,7 @@ def _scrub(value, a: str, b: str):
 
 
 #: Durations written as text ("3 min 45 s", "9.8 s", "1 h 2 min") in reports, masked before comparing.
-_DURATION = re.compile(r"\b\d+(?:\.\d+)? ?(?:h|min|s)\b")
+_DURATION = re.compile(r"\b\d+(?:\.\d+)? ?(?:h|min|s)\b(?: \d+(?:\.\d+)? ?(?:h|min|s)\b)*")
 
 
 def _load(path: Path, a: str, b: str):

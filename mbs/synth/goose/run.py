@@ -44,7 +44,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from mbs.calibration import calibrate_group
-from mbs.calibration.sampling import Group, Policy, RolloutWriter, draw, policies_from_cfg
+from mbs.calibration.sampling import Group, Policy, RolloutWriter, draw
+from mbs.calibration.students import StudentSet
 from mbs.io import RunDir
 from mbs.llm import build_backend
 from mbs.llm.base import ChatRequest
@@ -327,13 +328,7 @@ def problem_of(item: MCQ, origin: str, parents: Sequence[str]) -> Problem:
 
 
 def _target_policy(cfg: DictConfig) -> Policy:
-    target = str(cfg.students.target)
-    for p in policies_from_cfg(cfg.students):
-        if p.name == target:
-            if p.source != "live":
-                raise ValueError(f"students.target={target!r} is a recorded policy; the Goose filter needs a live student")
-            return p
-    raise ValueError(f"students.target={target!r} is not a policy of the student set")
+    return StudentSet.from_cfg(cfg.students).live_target("the Goose filter")
 
 
 def filter_budget(gcfg: DictConfig, policy: Policy | None) -> int | None:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mbs.data import DataError, in_shard, records_hf_disk, records_jsonl, records_parquet
+from mbs.data import DataError, in_shard, records_hf_disk, records_jsonl, records_parquet, unwrap
 from mbs.data.champ import convert_gold, load_raw, problem_from_raw
 from mbs.registry import Registry
 
@@ -306,9 +306,7 @@ def _from_records(records: Iterator[tuple[str, Any]], gcfg: Any, report: SourceR
     for i, (where, rec) in enumerate(records):
         seen += 1
         try:
-            if isinstance(rec, Exception):
-                raise rec
-            yield passage_from_record(rec, i, where, gcfg)
+            yield passage_from_record(unwrap(rec), i, where, gcfg)
         except DataError as err:
             _bad(gcfg, report, err)
     if seen == 0:
