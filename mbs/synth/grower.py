@@ -16,6 +16,7 @@ from mbs.synth.engine import Calibrate, Tally, Task, Verify
 from mbs.synth.inputs import live_students
 from mbs.synth.judge import judge_variants
 from mbs.synth.problems import above, clip, synthetic_problem, variant_type
+from mbs.synth.settings import Thresholds
 from mbs.synth.structured import StructureError, parse_item, self_reference
 from mbs.synth.teacher import generator_teacher, teachers_from_cfg
 from mbs.verify import Grade
@@ -77,7 +78,7 @@ class SynthBase:
     def __init__(self, cfg: DictConfig, mcfg: DictConfig):
         self.cfg = cfg
         self.mcfg = mcfg
-        self.th = cfg.thresholds
+        self.th = Thresholds.from_cfg(cfg.thresholds)
         self.templates = cfg.synth.templates
         self.students, self.target = live_students(cfg)
         self.weakest = self.students[0]
