@@ -101,16 +101,16 @@ class AnswerType:
         template: Its prompt template in ``mbs/prompts/`` (placeholder ``{problem}``); the
             ``answer_templates`` line of ``conf/base.yaml`` names the one the stages use.
         as_response: A plain answer (a gold, a candidate's) written as the final answer the
-            grader reads (``oxed{12}``, ``The answer is (C).``).
+            grader reads (``\boxed{12}``, ``The answer is (C).``).
         probe: An answer graded against every gold before calibration: a gold the grader cannot
             grade it against (score ``None``) is unparseable (:mod:`mbs.verify.gold`).
         gold_response: How a gold itself is written as a response for the self-check (``None``:
             :attr:`as_response` of the gold).
-        shown: A gold as a teacher or reader sees it (``None``: the gold itself).
+        shown: A gold as a teacher or reader sees it (default: the gold itself).
         warmup: ``(response, gold)`` pairs graded in the grading pool's forkserver to fill the
             grader's caches (:mod:`mbs.verify.warmup`).
         variant_type: The answer type of a problem a teacher writes from a seed of this type
-            (synthesis prompts ask for ``oxed{}`` answers, so ``math`` unless the type's own
+            (synthesis prompts ask for ``\boxed{}`` answers, so ``math`` unless the type's own
             gold is what a teacher writes).
     """
 
