@@ -2,7 +2,7 @@
 funnel, one seed's tree, a tree browser for the report, and the MBS-vs-direct yield comparison.
 
 :func:`synthesis_figures` draws one run directory (what ``mbs-figures`` calls through
-:data:`mbs.figures.BY_STAGE`); :func:`compare_yield` draws the yield of several runs side by
+the methods' specs, :data:`mbs.synth.methods.METHODS`); :func:`compare_yield` draws the yield of several runs side by
 side (MBS against direct, or the points of a threshold sweep). Both read only ``summary.json``
 and ``trees.*.jsonl`` through :mod:`mbs.io`.
 """
