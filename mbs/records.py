@@ -30,6 +30,16 @@ SCHEMA_VERSION = 2
 #: mixed (non-zero GRPO advantage), or all wrong.
 BANDS = ("solved_all", "goldilocks", "failed_all")
 
+def rollout_key(r: Any) -> tuple:
+    """(problem, policy, budget, sample) of a rollout or anything with those attributes."""
+    return (r.problem_id, r.policy, r.budget, r.sample_index)
+
+
+def is_complete_correct(r: Any) -> bool:
+    """Correct and complete within L (reward 1.0, finish reason ``stop``): the seed paper's usability rule."""
+    return r.reward == 1.0 and r.finish_reason == "stop"
+
+
 def reason_kind(reason: str | None) -> str:
     """The category of a grading or rejection reason: the text before its first colon
     (``"answer mismatch: ..."`` -> ``"answer mismatch"``; none -> ``"none"``)."""
@@ -116,12 +126,12 @@ class Rollout:
     @property
     def key(self) -> tuple:
         """Identity used to resume and deduplicate: (problem, policy, budget, sample)."""
-        return (self.problem_id, self.policy, self.budget, self.sample_index)
+        return rollout_key(self)
 
     @property
     def complete_correct(self) -> bool:
         """Correct and complete within L (finish reason ``stop``), seed paper's usability rule."""
-        return self.reward == 1.0 and self.finish_reason == "stop"
+        return is_complete_correct(self)
 
 
 @dataclass

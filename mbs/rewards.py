@@ -10,7 +10,7 @@ imports)::
 Data sources written by mbs are named ``mbs/<verifier>/<origin>`` (``mbs/math/champ``,
 ``mbs/mcq/goose-champ``): the verifier is taken from that name, or from
 ``extra_info["verifier"]`` when given (it takes precedence); foreign data sources fall back
-to :func:`mbs.verify.detect_verifier`. Dispatch goes through the same registry that
+to :func:`mbs.verify.detect_verifier` (:func:`mbs.verify.sources.row_verifier`). Dispatch goes through the same registry that
 calibrated the data, so the reward that measured a problem's pass rate is the reward that
 trains on it.
 
@@ -37,10 +37,11 @@ import threading
 from typing import Any
 
 from mbs.reasoning import DEFAULT_FORMAT, final_answer, no_answer_reason
-from mbs.verify import Grade, detect_verifier
+from mbs.verify import Grade
 from mbs.verify.pool import GradingPool
+from mbs.verify.sources import row_verifier
 
-__all__ = ["compute_score", "verifier_for"]
+__all__ = ["compute_score"]
 
 _lock = threading.Lock()
 _pool: GradingPool | None = None
@@ -67,25 +68,6 @@ def _shared_pool() -> GradingPool:
 def _close_pool() -> None:
     if _pool is not None and _pool_pid == os.getpid():
         _pool.close(wait=False)
-
-
-def verifier_for(data_source: str, ground_truth: str, extra_info: dict | None = None) -> str:
-    """The verifier name for one sample.
-
-    Args:
-        data_source: verl's ``data_source`` column, ``mbs/<verifier>/<origin>`` for mbs data.
-        ground_truth: The gold answer (used for foreign data sources).
-        extra_info: verl's ``extra_info`` column; ``extra_info["verifier"]`` wins if set.
-
-    Returns:
-        A registry name, ``"auto"``, or an import path.
-    """
-    if extra_info and extra_info.get("verifier"):
-        return str(extra_info["verifier"])
-    parts = (data_source or "").split("/")
-    if len(parts) >= 2 and parts[0] == "mbs" and parts[1]:
-        return parts[1]
-    return detect_verifier(ground_truth)
 
 
 def compute_score(
@@ -122,7 +104,7 @@ def compute_score(
     """
     if isinstance(ground_truth, (int, float)):
         ground_truth = str(ground_truth)
-    verifier = verifier_for(data_source, ground_truth, extra_info)
+    verifier = row_verifier(data_source, ground_truth, extra_info)
     answer = final_answer(solution_str, reasoning_format)
     if answer is None:
         return {"score": 0.0, "acc": False, "pred": "", "reason": no_answer_reason("length")}

@@ -133,6 +133,14 @@ COUNT = Num(integer=True, lo=1)  # a count of at least one (N, n, K, ...)
 NONNEG = Num(integer=True, lo=0)
 BUDGET = Num(integer=True, lo=1)  # a budget L / max_tokens in tokens
 SHARE = Num(lo=0, hi=1)  # a rate or threshold in [0, 1]
+
+#: The range of each MagicBeanStalk threshold (:class:`mbs.synth.settings.Thresholds` checks them
+#: too). N_d counts retries after the first decomposition try (paper: "up to N_d = 3 retries"): 0
+#: is one try.
+THRESHOLD_RANGES: dict[str, Num] = {
+    "K": COUNT, "D": COUNT, "N_d": NONNEG, "N_t": COUNT, "N_l": COUNT, "N_c": COUNT, "N": COUNT,
+    "alpha_leaf": SHARE, "alpha_parent": SHARE,
+}
 TEMPERATURE = Num(lo=0)
 TOP_P = Num(lo=0, lo_open=True, hi=1)
 SECONDS = Num(lo=0, lo_open=True)
@@ -153,11 +161,8 @@ RULES: tuple[tuple[str, Check], ...] = (
     # budgets and thresholds
     ("budget.L", BUDGET),
     ("budget.list", ListOf(BUDGET)),
-    ("thresholds.alpha_leaf", SHARE),
-    ("thresholds.alpha_parent", SHARE),
-    *((f"thresholds.{k}", COUNT) for k in ("K", "D", "N_t", "N_l", "N_c", "N", "N_goose")),
-    # N_d counts retries after the first decomposition try (paper: "up to N_d = 3 retries"): 0 is one try
-    ("thresholds.N_d", NONNEG),
+    *((f"thresholds.{k}", check) for k, check in THRESHOLD_RANGES.items()),
+    ("thresholds.N_goose", COUNT),
     # calibration
     ("calibrate.n", COUNT),
     ("calibrate.budgets", ListOf(BUDGET)),

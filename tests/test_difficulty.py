@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mbs.difficulty import describe_moves, difficulty_fields, difficulty_summary
+from mbs.calibration.difficulty import describe_moves, difficulty_fields, difficulty_summary
 from mbs.figures.difficulty import difficulty_bands, difficulty_report, failed_all_vs_budget_by_difficulty
 from mbs.records import Calibration, Problem
 

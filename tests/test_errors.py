@@ -37,7 +37,7 @@ def test_stage_errors_share_the_user_error_base():
     from mbs.llm.base import BackendError
     from mbs.records import RecordError
     from mbs.service import ServiceError
-    from mbs.stages.merge import MergeError
+    from mbs.shards import MergeError
     from mbs.stages.train import TrainError
     from mbs.verify import UnknownVerifierError
 

@@ -1,4 +1,4 @@
-"""Records grouped on disk (mbs.grouping): the same results as holding them in memory."""
+"""Records grouped on disk (mbs.calibration.grouping): the same results as holding them in memory."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from mbs.calibration import calibrate_group, settled, trap_summary
-from mbs.calibration_run import early_stop_simulation
-from mbs.grouping import (
+from mbs.calibration.grouping import (
     BandTable,
     GroupOutcomes,
     Mark,
@@ -24,6 +23,7 @@ from mbs.grouping import (
     budget_key,
     budget_sort_key,
 )
+from mbs.calibration.run import early_stop_simulation
 from mbs.records import BANDS, Rollout
 from mbs.stats import share
 
@@ -51,7 +51,7 @@ def outcome(r: Rollout) -> Outcome:
 
 
 def reference_groups(rollouts: list[Rollout]) -> list[list[Rollout]]:
-    """Grouping in memory, as finalize did before mbs.grouping."""
+    """Grouping in memory, as finalize did before mbs.calibration.grouping."""
     groups: dict[tuple, dict[int, Rollout]] = defaultdict(dict)
     for r in rollouts:
         groups[(r.problem_id, r.policy, r.budget)][r.sample_index] = r  # a repeated key: the last wins

@@ -5,10 +5,10 @@ from __future__ import annotations
 import threading
 from concurrent.futures import Future
 
-from mbs.grouping import GroupOutcomes
+from mbs.calibration.grouping import GroupOutcomes
+from mbs.calibration.sampling import RolloutWriter
 from mbs.io import Shard
 from mbs.records import Rollout
-from mbs.sampling import RolloutWriter
 from mbs.verify import Grade
 from mbs.verify.pool import GradingPool
 

@@ -16,7 +16,7 @@ from support.fakes import fake_backend_overrides
 from support.fault_server import FaultServer
 
 import mbs.stages.calibrate as calibrate_stage
-from mbs import calibration_run
+from mbs.calibration import run as calibration_run
 from mbs.io import MANIFEST, RunDir, RunDirError, read_records
 from mbs.llm import close_all
 from mbs.records import Problem, Rollout

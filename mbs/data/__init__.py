@@ -25,6 +25,7 @@ from mbs.data.base import LOADERS, DataError, LoadReport, register_loader
 from mbs.errors import UnknownNameError
 from mbs.records import Problem
 from mbs.verify import available as registered_verifiers
+from mbs.verify.sources import data_source
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +83,9 @@ def _load_filtered(data_cfg: Any) -> tuple[list[Problem], LoadReport]:
     """Every problem of the input after the verifiability filter (before sharding and limit)."""
     name = data_cfg.loader
     if name not in LOADERS:
-        raise UnknownNameError(f"data.loader={name!r} is not a registered loader; valid: {sorted(LOADERS)}")
+        raise UnknownNameError(f"data.loader={name!r} is not a registered loader; valid: {LOADERS.names()}")
     report = LoadReport()
-    problems = LOADERS[name](data_cfg, report)
+    problems = LOADERS.get(name)(data_cfg, report)
     if not bool(data_cfg.get("include_unverifiable", False)):
         kept = [p for p in problems if p.verifiable]
         report.unverifiable += len(problems) - len(kept)
@@ -217,6 +218,17 @@ def records_hf_disk(path: Path, split: str | None, split_key: str = "data.split"
         yield f"{path} [{split}] row {i}", row
 
 
+def unwrap(record: Any) -> Any:
+    """A record as a reader yielded it; a reader's error in its place (a bad line) is raised here.
+
+    Raises:
+        Exception: The error the reader put in the record's place (a :class:`DataError`).
+    """
+    if isinstance(record, Exception):
+        raise record
+    return record
+
+
 def problems_from_records(records: Iterable[tuple[str, Any]], data_cfg: Any, report: LoadReport, source: str) -> list[Problem]:
     """Map raw records onto :class:`Problem` with ``data.fields``; handle bad records per ``on_error``.
 
@@ -235,9 +247,7 @@ def problems_from_records(records: Iterable[tuple[str, Any]], data_cfg: Any, rep
     for i, (where, rec) in enumerate(records):
         seen += 1
         try:
-            if isinstance(rec, Exception):
-                raise rec
-            problem = _problem_from_record(rec, i, where, fields, origin, answer_type, max_chars)
+            problem = _problem_from_record(unwrap(rec), i, where, fields, origin, answer_type, max_chars)
             if problem.id in first_seen:
                 raise DataError(
                     f"{where}: duplicate id {problem.id!r} in field {fields.get('id')!r} (data.fields.id); "
@@ -325,7 +335,7 @@ def _problem_from_record(
     meta = {k: v for k, v in rec.items() if k not in skip}
     return Problem(
         id=pid,
-        data_source=f"mbs/{answer_type if not str(answer_type).startswith('unverifiable') else 'none'}/{origin}",
+        data_source=data_source(str(answer_type), origin),
         prompt=prompt,
         ground_truth=gt,
         answer_type=str(answer_type),

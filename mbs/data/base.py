@@ -12,6 +12,7 @@ from typing import Any
 
 from mbs.errors import UserError
 from mbs.records import Problem
+from mbs.registry import Registry
 
 
 class DataError(UserError, ValueError):
@@ -38,14 +39,13 @@ class LoadReport:
         }
 
 
-LOADERS: dict[str, Callable[[Any, LoadReport], list[Problem]]] = {}
+#: A loader: ``fn(data_cfg, report) -> list[Problem]``.
+Loader = Callable[[Any, LoadReport], list[Problem]]
+
+#: ``data.loader`` name -> loader.
+LOADERS: Registry[Loader] = Registry("data loader")
 
 
-def register_loader(name: str) -> Callable:
+def register_loader(name: str) -> Callable[[Loader], Loader]:
     """Decorator adding a loader ``fn(data_cfg, report) -> list[Problem]`` to :data:`LOADERS`."""
-
-    def deco(fn: Callable) -> Callable:
-        LOADERS[name] = fn
-        return fn
-
-    return deco
+    return LOADERS.register(name)

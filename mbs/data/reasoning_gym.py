@@ -41,6 +41,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from mbs.data.base import DataError, LoadReport, register_loader
 from mbs.records import Problem
+from mbs.verify.sources import data_source
 
 ANSWER_TYPE = "reasoning_gym"
 #: Config fields every Reasoning Gym generator has; mbs sets them from data.seed / data.size.
@@ -219,7 +220,7 @@ def generate(data_cfg: Any) -> list[Problem]:
             problems.append(
                 Problem(
                     id=f"reasoning_gym/{level.task}/{level.name}-{h}/{i}",
-                    data_source=f"mbs/{ANSWER_TYPE}/{level.task}",
+                    data_source=data_source(ANSWER_TYPE, level.task),
                     prompt=str(entry["question"]),
                     ground_truth=gold_json(level.task, answer, meta),
                     answer_type=ANSWER_TYPE,

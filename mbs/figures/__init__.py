@@ -6,8 +6,8 @@ PDF and PNG by default) with fixed metadata, so regenerating from the same run d
 gives byte-identical files. Sizes follow a one-column (3.4 in) or two-column (7.0 in) layout.
 
 One module per stage: :mod:`mbs.figures.calibration`, and the synthesis, Goose and evaluation
-modules; :data:`BY_STAGE` maps a run directory's ``summary.json`` ``stage`` to the function
-that draws its figures.
+modules; :data:`mbs.figures.stages.BY_STAGE` maps a run directory's ``summary.json`` ``stage`` to
+the function that draws its figures (a synthesis method's spec names its own).
 """
 
 from __future__ import annotations
@@ -23,20 +23,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 logging.getLogger("fontTools").setLevel(logging.WARNING)  # PDF font subsetting logs every table at INFO
 
-#: summary ``stage`` (and, for synthesis, ``method``) -> "module:function" drawing its figures;
-#: each function is ``fn(run_dir, out_dir, formats, width) -> {"written": [...], "skipped": {...}}``.
-BY_STAGE: dict[str, str] = {
-    "calibrate": "mbs.figures.calibration:calibration_figures",
-    "synthesize/mbs": "mbs.figures.synthesis:synthesis_figures",
-    "synthesize/direct": "mbs.figures.synthesis:synthesis_figures",
-    "synthesize/goose": "mbs.figures.goose:goose_figures",
-    "evaluate": "mbs.figures.evaluation:evaluation_figures",
-    "export": "mbs.figures.export:export_tables",
-    "train": "mbs.figures.forecast:train_figures",
-}
-
 def stage_key(summary: dict) -> str:
-    """Key of :data:`BY_STAGE` for a run's summary (``synthesize/<method>`` for synthesis)."""
+    """The kind of a run from its summary: its stage, ``synthesize/<method>`` for synthesis."""
     stage = summary.get("stage", "")
     return f"{stage}/{summary['method']}" if stage == "synthesize" and "method" in summary else stage
 
@@ -137,5 +125,22 @@ def save(fig, out_dir: str | Path, stem: str, formats: Sequence[str] = ("png", "
         paths.append(path)
     plt.close(fig)
     return paths
+
+
+def yield_panels(fig, axes, labels: Sequence[str], right: Sequence[float], colors: Sequence[str], right_label: str,
+                 title: str) -> None:
+    """Finish a two-panel synthesis comparison (the caller saves it).
+
+    The left panel (already drawn: a bar per run) gets the yield axis (0 to 100 % of hard
+    seeds); the right panel gets one bar per run of ``right`` labelled ``right_label``.
+    """
+    axes[0].set_xlim(0, 100)
+    axes[0].set_xlabel("yield (% of hard seeds)")
+    axes[0].invert_yaxis()
+    axes[1].barh(labels, right, color=colors, height=0.6)
+    axes[1].set_xlabel(right_label)
+    axes[1].set_yticks([])
+    axes[1].invert_yaxis()
+    fig.suptitle(title, fontsize=8)
 
 

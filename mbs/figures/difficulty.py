@@ -1,6 +1,6 @@
 """Calibration figures by difficulty level: band shares per (difficulty, L) and the failed_all
 share against L per difficulty (input: ``summary.json``'s ``by_difficulty``, written by
-:func:`mbs.difficulty.difficulty_summary`)."""
+:func:`mbs.calibration.difficulty.difficulty_summary`)."""
 
 from __future__ import annotations
 

@@ -84,7 +84,7 @@ def zero_std_forecast(block: dict[str, Any], out_dir: str | Path, formats: Seque
 
 def train_figures(run_dir: str | Path, out_dir: str | Path, formats: Sequence[str] = ("png", "pdf"),
                   width: str = "single") -> dict[str, Any]:
-    """The figures of an ``mbs-train`` run directory (:data:`mbs.figures.BY_STAGE` ``train``).
+    """The figures of an ``mbs-train`` run directory (:data:`mbs.figures.stages.BY_STAGE` ``train``).
 
     Returns:
         ``{"written": [paths], "skipped": {figure: reason}}``; a run without a trap forecast is

@@ -27,11 +27,11 @@ from matplotlib.ticker import MaxNLocator
 
 from mbs.figures import BAND_COLORS, BAND_LABELS, figure, save
 from mbs.io import read_records, read_summary
+from mbs.records import BANDS
 
 log = logging.getLogger(__name__)
 
 LETTERS = "ABCDEFGHIJ"
-BANDS = ("solved_all", "goldilocks", "failed_all")
 
 #: Items shown in the report's MCQ browser (the first ones in build order).
 HTML_ITEMS = 40

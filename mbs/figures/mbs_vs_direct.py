@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mbs.figures import figure, save
+from mbs.figures import figure, save, yield_panels
 from mbs.io import read_summary
 from mbs.stats import paired_shares, seeds_to_separate, share
 
@@ -171,15 +171,8 @@ def compare_methods(run_dirs: Sequence[str | Path], out_dir: str | Path, formats
         axes[0].barh([labels[i]], [100 * mbs["root_only"]], left=[100 * mbs["decomposed"]], color=COLORS["MBS root-only"],
                      height=0.6, label="root-only")
         axes[0].legend(loc="lower right", frameon=False, fontsize=6)
-    axes[0].set_xlim(0, 100)
-    axes[0].set_xlabel("yield (% of hard seeds)")
-    axes[0].invert_yaxis()
     tpq = [r["teacher_tokens_per_qualified"] or 0.0 for r in rows]
-    axes[1].barh(labels, tpq, color=colors, height=0.6)
-    axes[1].set_xlabel("teacher tokens per qualified")
-    axes[1].set_yticks([])
-    axes[1].invert_yaxis()
-    fig.suptitle("MBS versus direct prompting", fontsize=8)
+    yield_panels(fig, axes, labels, tpq, colors, "teacher tokens per qualified", "MBS versus direct prompting")
     written = [str(p) for p in save(fig, out_dir, "mbs_vs_direct", formats)]
     seeds = {r["hard_seeds"] for r in rows}
     note = "" if len(seeds) == 1 else f"<p><b>Note:</b> the runs have different numbers of hard seeds ({sorted(seeds)}).</p>"

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import base64
 import html
-import importlib
 import json
 from pathlib import Path
 from typing import Any, Sequence
 
 from mbs.calibration import budget_sort_key
-from mbs.figures import BY_STAGE, stage_key
+from mbs.figures import stage_key
 from mbs.figures.mbs_vs_direct import compare_methods
+from mbs.figures.stages import BY_STAGE, FigureFn
 from mbs.io import read_summary, write_text_atomic
 from mbs.records import BANDS
+from mbs.synth.methods import METHODS
 
 
 def bands_table(summary: dict[str, Any]) -> tuple[str, str]:
@@ -50,10 +51,23 @@ def _steps(run_dir: Path) -> list[tuple[str, Path]]:
     return [(summary.get("stage", "run"), run_dir)]
 
 
+def figures_of(summary: dict[str, Any]) -> FigureFn | None:
+    """The function drawing the figures of a run with this summary (``None``: the stage draws none).
+
+    Synthesis runs: the method's spec (:data:`mbs.synth.methods.METHODS`); other stages:
+    :data:`mbs.figures.stages.BY_STAGE`.
+    """
+    stage = summary.get("stage", "")
+    if stage == "synthesize" and "method" in summary:
+        method = summary["method"]
+        return METHODS.get(method).figures if method in METHODS else None
+    return BY_STAGE.get(stage) if stage in BY_STAGE else None
+
+
 def render(run_dir: str | Path, out_dir: str | Path, formats: Sequence[str] = ("png", "pdf"), width: str = "single") -> dict[str, Any]:
     """Draw every figure and table of ``run_dir`` into ``out_dir`` and write ``report.html``.
 
-    Each stage's figure function (:data:`mbs.figures.BY_STAGE`) returns
+    Each stage's figure function (:func:`figures_of`) returns
     ``{"written": [paths], "skipped": {name: why}}`` and optionally ``"tables"``
     (``{name: {"md": text, "tex": text}}``) and ``"html"`` (a report section, e.g. a tree or
     MCQ browser).
@@ -72,11 +86,11 @@ def render(run_dir: str | Path, out_dir: str | Path, formats: Sequence[str] = ("
             result["skipped"][step] = str(err)
             continue
         key = stage_key(summary)
-        if key not in BY_STAGE:
+        draw = figures_of(summary)
+        if draw is None:
             result["skipped"][step] = f"no figures for stage {key!r}"
             continue
-        module, _, fn = BY_STAGE[key].partition(":")
-        drawn = getattr(importlib.import_module(module), fn)(folder, out_dir / "figures" / step, formats, width)
+        drawn = draw(folder, out_dir / "figures" / step, formats, width)
         result["skipped"].update({f"{step}/{k}": v for k, v in drawn.get("skipped", {}).items()})
         tables = dict(drawn.get("tables", {}))
         if summary.get("stage") == "calibrate":

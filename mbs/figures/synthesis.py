@@ -2,7 +2,7 @@
 funnel, one seed's tree, a tree browser for the report, and the MBS-vs-direct yield comparison.
 
 :func:`synthesis_figures` draws one run directory (what ``mbs-figures`` calls through
-:data:`mbs.figures.BY_STAGE`); :func:`compare_yield` draws the yield of several runs side by
+the methods' specs, :data:`mbs.synth.methods.METHODS`); :func:`compare_yield` draws the yield of several runs side by
 side (MBS against direct, or the points of a threshold sweep). Both read only ``summary.json``
 and ``trees.*.jsonl`` through :mod:`mbs.io`.
 """
@@ -17,7 +17,7 @@ from typing import Any
 
 from matplotlib.ticker import MaxNLocator
 
-from mbs.figures import figure, save
+from mbs.figures import figure, save, yield_panels
 from mbs.figures.labels import run_labels
 from mbs.figures.mbs_vs_direct import compare_methods
 from mbs.io import read_records, read_summary
@@ -299,14 +299,7 @@ def compare_yield(run_dirs: Sequence[str | Path], out_dir: str | Path, formats: 
     per = [s["qualified_problems"] / s["hard_seeds"] if s.get("hard_seeds") else 0.0 for s in summaries]
     colors = [METHOD_COLORS.get(s["method"], "#4C72B0") for s in summaries]
     axes[0].barh(labels, ys, color=colors, height=0.6)
-    axes[0].set_xlim(0, 100)
-    axes[0].set_xlabel("yield (% of hard seeds)")
-    axes[0].invert_yaxis()
-    axes[1].barh(labels, per, color=colors, height=0.6)
-    axes[1].set_xlabel("qualified per seed")
-    axes[1].set_yticks([])
-    axes[1].invert_yaxis()
-    fig.suptitle("Synthesis yield compared", fontsize=8)
+    yield_panels(fig, axes, labels, per, colors, "qualified per seed", "Synthesis yield compared")
     written = [str(p) for p in save(fig, out_dir, "compare_yield", formats)]
     rows = [[lab, str(s["hard_seeds"]), str(s["seeds_qualified"]), f"{100 * s['yield']:.1f}", str(s["qualified_problems"]), f"{p:.2f}"]
             for lab, s, p in zip(labels, summaries, per)]

@@ -22,14 +22,14 @@ from typing import Any, Sequence
 
 from omegaconf import DictConfig
 
-from mbs.calibration_run import CalibrationSettings, finalize
+from mbs.calibration.grouping import GroupOutcomes
+from mbs.calibration.recorded import calibrate_recorded
+from mbs.calibration.run import CalibrationSettings, finalize
+from mbs.calibration.sampling import Group, Policy, RolloutWriter, draw
 from mbs.data import load_problems
-from mbs.grouping import GroupOutcomes
 from mbs.io import RunDir
 from mbs.llm.meter import BackendMeter
-from mbs.recorded import calibrate_recorded
 from mbs.records import Problem, Rollout
-from mbs.sampling import Group, Policy, RolloutWriter, draw
 from mbs.training.provenance import sampled_distributions
 from mbs.validate import validate_config
 from mbs.verify.pool import GradingPool
@@ -37,24 +37,6 @@ from mbs.verify.pool import GradingPool
 log = logging.getLogger(__name__)
 
 STAGE = "calibrate"
-
-
-def calibrate_live(
-    policy: Policy,
-    problems: Sequence[Problem],
-    budgets: Sequence[int],
-    ccfg: DictConfig,
-    cfg: DictConfig,
-    writer: RolloutWriter,
-    stats: Counter,
-) -> None:
-    """Draw, grade and write N rollouts per (problem, budget) for a live policy (see :func:`mbs.sampling.draw`)."""
-    groups = [Group.of(p, L, ccfg.templates, cfg.verifier) for L in budgets for p in problems]
-    draw(
-        policy, groups, int(ccfg.n), writer, cfg.paths.cache_dir,
-        temperature=float(ccfg.temperature), top_p=float(ccfg.top_p), seed=int(cfg.seed),
-        early_stop=ccfg.early_stop, stats=stats, desc=f"calibrate {policy.name}",
-    )
 
 
 def _draw_all(
@@ -68,13 +50,22 @@ def _draw_all(
     cond_writer: RolloutWriter,
     backends: dict[str, Any],
 ) -> None:
-    """Draw and grade the rollouts of every policy (live or recorded); record backend usage."""
+    """Draw and grade the rollouts of every policy (live or recorded); record backend usage.
+
+    A live policy gets N rollouts per (problem, budget), drawn, graded and written by
+    :func:`mbs.calibration.sampling.draw`; a recorded one its dataset answers.
+    """
     for policy in policies:
         if policy.source == "recorded":
             calibrate_recorded(policy, problems, writer, cond_writer, cfg)
             continue
         meter = BackendMeter([(policy.name, policy.backend)], cfg.paths.cache_dir)
-        calibrate_live(policy, problems, budgets, ccfg, cfg, writer, stats)
+        groups = [Group.of(p, L, ccfg.templates, cfg.verifier) for L in budgets for p in problems]
+        draw(
+            policy, groups, int(ccfg.n), writer, cfg.paths.cache_dir,
+            temperature=float(ccfg.temperature), top_p=float(ccfg.top_p), seed=int(cfg.seed),
+            early_stop=ccfg.early_stop, stats=stats, desc=f"calibrate {policy.name}",
+        )
         backends.update(meter.report())
 
 
@@ -92,7 +83,7 @@ def run(cfg: DictConfig) -> Path:
     logging.getLogger("mbs").setLevel(cfg.log_level)
     out = RunDir(cfg.out_dir, STAGE, cfg.shard.index, cfg.shard.count, cfg=cfg)
     out.write_config(cfg)
-    out.record_distribution(sampled_distributions(cfg, "calibrate"))
+    out.record_distribution(sampled_distributions(cfg.students.policies, cfg.calibrate.temperature, cfg.calibrate.top_p))
     t0 = time.perf_counter()
     problems, report = load_problems(cfg.data, cfg.shard.index, cfg.shard.count)
     out.timings["load"] = time.perf_counter() - t0

@@ -7,7 +7,7 @@ paper's eight benchmarks at 16K/24K/32K, base model and trained checkpoint side 
 Every model of ``eval.models`` samples ``eval.k`` responses per problem of every benchmark of
 ``eval.benchmarks`` (:mod:`mbs.benchmarks`; at most ``eval.limit`` problems each) at every
 budget of ``eval.budgets``, with the calibration prompt templates, through
-:func:`mbs.sampling.draw` (LLM cache, grading pool with hard timeouts, resume from the
+:func:`mbs.calibration.sampling.draw` (LLM cache, grading pool with hard timeouts, resume from the
 rollout shard). Scores are avg@k and the unbiased pass@k (:mod:`mbs.evaluation`).
 
 Writes into ``out_dir``: ``rollouts.*.jsonl`` (one :class:`~mbs.records.Rollout` per sample),
@@ -27,13 +27,13 @@ from typing import Any
 from omegaconf import DictConfig
 
 from mbs.benchmarks import load_benchmarks
+from mbs.calibration.sampling import Group, Policy, RolloutWriter, draw
 from mbs.errors import ConfigError
 from mbs.evaluation import score
 from mbs.figures.evaluation import evaluation_figures
 from mbs.io import RunDir, write_text_atomic
 from mbs.llm import build_backend
 from mbs.records import Rollout
-from mbs.sampling import Group, Policy, RolloutWriter, draw
 from mbs.training.provenance import distribution_of
 from mbs.validate import validate_config
 from mbs.verify.pool import GradingPool

@@ -101,7 +101,7 @@ def plan(cfg: DictConfig) -> list[str]:
     names = ["calibrate_recorded"] * bool(pcfg.recorded.enabled) + ["calibrate_live"] * bool(pcfg.live.enabled)
     names += ["calibrate_difficulty"] * bool(pcfg.difficulty.enabled)
     for method in pcfg.synthesize.methods:
-        if method not in ("mbs", "direct") or pcfg.live.enabled:
+        if not synthesize.method_spec(method).needs_seeds or pcfg.live.enabled:
             names.append(f"synthesize_{method}")
     if pcfg.synthesize.cost_matched.enabled and "synthesize_mbs" in names:
         names.append(COST_MATCHED)
@@ -181,45 +181,36 @@ def run(cfg: DictConfig) -> Path:
 
         levels_of(pcfg.difficulty.data)
     progress = StepProgress(plan(cfg), desc="mbs-pipeline")
+    def calibrate_step(name: str, **overrides: Any) -> None:  # one calibration step into out/<name>
+        with progress.step(name):
+            steps[name] = str(calibrate.run(sub_config(cfg, out.path / name, **overrides)))
+
     if pcfg.recorded.enabled:
-        with progress.step("calibrate_recorded"):
-            sub = sub_config(
-                cfg,
-                out.path / "calibrate_recorded",
-                students=OmegaConf.to_container(pcfg.recorded.students, resolve=True),
-                data={**OmegaConf.to_container(pcfg.recorded.data, resolve=True), "limit": pcfg.recorded.limit},
-            )
-            steps["calibrate_recorded"] = str(calibrate.run(sub))
+        calibrate_step(
+            "calibrate_recorded",
+            students=OmegaConf.to_container(pcfg.recorded.students, resolve=True),
+            data={**OmegaConf.to_container(pcfg.recorded.data, resolve=True), "limit": pcfg.recorded.limit},
+        )
     if pcfg.live.enabled:
-        with progress.step("calibrate_live"):
-            sub = sub_config(
-                cfg,
-                out.path / "calibrate_live",
-                **{
-                    "data.limit": pcfg.live.limit,
-                    "calibrate.n": pcfg.live.n,
-                    "calibrate.budgets": list(pcfg.live.budgets),
-                },
-            )
-            steps["calibrate_live"] = str(calibrate.run(sub))
+        calibrate_step(
+            "calibrate_live",
+            **{"data.limit": pcfg.live.limit, "calibrate.n": pcfg.live.n, "calibrate.budgets": list(pcfg.live.budgets)},
+        )
 
     if pcfg.difficulty.enabled:
-        with progress.step("calibrate_difficulty"):
-            sub = sub_config(
-                cfg,
-                out.path / "calibrate_difficulty",
-                data=OmegaConf.to_container(pcfg.difficulty.data, resolve=True),
-                **{
-                    "calibrate.n": pcfg.difficulty.n,
-                    "calibrate.budgets": list(pcfg.difficulty.budgets),
-                    "calibrate.temperature": pcfg.difficulty.temperature,
-                },
-            )
-            steps["calibrate_difficulty"] = str(calibrate.run(sub))
+        calibrate_step(
+            "calibrate_difficulty",
+            data=OmegaConf.to_container(pcfg.difficulty.data, resolve=True),
+            **{
+                "calibrate.n": pcfg.difficulty.n,
+                "calibrate.budgets": list(pcfg.difficulty.budgets),
+                "calibrate.temperature": pcfg.difficulty.temperature,
+            },
+        )
 
     for method in pcfg.synthesize.methods:
         seeds = steps.get("calibrate_live")
-        if method in ("mbs", "direct") and seeds is None:
+        if synthesize.method_spec(method).needs_seeds and seeds is None:
             log.warning("pipeline: %s needs the live calibration's hard seeds; skipped", method)
             continue
         with progress.step(f"synthesize_{method}"):

@@ -35,6 +35,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from mbs.figures.forecast import train_figures
 from mbs.io import RunDir, write_text_atomic
+from mbs.registry import Registry
 from mbs.training.launch import TrainError, check_data, job_env, run_logged, submit
 from mbs.training.policy import TrainPolicy, resolve_policy
 from mbs.training.trap import forecast_block
@@ -79,6 +80,14 @@ def _await(cfg: DictConfig, job: Any, name: str, summary: dict[str, Any]) -> Any
         raise TrainError(f"job {sjob.job_id} failed: {err}; logs in {s.folder}") from err
 
 
+#: A training engine: ``fn(cfg, out, policy, summary) -> counts`` (by ``train.engine``).
+Engine = Callable[[DictConfig, RunDir, TrainPolicy, dict[str, Any]], dict[str, Any]]
+
+#: Training engines by ``train.engine``.
+ENGINES: Registry[Engine] = Registry("training engine")
+
+
+@ENGINES.register("verl")
 def _run_verl(cfg: DictConfig, out: RunDir, policy: TrainPolicy, summary: dict[str, Any]) -> dict[str, Any]:
     tcfg = cfg.train
     summary_pl: dict[str, Any] = {}
@@ -126,6 +135,7 @@ def _run_verl(cfg: DictConfig, out: RunDir, policy: TrainPolicy, summary: dict[s
     return counts
 
 
+@ENGINES.register("trl")
 def _run_trl(cfg: DictConfig, out: RunDir, policy: TrainPolicy, summary: dict[str, Any]) -> dict[str, Any]:
     tcfg = cfg.train
     check_reasoning_format(policy.reasoning_format)
@@ -152,13 +162,6 @@ def _run_trl(cfg: DictConfig, out: RunDir, policy: TrainPolicy, summary: dict[st
     return {"steps": int(result["steps"])}
 
 
-#: Training engines by ``train.engine``.
-ENGINES: dict[str, Callable[[DictConfig, RunDir, TrainPolicy, dict[str, Any]], dict[str, Any]]] = {
-    "verl": _run_verl,
-    "trl": _run_trl,
-}
-
-
 def run(cfg: DictConfig) -> Path:
     """Resolve the calibrated policy and train it with ``train.engine`` (or print the plan: dry run).
 
@@ -177,9 +180,9 @@ def run(cfg: DictConfig) -> Path:
     validate_config(cfg)
     logging.getLogger("mbs").setLevel(cfg.log_level)
     tcfg = cfg.train
-    engine = ENGINES.get(str(tcfg.engine))
-    if engine is None:
+    if str(tcfg.engine) not in ENGINES:
         raise TrainError(f"train.engine={tcfg.engine!r}: valid engines are {', '.join(ENGINES)}")
+    engine = ENGINES.get(str(tcfg.engine))
     if tcfg.launcher not in ("local", "submitit"):
         raise TrainError(f"train.launcher={tcfg.launcher!r}: valid values are local, submitit")
     out = RunDir(cfg.out_dir, STAGE)

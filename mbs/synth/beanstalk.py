@@ -67,10 +67,10 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from mbs.calibration.sampling import Group, Policy, messages_for
 from mbs.io import RunDir
 from mbs.prompts import user_messages
-from mbs.records import Problem, TreeNode
-from mbs.sampling import Group, Policy, messages_for, verifier_for
+from mbs.records import Problem, TreeNode, reason_kind
 from mbs.synth.candidate import KEPT, REJECTIONS, Candidate, Status
 from mbs.synth.engine import Calibrate, Gather, Tally, Task, Verify, generate, one
 from mbs.synth.grounding import assign_documents, documents_block
@@ -78,7 +78,7 @@ from mbs.synth.grower import SeedTree, SynthBase, mark_verified
 from mbs.synth.inputs import load_base_calibrations, load_seeds
 from mbs.synth.judge import judge_summary
 from mbs.synth.paths import path_details, yield_by_path
-from mbs.synth.problems import above, clip, origin_of, reason_kind
+from mbs.synth.problems import above, clip, variant_type
 from mbs.synth.restate import restatement, same_answer_reason
 from mbs.synth.run import RunState, run_method, setup_summary
 from mbs.synth.store import root_id
@@ -88,6 +88,7 @@ from mbs.synth.summary import base_summary
 from mbs.synth.teacher import find_trace
 from mbs.synth.traces import blueprint, trace_for_prompt
 from mbs.verify.gold import answer_as_response, shown_answer
+from mbs.verify.sources import data_source, origin_of, verifier_for
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +146,7 @@ class Beanstalk(SynthBase):
     def shown(self, node: TreeNode) -> str:
         """The node's answer as Stage-2/3 prompts show it: the answer alone (a Reasoning Gym gold is a
         JSON entry with generator metadata, :func:`mbs.verify.gold.shown_answer`)."""
-        return shown_answer(node.answer, verifier_for(node.problem, self.cfg.verifier))
+        return shown_answer(node.answer, verifier_for(node.problem, self.cfg.verifier.path))
 
     # -- one seed ----------------------------------------------------------------------
 
@@ -161,7 +162,7 @@ class Beanstalk(SynthBase):
         m = self.cfg.mbs
         res = yield from find_trace(
             seed, self.pool, int(self.th.N_t), m.templates.trace, self.max_chars,
-            verifier_for(seed, self.cfg.verifier), tree.tally, int(m.trace_batch),
+            verifier_for(seed, self.cfg.verifier.path), tree.tally, int(m.trace_batch),
         )
         info: dict[str, Any] = {"trace_teacher": res.teacher, "trace_index": res.index, "trace_attempts": res.attempts}
         root.problem.metadata["mbs"] = info
@@ -217,7 +218,7 @@ class Beanstalk(SynthBase):
         messages += messages_for(node.problem, self.templates)
         return Group(
             id=f"{node.problem.id}#cond{attempt}", budget=int(s.budget), messages=messages,
-            ground_truth=node.answer or "", verifier=verifier_for(node.problem, self.cfg.verifier),
+            ground_truth=node.answer or "", verifier=verifier_for(node.problem, self.cfg.verifier.path),
         )
 
     def decompose(self, tree: SeedTree, node: TreeNode) -> Task:
@@ -258,8 +259,8 @@ class Beanstalk(SynthBase):
             if pending:
                 # "is its answer the parent's a*?" is graded by the parent's own verifier (a Reasoning Gym
                 # gold is a JSON entry that only its score_answer reads)
-                parent_verifier = verifier_for(node.problem, self.cfg.verifier)
-                grades = yield Verify([(s["solution"], s["answer"], "math") for s in pending]
+                parent_verifier = verifier_for(node.problem, self.cfg.verifier.path)
+                grades = yield Verify([(s["solution"], s["answer"], variant_type(tree.seed)) for s in pending]
                                       + [(answer_as_response(s["answer"], parent_verifier), node.answer or "", parent_verifier)
                                          for s in pending])
                 for s, g, same in zip(pending, grades, grades[len(pending):]):
@@ -302,8 +303,8 @@ class Beanstalk(SynthBase):
         for j, sub in enumerate(accepted):
             cid = f"{node.node_id}.{j}"
             problem = Problem(
-                id=cid, data_source=f"mbs/math/{origin_of(tree.seed)}-mbs-subproblem",
-                prompt=sub["problem"], ground_truth=sub["answer"], answer_type="math",
+                id=cid, data_source=data_source(variant_type(tree.seed), f"{origin_of(tree.seed)}-mbs-subproblem"),
+                prompt=sub["problem"], ground_truth=sub["answer"], answer_type=variant_type(tree.seed),
                 reference_solution=sub["solution"], metadata={"seed_id": tree.seed.id}, parents=[node.node_id],
             )
             child = TreeNode(node_id=cid, seed_id=tree.seed.id, depth=node.depth + 1, problem=problem,
@@ -339,7 +340,7 @@ class Beanstalk(SynthBase):
             self.candidate(tree, f"{node.node_id}/v{c.sample_index}", "leaf_variant", c, [node.node_id], node_id=node.node_id)
             for c in comps
         ]
-        yield from self.check(variants)
+        yield from self.check(tree, variants)
         valid = [v for v in variants if v["status"] == Status.VALID]
         if valid:
             alpha = float(th.alpha_leaf)
@@ -390,7 +391,7 @@ class Beanstalk(SynthBase):
             comp = (yield from generate(self.gen, [self.gen.request(messages, t)], tree.tally))[0][0]
             used = [v["id"] for v in chosen]
             v = self.candidate(tree, f"{node.node_id}/c{t}", "composed", comp, [node.node_id, *used], node_id=node.node_id, children=used)
-            yield from self.check([v])
+            yield from self.check(tree, [v])
             if v["status"] == Status.VALID:
                 (c,) = yield Calibrate(self.weakest, [self.group(tree, v, self.weakest)], self.n, "above_alpha", alpha, tally=tree.tally)
                 self.filter(v, c, alpha, "alpha_parent")
@@ -431,7 +432,7 @@ class Beanstalk(SynthBase):
         ]
         comps = yield from generate(self.gen, reqs, tree.tally)
         cands = [self.candidate(tree, v["id"] + "g", v["kind"], c[0], v["parents"], dedupe=False) for v, c in zip(kept, comps)]
-        yield from self.check(cands)
+        yield from self.check(tree, cands)
         for v, c in zip(kept, cands):
             doc_ids = [d.id for d in docs]
             if c["status"] == Status.VALID:

@@ -33,18 +33,18 @@ from omegaconf import DictConfig
 
 from mbs.io import RunDir, read_records
 from mbs.prompts import user_messages
-from mbs.records import Problem, TreeNode
-from mbs.sampling import verifier_for
+from mbs.records import Problem, TreeNode, reason_kind
 from mbs.synth.candidate import KEPT, Status
 from mbs.synth.engine import Tally, Task, generate
 from mbs.synth.grower import SeedTree, SynthBase
 from mbs.synth.inputs import load_seeds
 from mbs.synth.judge import judge_summary
-from mbs.synth.problems import clip, reason_kind
+from mbs.synth.problems import clip
 from mbs.synth.run import RunState, run_method, setup_summary
 from mbs.synth.store import root_id
 from mbs.synth.summary import base_summary
 from mbs.verify.gold import shown_answer
+from mbs.verify.sources import verifier_for
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class Direct(SynthBase):
         tree = SeedTree(seed, root)
         d = self.cfg.direct
         messages = user_messages(d.templates.variant, problem=clip(seed.prompt, self.max_chars),
-                                 answer=shown_answer(seed.ground_truth, verifier_for(seed, self.cfg.verifier)))
+                                 answer=shown_answer(seed.ground_truth, verifier_for(seed, self.cfg.verifier.path)))
         step = int(d.n_variants)
         variants, problems = yield from self.round(tree, root, messages, 0, step)
         if self.budgets is not None:  # cost-matched: go on until the seed has spent what MBS spent on it
@@ -103,7 +103,7 @@ class Direct(SynthBase):
         comps = (yield from generate(self.gen, [self.gen.request(messages, first, count)], tree.tally))[0]
         variants = [self.candidate(tree, f"{tree.seed.id}/d{c.sample_index}", "direct", c, [tree.seed.id], node_id=root.node_id)
                     for c in comps]
-        yield from self.check(variants)
+        yield from self.check(tree, variants)
         for v in variants:
             if v["status"] == Status.VALID:
                 v["status"] = Status.KEPT

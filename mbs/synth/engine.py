@@ -6,12 +6,12 @@ an operation and receives its result::
 
     completions = yield Generate(teacher, [request])        # teacher samples
     grades      = yield Verify([(solution, answer, "math")])  # grading pool
-    cals        = yield Calibrate(policy, [group], n, ...)    # student rollouts (mbs.sampling)
+    cals        = yield Calibrate(policy, [group], n, ...)    # student rollouts (mbs.calibration.sampling)
     results     = yield Gather([sub_coroutine, ...])          # run sub-steps side by side
 
 :func:`run_tasks` advances every seed (and every sub-step gathered inside a seed) until each
 is waiting on an operation, then executes all waiting operations of that round together: one
-``generate`` call per teacher with every request of the round, one :func:`mbs.sampling.calibrate`
+``generate`` call per teacher with every request of the round, one :func:`mbs.calibration.sampling.calibrate`
 call per (policy, decision), one grading-pool ``map``. So teacher and student backends get
 whole batches across seeds and tree nodes, never one request at a time, while the per-seed
 logic stays a plain top-down reading of the method. Results depend only on each operation's
@@ -31,8 +31,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from mbs.calibration.sampling import Group, Policy, RolloutWriter, calibrate
 from mbs.llm.base import ChatRequest, Completion
-from mbs.sampling import Group, Policy, RolloutWriter, calibrate
 from mbs.verify.pool import GradingPool
 
 log = logging.getLogger(__name__)

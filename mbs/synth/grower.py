@@ -7,15 +7,16 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from mbs.calibration.sampling import Group, Policy
 from mbs.errors import ConfigError
 from mbs.llm.base import Completion
 from mbs.records import Calibration, Problem, TreeNode, to_dict
-from mbs.sampling import Group, Policy
 from mbs.synth.candidate import Candidate, Status
 from mbs.synth.engine import Calibrate, Tally, Task, Verify
 from mbs.synth.inputs import live_students
 from mbs.synth.judge import judge_variants
-from mbs.synth.problems import above, clip, synthetic_problem
+from mbs.synth.problems import above, clip, synthetic_problem, variant_type
+from mbs.synth.settings import Thresholds
 from mbs.synth.structured import StructureError, parse_item, self_reference
 from mbs.synth.teacher import generator_teacher, teachers_from_cfg
 from mbs.verify import Grade
@@ -77,7 +78,7 @@ class SynthBase:
     def __init__(self, cfg: DictConfig, mcfg: DictConfig):
         self.cfg = cfg
         self.mcfg = mcfg
-        self.th = cfg.thresholds
+        self.th = Thresholds.from_cfg(cfg.thresholds)
         self.templates = cfg.synth.templates
         self.students, self.target = live_students(cfg)
         self.weakest = self.students[0]
@@ -137,12 +138,16 @@ class SynthBase:
             v["status"] = Status.PENDING
         return v
 
-    def check(self, variants: Sequence[Candidate]) -> Task:
-        """Verify each pending candidate's answer against its own solution (status ``valid`` or ``rejected``)."""
+    def check(self, tree: SeedTree, variants: Sequence[Candidate]) -> Task:
+        """Verify each pending candidate's answer against its own solution (status ``valid`` or ``rejected``).
+
+        Graded by the verifier of the seed's :func:`~mbs.synth.problems.variant_type`.
+        """
         pending = [v for v in variants if v["status"] == Status.PENDING]
         if not pending:
             return
-        grades = yield Verify([(v["solution"], v["answer"], "math") for v in pending])
+        kind = variant_type(tree.seed)
+        grades = yield Verify([(v["solution"], v["answer"], kind) for v in pending])
         for v, g in zip(pending, grades):
             mark_verified(v, g)
 

@@ -9,11 +9,12 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from mbs.calibration.sampling import Policy
+from mbs.calibration.students import StudentSet
 from mbs.data import DataError, in_shard
 from mbs.errors import ConfigError, InputNotFoundError
 from mbs.io import Shard, read_records, read_summary, shard_files
 from mbs.records import Calibration, Problem
-from mbs.sampling import Policy, policies_from_cfg
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +117,8 @@ def live_students(cfg: DictConfig) -> tuple[list[Policy], Policy]:
     Raises:
         ValueError: No live student, or the target is not a live policy of ``students``.
     """
-    policies = policies_from_cfg(cfg.students)
-    live = [p for p in policies if p.source == "live"]
+    students = StudentSet.from_cfg(cfg.students)
+    policies, live = students.policies, students.live
     skipped = [p.name for p in policies if p.source != "live"]
     if skipped:
         log.warning("students %s are recorded policies: they cannot be sampled, synthesis leaves them out", skipped)
@@ -126,7 +127,4 @@ def live_students(cfg: DictConfig) -> tuple[list[Policy], Policy]:
     for p in live:
         if p.budget is None:
             raise ConfigError(f"students: live policy {p.name!r} has no budget")
-    target = next((p for p in live if p.name == str(cfg.students.target)), None)
-    if target is None:
-        raise ConfigError(f"students.target={cfg.students.target!r} is not a live policy: {[p.name for p in live]}")
-    return live, target
+    return live, students.live_target("synthesis")

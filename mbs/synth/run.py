@@ -11,10 +11,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from mbs.calibration.sampling import RolloutWriter
 from mbs.io import RunDir
 from mbs.llm.meter import BackendMeter
 from mbs.records import Problem, Rollout, TreeNode
-from mbs.sampling import RolloutWriter
 from mbs.synth.engine import Engine, run_tasks
 from mbs.synth.grower import SynthBase
 from mbs.synth.inputs import seed_provenance

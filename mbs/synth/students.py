@@ -14,8 +14,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from mbs.calibration.sampling import Policy
 from mbs.records import Calibration
-from mbs.sampling import Policy
 
 log = logging.getLogger(__name__)
 

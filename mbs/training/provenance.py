@@ -180,26 +180,27 @@ def engine_sampling(backend_kind: str | None, node: Mapping[str, Any] | None = N
     return {"top_k": None, "min_p": None}
 
 
-def sampled_distributions(cfg: DictConfig, sampling: str = "calibrate") -> dict[str, dict[str, Any]]:
-    """Per live policy of ``cfg.students``, the distribution its rollouts are drawn from.
+def sampled_distributions(policies: Any, temperature: Any, top_p: Any) -> dict[str, dict[str, Any]]:
+    """Per live policy of a student set, the distribution its rollouts are drawn from.
 
     What the run's ``sampling.json`` records under ``distribution`` (issue 29: calibration must
-    sample what training samples): the backend, temperature and top-p of ``cfg.<sampling>``, and
+    sample what training samples): the backend, ``temperature`` and ``top_p``, and
     the top-k and min-p the engine applies besides them (:func:`engine_sampling`), with what each
     training engine reproduces of it (``mbs-train`` trains with these values: TRL all of them,
     verl 0.9.1 all but min-p).
 
     Args:
-        cfg: A calibrate or synthesize config.
-        sampling: The node holding ``temperature`` and ``top_p`` (``calibrate``, ``synth``, ``eval``).
+        policies: The ``students.policies`` node (slot -> ``{name, source, backend}``).
+        temperature, top_p: The rollouts' sampling parameters (``calibrate.*`` or ``synth.*``).
 
     Returns:
         ``{policy name: {"backend", "temperature", "top_p", "top_k", "min_p", "trainers"}}``;
         recorded policies (answers shipped with the data) are left out.
     """
-    temperature, top_p = _select(cfg, f"{sampling}.temperature"), _select(cfg, f"{sampling}.top_p")
+    if isinstance(policies, DictConfig):  # resolved where it sits (its interpolations point into the run's config)
+        policies = _container(policies)
     return {str(node.get("name")): distribution_of(node.get("backend") or {}, temperature, top_p)
-            for node in (_select(cfg, "students.policies") or {}).values()
+            for node in (policies or {}).values()
             if isinstance(node, dict) and node.get("source") != "recorded"}
 
 
@@ -207,7 +208,7 @@ def distribution_of(backend: Mapping[str, Any], temperature: Any, top_p: Any) ->
     """The distribution one backend node samples at ``temperature`` and ``top_p``, and what each
     training engine reproduces of it (see :func:`sampled_distributions`)."""
     if isinstance(backend, DictConfig):
-        backend = _select(OmegaConf.create({"b": backend}), "b") or {}
+        backend = _container(backend)
     kind = _backend_kind(backend)
     dist: dict[str, Any] = {"backend": kind, "temperature": _float(temperature), "top_p": _float(top_p),
                             **engine_sampling(kind, backend)}
@@ -225,6 +226,14 @@ def _select(cfg: DictConfig, key: str) -> Any:
         except Exception:  # noqa: BLE001 - an unresolvable interpolation (hydra:, env): keep it raw
             return OmegaConf.to_container(value, resolve=False)
     return value
+
+
+def _container(node: DictConfig) -> Any:
+    """``node`` as plain containers, resolved in its own config (kept raw where that fails)."""
+    try:
+        return OmegaConf.to_container(node, resolve=True)
+    except Exception:  # noqa: BLE001 - an unresolvable interpolation (hydra:, env): keep it raw
+        return OmegaConf.to_container(node, resolve=False)
 
 
 def _backend_kind(node: Mapping[str, Any]) -> str:

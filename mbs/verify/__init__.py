@@ -24,9 +24,23 @@ from __future__ import annotations
 import importlib
 import re
 
-from mbs.verify.registry import _REGISTRY, Grade, UnknownVerifierError, Verifier, available, register
+from mbs.verify.registry import (
+    ANSWER_TYPES,
+    VERIFIERS,
+    AnswerType,
+    Grade,
+    UnknownVerifierError,
+    Verifier,
+    answer_type_of,
+    available,
+    register,
+    register_answer_type,
+)
 
 __all__ = [
+    "ANSWER_TYPES",
+    "VERIFIERS",
+    "AnswerType",
     "Grade",
     "UnknownVerifierError",
     "Verifier",
@@ -34,15 +48,14 @@ __all__ = [
     "detect_verifier",
     "get_verifier",
     "grade",
+    "answer_type_of",
     "register",
+    "register_answer_type",
 ]
 
 
 def _unknown(name: str, why: str = "") -> UnknownVerifierError:
-    valid = ", ".join(available())
-    return UnknownVerifierError(
-        f"unknown verifier {name!r}{why}; valid names: {valid}, 'auto', or an import path 'pkg.module:function'"
-    )
+    return UnknownVerifierError(VERIFIERS.unknown_message(name, why))
 
 
 def get_verifier(name: str) -> Verifier:
@@ -58,9 +71,8 @@ def get_verifier(name: str) -> Verifier:
         UnknownVerifierError: If the name is not registered and is not an importable
             ``module:function`` path; the message lists the valid names.
     """
-    fn = _REGISTRY.get(name)
-    if fn is not None:
-        return fn
+    if name in VERIFIERS:
+        return VERIFIERS.get(name)
     if ":" in name:
         module_name, _, attr = name.partition(":")
         try:

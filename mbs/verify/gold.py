@@ -18,13 +18,10 @@ from collections.abc import Sequence
 from omegaconf import OmegaConf
 
 from mbs.records import Problem
-from mbs.sampling import verifier_for
 from mbs.verify.pool import GradingPool
+from mbs.verify.registry import answer_type_of
+from mbs.verify.sources import verifier_for
 
-#: How the self-check writes a gold answer as a response, per verifier (others: boxed).
-_RESPONSE = {"mcq": "The answer is ({gold})."}
-#: The probe answer per verifier (others: 0).
-_PROBE = {"mcq": "A"}
 #: Distinct gold answers checked per call of the grading pool (bounds the futures held at once).
 WINDOW = 4096
 
@@ -32,16 +29,15 @@ WINDOW = 4096
 def self_check_response(ground_truth: str, verifier: str) -> str:
     """The response that states ``ground_truth`` as its final answer for ``verifier``.
 
+    Written by the answer type's spec (:class:`mbs.verify.registry.AnswerType`): boxed unless
+    the type says otherwise.
+
     >>> self_check_response("12", "math")
     '\\\\boxed{12}'
     >>> self_check_response("C", "mcq")
     'The answer is (C).'
     """
-    if verifier == "reasoning_gym":  # its gold is an entry (JSON); the answer is inside it
-        from mbs.verify.reasoning_gym import answer_response
-
-        return answer_response(ground_truth)
-    return _RESPONSE.get(verifier, "\\boxed{{{gold}}}").format(gold=ground_truth)
+    return answer_type_of(verifier).response_for_gold(ground_truth)
 
 
 def shown_answer(ground_truth: str | None, verifier: str) -> str:
@@ -58,12 +54,7 @@ def shown_answer(ground_truth: str | None, verifier: str) -> str:
     """
     if ground_truth is None:
         return ""
-    if verifier == "reasoning_gym":
-        from mbs.verify.reasoning_gym import GoldError, parse_gold
-
-        with contextlib.suppress(GoldError):
-            return str(parse_gold(ground_truth)["answer"])
-    return ground_truth
+    return answer_type_of(verifier).shown(ground_truth)
 
 
 def answer_as_response(answer: str, verifier: str) -> str:
@@ -78,9 +69,7 @@ def answer_as_response(answer: str, verifier: str) -> str:
     >>> answer_as_response("12", "math")
     '\\boxed{12}'
     """
-    if verifier == "reasoning_gym":
-        return f"<answer>{answer}</answer>"
-    return _RESPONSE.get(verifier, "\\boxed{{{gold}}}").format(gold=answer)
+    return answer_type_of(verifier).as_response(answer)
 
 
 def ungradable_golds(problems: Sequence[Problem], verifier_cfg, pool=None) -> dict[str, str]:
@@ -100,7 +89,7 @@ def ungradable_golds(problems: Sequence[Problem], verifier_cfg, pool=None) -> di
     """
     if verifier_cfg is None:  # the verifier of each answer type, graded in this process
         verifier_cfg = OmegaConf.create({"path": None, "workers": 0, "timeout_s": 5.0, "wall_timeout_s": None})
-    verifiers = [verifier_for(p, verifier_cfg) for p in problems]
+    verifiers = [verifier_for(p, verifier_cfg.path) for p in problems]
     # each distinct (gold, verifier) is graded once, WINDOW of them at a time: memory does not grow with the problems
     verdicts: dict[tuple[str, str], str | None] = {}  # -> why it is ungradable, or None
     for p, v in zip(problems, verifiers):
@@ -113,7 +102,7 @@ def ungradable_golds(problems: Sequence[Problem], verifier_cfg, pool=None) -> di
             for start in range(0, len(todo), WINDOW):
                 pairs = todo[start : start + WINDOW]
                 grades = grader.map(
-                    [(self_check_response(answer, v), gold, v) for gold, v in pairs for answer in (gold, _PROBE.get(v, "0"))]
+                    [(self_check_response(answer, v), gold, v) for gold, v in pairs for answer in (gold, answer_type_of(v).probe)]
                 )
                 for i, (gold, v) in enumerate(pairs):
                     own, probe = grades[2 * i], grades[2 * i + 1]

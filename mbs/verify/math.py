@@ -38,7 +38,7 @@ from mbs.verify.compare import (
 )
 from mbs.verify.extract import Extraction, cut_runon, extract_answer, final_line
 from mbs.verify.normalize import canonical, decimal_comma, normalize, same_text, structurally_equal
-from mbs.verify.registry import Grade, register
+from mbs.verify.registry import AnswerType, Grade, register_answer_type
 from mbs.verify.spans import MATH_SPAN, Box, boxed_contents, boxes, line_after
 
 __all__ = [
@@ -58,7 +58,6 @@ __all__ = [
 ]
 
 
-@register("math")
 def grade_math(response: str, ground_truth: str) -> Grade:
     """Grade a math response against a LaTeX (or plain) gold answer.
 
@@ -117,3 +116,21 @@ def grade_math(response: str, ground_truth: str) -> Grade:
     score, reason = compare(golds, preds)
     return Grade(score, found.answer, f"{found.source}: {reason}")
 
+
+register_answer_type(AnswerType(
+    name="math",
+    grader=grade_math,
+    template="math_boxed_v1",
+    # warm-up: the answer shapes calibration meets most (fractions, roots, sets, intervals, counts)
+    warmup=(
+        (r"so the answer is \boxed{\frac{3}{4}}", r"\frac{3}{4}"),
+        (r"Answer: $2\sqrt{2}$", r"2\sqrt{2}"),
+        ("The answer is 42.", "42"),
+        (r"\boxed{x^2 + 2x + 1}", r"(x+1)^2"),
+        (r"\boxed{(2, \infty)}", r"(2,\infty)"),
+        (r"\boxed{\{1, 2, 3\}}", "1, 2, 3"),
+        ("There are 239 strings of length 6.", "239"),
+        (r"\boxed{\binom{10}{5}}", "252"),
+        (r"#### 18", "18"),
+    ),
+))

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 
 from mbs.verify.math import MATH_SPAN, boxes, cut_runon, line_after
-from mbs.verify.registry import Grade, register
+from mbs.verify.registry import AnswerType, Grade, register_answer_type
 
 __all__ = ["extract_choice", "grade_mcq", "parse_option"]
 
@@ -322,7 +322,6 @@ def extract_choice(text: str, n_options: int = 10) -> str | None:
     return found[0] if found and found[0] != SEVERAL else None
 
 
-@register("mcq")
 def grade_mcq(response: str, ground_truth: str) -> Grade:
     """Grade a multiple-choice response against an option letter.
 
@@ -346,3 +345,20 @@ def grade_mcq(response: str, ground_truth: str) -> Grade:
     if letter == gold:
         return Grade(1.0, letter, f"{source}: equal")
     return Grade(0.0, letter, f"{source}: {letter} != {gold}")
+
+
+def _letter_response(answer: str) -> str:
+    return f"The answer is ({answer})."
+
+
+#: The answer type (and verifier name) of option-letter golds.
+ANSWER_TYPE = "mcq"
+
+register_answer_type(AnswerType(
+    name=ANSWER_TYPE,
+    grader=grade_mcq,
+    template="mcq_letter_v1",
+    as_response=_letter_response,
+    probe="A",
+    warmup=(("Answer: (C)", "C"),),
+))

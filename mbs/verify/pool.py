@@ -50,8 +50,9 @@ if TYPE_CHECKING:
 
 __all__ = ["PRELOAD", "GradingPool", "GradingPoolError"]
 
-#: Modules the forkserver imports once, so each (re)started worker inherits them.
-PRELOAD = ["mbs.verify", "mbs.verify.math", "mbs.verify.mcq", "mbs.verify.reasoning_gym", "math_verify", "mbs.verify.warmup"]
+#: Modules the forkserver imports once, so each (re)started worker inherits them: ``mbs.verify``
+#: imports every answer type's grader, and the warm-up grades their samples.
+PRELOAD = ["mbs.verify", "math_verify", "mbs.verify.warmup"]
 
 #: Largest number of gradings sent to a worker as one task by :meth:`GradingPool.map`.
 MAX_CHUNK = 32

@@ -33,7 +33,7 @@ from functools import cache
 from typing import Any
 
 from mbs.verify.math import boxes
-from mbs.verify.registry import Grade, register
+from mbs.verify.registry import AnswerType, Grade, register_answer_type
 
 __all__ = ["answer_response", "extract_rg_answer", "grade_reasoning_gym", "parse_gold"]
 
@@ -106,7 +106,6 @@ def extract_rg_answer(response: str, oracle: str) -> tuple[str | None, str]:
     return None, "no answer found"
 
 
-@register("reasoning_gym")
 def grade_reasoning_gym(response: str, ground_truth: str) -> Grade:
     """Grade a response with the generator's ``score_answer`` (reward 1.0 only for a full score).
 
@@ -140,3 +139,26 @@ def answer_response(ground_truth: str) -> str:
         return f"<answer>{parse_gold(ground_truth)['answer']}</answer>"
     except GoldError:
         return ground_truth
+
+
+def answer_tags(answer: str) -> str:
+    """A plain answer as this verifier reads a final answer: ``<answer>answer</answer>``."""
+    return f"<answer>{answer}</answer>"
+
+
+def shown_gold(ground_truth: str) -> str:
+    """The oracle answer inside an entry (what a teacher or reader is shown); not an entry: as it is."""
+    try:
+        return str(parse_gold(ground_truth)["answer"])
+    except GoldError:
+        return ground_truth
+
+
+register_answer_type(AnswerType(
+    name="reasoning_gym",
+    grader=grade_reasoning_gym,
+    template="reasoning_gym_v1",
+    as_response=answer_tags,
+    gold_response=answer_response,
+    shown=shown_gold,
+))

@@ -1,6 +1,6 @@
 """Warm the grading code once in the forkserver, so every (re)started worker forks warm.
 
-Imported through :data:`mbs.verify.pool.PRELOAD`: grading a few representative answers here
+Imported through :data:`mbs.verify.pool.PRELOAD`: grading each answer type's warm-up samples here
 fills the parser and SymPy caches (latex2sympy's grammar, compiled regexes, SymPy's cache)
 in the forkserver process. Workers forked from it, including those that replace a worker
 killed by a timeout, then grade at full speed from their first item instead of running
@@ -9,19 +9,12 @@ about 2.5x slower for their first ~100 gradings (measured with tests/benchmarks/
 
 from __future__ import annotations
 
-from mbs.verify import grade
+from mbs.verify import ANSWER_TYPES, grade
 
-SAMPLES: tuple[tuple[str, str, str], ...] = (
-    (r"so the answer is \boxed{\frac{3}{4}}", r"\frac{3}{4}", "math"),
-    (r"Answer: $2\sqrt{2}$", r"2\sqrt{2}", "math"),
-    ("The answer is 42.", "42", "math"),
-    (r"\boxed{x^2 + 2x + 1}", r"(x+1)^2", "math"),
-    (r"\boxed{(2, \infty)}", r"(2,\infty)", "math"),
-    (r"\boxed{\{1, 2, 3\}}", "1, 2, 3", "math"),
-    ("There are 239 strings of length 6.", "239", "math"),
-    (r"\boxed{\binom{10}{5}}", "252", "math"),
-    (r"#### 18", "18", "math"),
-    ("Answer: (C)", "C", "mcq"),
+#: ``(response, gold, verifier)``: every registered answer type's warm-up samples
+#: (:attr:`mbs.verify.registry.AnswerType.warmup`), in registration order.
+SAMPLES: tuple[tuple[str, str, str], ...] = tuple(
+    (response, gold, name) for name, spec in ANSWER_TYPES.items() for response, gold in spec.warmup
 )
 
 

@@ -19,11 +19,11 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 
+from mbs.calibration.sampling import Group
 from mbs.cli import config_dir
 from mbs.data.champ import load_champ
 from mbs.io import read_manifest
 from mbs.llm import build_backend, close_all
-from mbs.sampling import Group
 from mbs.stages.calibrate import run
 
 

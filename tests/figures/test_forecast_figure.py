@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-import mbs.figures as figures_pkg
+from mbs.figures.stages import BY_STAGE
 from mbs.figures.forecast import SUMMARY_KEY, train_figures, zero_std_forecast
 from mbs.figures.report import render
 from mbs.io import RunDir
@@ -44,7 +44,7 @@ def test_forecast_alone_and_one_step_draw(tmp_path):
 
 
 def test_train_run_directory_through_the_registry(tmp_path):
-    assert figures_pkg.BY_STAGE["train"] == "mbs.figures.forecast:train_figures"
+    assert BY_STAGE.get("train") is train_figures
     run = _train_run(tmp_path / "run", _block())
     drawn = train_figures(run, tmp_path / "figs")
     assert drawn["skipped"] == {} and len(drawn["written"]) == 2

@@ -157,7 +157,7 @@ def test_llamacpp_rejects_template_switches_it_cannot_apply(tmp_path):
 
 def test_calibration_rollouts_keep_reasoning_and_never_reward_a_cut_off_thinking(tmp_path):
     """draw() behind calibration, evaluation and Goose's filter, on a server returning reasoning_content."""
-    from mbs.sampling import Group, Policy, RolloutWriter, draw
+    from mbs.calibration.sampling import Group, Policy, RolloutWriter, draw
     from mbs.verify.pool import GradingPool
 
     node = {"_target_": "mbs.llm.openai_backend.OpenAIBackend", "base_url": None, "model": "r1", "max_retries": 0,

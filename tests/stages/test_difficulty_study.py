@@ -12,7 +12,7 @@ from mbs.io import read_records, read_summary
 from mbs.llm import close_all
 from mbs.records import Calibration
 from mbs.rewards import compute_score
-from mbs.sampling import verifier_for
+from mbs.verify.sources import verifier_for
 from mbs.verify import grade
 
 CAL = ["data=reasoning_gym", "data.size=3", "calibrate.n=2", "calibrate.budgets=[16,32]", "verifier.workers=1"]
@@ -38,7 +38,7 @@ def test_rg_calibration_seeds_and_export(make_cfg, tmp_path):
     seeds = load_seeds(syn_cfg)
     assert len(seeds) == 3 == s["hard_seeds"] and {p.answer_type for p in seeds} == {"reasoning_gym"}
     for seed in seeds:
-        v = verifier_for(seed, syn_cfg.verifier)
+        v = verifier_for(seed, syn_cfg.verifier.path)
         assert v == "reasoning_gym"
         assert grade(f"Adding up: <answer>{seed.metadata['answer']}</answer>", seed.ground_truth, v).score == 1.0
 

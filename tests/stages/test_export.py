@@ -287,7 +287,7 @@ def test_quotas_and_take():
 
 def test_a_family_never_straddles_the_split():
     from mbs.records import Problem
-    from mbs.stages.export import family_of, split_rows
+    from mbs.export.build import family_of, split_rows
 
     seed = Problem(id="champ/P_1", data_source="mbs/math/champ", prompt="p", ground_truth="1")
     variant = Problem(id="mbs/champ/P_1/0/1/v2", data_source="mbs/math/champ-mbs", prompt="q", ground_truth="2",

@@ -13,7 +13,8 @@ from mbs.io import read_manifest, read_records, read_summary, shard_files
 from mbs.llm import close_all
 from mbs.records import Calibration, Problem, Rollout
 from mbs.stages import calibrate
-from mbs.stages.merge import MergeError, merge, run
+from mbs.shards import MergeError
+from mbs.stages.merge import merge, run
 
 KINDS = {"easy": ("EASY", "2"), "mixed": ("MIXED", "5"), "hard": ("HARD", "56"), "cut": ("CUT", "5")}
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from mbs.calibration.sampling import Policy
 from mbs.records import Calibration
-from mbs.sampling import Policy
 from mbs.synth.students import weakest_student
 
 

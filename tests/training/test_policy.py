@@ -230,7 +230,7 @@ def test_sampling_records_state_the_distribution_training_samples(make_cfg):
     from mbs.training.provenance import distribution_of, sampled_distributions
 
     cfg = make_cfg("calibrate", ["calibrate.temperature=0.6"])
-    [(name, dist)] = sampled_distributions(cfg, "calibrate").items()
+    [(name, dist)] = sampled_distributions(cfg.students.policies, cfg.calibrate.temperature, cfg.calibrate.top_p).items()
     assert name == "smollm2-135m-instruct"
     assert {k: dist[k] for k in ("backend", "temperature", "top_p", "top_k", "min_p")} == {
         "backend": "llamacpp", "temperature": 0.6, "top_p": 1.0, "top_k": 40, "min_p": 0.05}
@@ -240,4 +240,4 @@ def test_sampling_records_state_the_distribution_training_samples(make_cfg):
     # a GGUF calibrated with a transformers checkpoint's filters records them, not llama.cpp's defaults
     tk = distribution_of({"_target_": "mbs.llm.transformers_backend.TransformersBackend", "top_k": 40, "min_p": 0.05}, 0.6, 1.0)
     assert (tk["top_k"], tk["min_p"]) == (40, 0.05)
-    assert sampled_distributions(make_cfg("calibrate", ["students=champ_recorded"]), "calibrate") == {}
+    assert sampled_distributions(make_cfg("calibrate", ["students=champ_recorded"]).students.policies, 1.0, 1.0) == {}

@@ -8,7 +8,8 @@ import sys
 import pytest
 
 import mbs.rewards
-from mbs.rewards import compute_score, verifier_for
+from mbs.rewards import compute_score
+from mbs.verify.sources import row_verifier
 from mbs.verify import Grade, UnknownVerifierError, available, get_verifier, grade, register
 from mbs.verify.math import grade_math
 from mbs.verify.mcq import grade_mcq
@@ -84,8 +85,8 @@ def test_verifier_returning_non_grade_is_ungradable():
         ("cais/mmlu", {"verifier": "mbs.verify.mcq:grade_mcq"}, "B", "mbs.verify.mcq:grade_mcq"),
     ],
 )
-def test_verifier_for(data_source, extra_info, ground_truth, expected):
-    assert verifier_for(data_source, ground_truth, extra_info) == expected
+def test_row_verifier(data_source, extra_info, ground_truth, expected):
+    assert row_verifier(data_source, ground_truth, extra_info) == expected
 
 
 def test_compute_score_math():

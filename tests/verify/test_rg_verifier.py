@@ -10,7 +10,8 @@ from omegaconf import OmegaConf
 from mbs.cli import config_dir
 from mbs.data import load_problems
 from mbs.data.reasoning_gym import gold_json
-from mbs.rewards import compute_score, verifier_for
+from mbs.rewards import compute_score
+from mbs.verify.sources import row_verifier
 from mbs.verify import available, grade
 from mbs.verify.pool import GradingPool
 from mbs.verify.reasoning_gym import extract_rg_answer
@@ -75,7 +76,7 @@ def test_pool_and_compute_score_grade_like_calibration():
     assert [g.score for g in grades] == [1.0] * 3 + [0.0] * 3
     for p, t, w in zip(problems, right, wrong):
         # verl's row: data_source mbs/reasoning_gym/<task>, reward_model.ground_truth, extra_info.verifier
-        assert verifier_for(p.data_source, p.ground_truth) == "reasoning_gym"
+        assert row_verifier(p.data_source, p.ground_truth) == "reasoning_gym"
         out = compute_score(p.data_source, t, p.ground_truth, {"verifier": "reasoning_gym"})
         assert out["score"] == 1.0 and out["pred"] == p.metadata["answer"]
         assert compute_score(p.data_source, w, p.ground_truth)["score"] == 0.0

@@ -6,20 +6,20 @@ The dry run's command (with the reasoning format mbs-train passes through
 scores a rollout batch with the reward loop (``RewardLoopWorker`` with the ``naive`` and ``dapo``
 managers) and the batch managers of ``verl.workers.reward_manager`` (``naive``, ``dapo``). Each
 score must equal ``compute_score`` called here and calibration's grading (the backend's split of
-the raw response, then :class:`mbs.sampling.RolloutWriter`) of the same text.
+the raw response, then :class:`mbs.calibration.sampling.RolloutWriter`) of the same text.
 """
 
 from __future__ import annotations
 
 import pytest
+from support.exports import HF_POLICY, write_export
 from support.verl_runtime import run_script
 
-from support.exports import HF_POLICY, write_export
+from mbs.calibration.sampling import RolloutWriter
 from mbs.io import read_summary
 from mbs.llm.base import Completion, split_completion
 from mbs.records import Rollout
 from mbs.rewards import compute_score
-from mbs.sampling import RolloutWriter
 from mbs.stages.train import run
 from mbs.verify.pool import GradingPool
 

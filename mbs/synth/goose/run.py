@@ -44,13 +44,14 @@ from typing import Any
 from omegaconf import DictConfig
 
 from mbs.calibration import calibrate_group
+from mbs.calibration.sampling import Group, Policy, RolloutWriter, draw
+from mbs.calibration.students import StudentSet
 from mbs.io import RunDir
 from mbs.llm import build_backend
 from mbs.llm.base import ChatRequest
 from mbs.llm.meter import BackendMeter
 from mbs.prompts import user_messages
 from mbs.records import BANDS, MCQ, Calibration, Problem, Rollout
-from mbs.sampling import Group, Policy, RolloutWriter, draw, policies_from_cfg
 from mbs.stats import share
 from mbs.synth.goose.build import (
     LETTERS,
@@ -69,7 +70,9 @@ from mbs.synth.goose.build import (
 from mbs.synth.goose.distractors import teacher_free_candidate
 from mbs.synth.goose.shortcuts import Auditor, audit_corpus, audit_report, enforce_audit
 from mbs.synth.goose.sources import MASK, Passage, has_reasoning, load_passages, segment
+from mbs.verify.mcq import ANSWER_TYPE
 from mbs.verify.pool import GradingPool
+from mbs.verify.sources import data_source
 
 log = logging.getLogger(__name__)
 
@@ -307,10 +310,10 @@ def problem_of(item: MCQ, origin: str, parents: Sequence[str]) -> Problem:
     """The :class:`Problem` of an item: the question as prompt, its letter as ground truth."""
     return Problem(
         id=item.id,
-        data_source=f"mbs/mcq/goose-{origin}",
+        data_source=data_source(ANSWER_TYPE, f"goose-{origin}"),
         prompt=render_question(item.masked_passage, item.options),
         ground_truth=item.answer,
-        answer_type="mcq",
+        answer_type=ANSWER_TYPE,
         reference_solution=item.span,
         metadata={
             "method": "goose",
@@ -325,13 +328,7 @@ def problem_of(item: MCQ, origin: str, parents: Sequence[str]) -> Problem:
 
 
 def _target_policy(cfg: DictConfig) -> Policy:
-    target = str(cfg.students.target)
-    for p in policies_from_cfg(cfg.students):
-        if p.name == target:
-            if p.source != "live":
-                raise ValueError(f"students.target={target!r} is a recorded policy; the Goose filter needs a live student")
-            return p
-    raise ValueError(f"students.target={target!r} is not a policy of the student set")
+    return StudentSet.from_cfg(cfg.students).live_target("the Goose filter")
 
 
 def filter_budget(gcfg: DictConfig, policy: Policy | None) -> int | None:
@@ -354,7 +351,7 @@ def difficulty_filter(
 ) -> tuple[dict[str, Calibration], list[Rollout], Policy]:
     """``goose.filter.n`` graded rollouts of the target student per item (Golden Goose, section 3).
 
-    Rollouts are drawn through :func:`mbs.sampling.draw` (LLM cache, grading pool, sequential
+    Rollouts are drawn through :func:`mbs.calibration.sampling.draw` (LLM cache, grading pool, sequential
     early stopping when ``synth.early_stop``: decisions identical to drawing all N) and appended
     to ``rollouts.*.jsonl`` as they are graded; those already there are not drawn again.
 
@@ -401,7 +398,7 @@ def item_row(item: MCQ, origin: str, cal: Calibration | None, kept: bool | None)
         "question": render_question(item.masked_passage, item.options),
         "options": list(item.options),
         "answer": item.answer,
-        "data_source": f"mbs/mcq/goose-{origin}",
+        "data_source": data_source(ANSWER_TYPE, f"goose-{origin}"),
         "source_id": item.source_id,
         "span": item.span,
         "span_offsets": list(item.span_offsets),

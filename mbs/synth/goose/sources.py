@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mbs.data import DataError, in_shard, records_hf_disk, records_jsonl, records_parquet
+from mbs.data import DataError, in_shard, records_hf_disk, records_jsonl, records_parquet, unwrap
 from mbs.data.champ import convert_gold, load_raw, problem_from_raw
+from mbs.registry import Registry
 
 #: Placeholder that replaces the removed span (Golden Goose writes ``[MASK]``).
 MASK = "[MASK]"
@@ -81,17 +82,13 @@ class SourceReport:
 
 
 SourceFn = Callable[[Any, SourceReport], Iterator[Passage]]
-SOURCES: dict[str, SourceFn] = {}
+#: ``goose.source`` name -> ``fn(goose_cfg, report) -> iterator of Passage``.
+SOURCES: Registry[SourceFn] = Registry("Golden Goose source")
 
 
 def register_source(name: str) -> Callable[[SourceFn], SourceFn]:
     """Decorator adding ``fn(goose_cfg, report) -> iterator of Passage`` to :data:`SOURCES`."""
-
-    def deco(fn: SourceFn) -> SourceFn:
-        SOURCES[name] = fn
-        return fn
-
-    return deco
+    return SOURCES.register(name)
 
 
 def load_passages(gcfg: Any, limit: int | None = None, shard_index: int = 0, shard_count: int = 1) -> tuple[list[Passage], SourceReport]:
@@ -112,13 +109,13 @@ def load_passages(gcfg: Any, limit: int | None = None, shard_index: int = 0, sha
     """
     name = str(gcfg.source)
     if name not in SOURCES:
-        raise KeyError(f"goose.source={name!r} is not a registered source; valid: {sorted(SOURCES)}")
+        raise KeyError(f"goose.source={name!r} is not a registered source; valid: {SOURCES.names()}")
     if gcfg.on_error not in ("raise", "skip"):
         raise DataError(f"goose.on_error={gcfg.on_error!r}: valid values are raise, skip")
     report = SourceReport()
     out: list[Passage] = []
     seen: set[str] = set()
-    for p in SOURCES[name](gcfg, report):
+    for p in SOURCES.get(name)(gcfg, report):
         report.read += 1
         if p.id in seen:
             _bad(gcfg, report, DataError(f"{p.where}: duplicate passage id {p.id!r} (goose.id_field)"))
@@ -309,9 +306,7 @@ def _from_records(records: Iterator[tuple[str, Any]], gcfg: Any, report: SourceR
     for i, (where, rec) in enumerate(records):
         seen += 1
         try:
-            if isinstance(rec, Exception):
-                raise rec
-            yield passage_from_record(rec, i, where, gcfg)
+            yield passage_from_record(unwrap(rec), i, where, gcfg)
         except DataError as err:
             _bad(gcfg, report, err)
     if seen == 0:

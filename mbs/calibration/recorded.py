@@ -15,10 +15,11 @@ from typing import Any
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
+from mbs.calibration.sampling import Policy, RolloutWriter
 from mbs.data.champ import RECORDED_MODELS, recorded_answers
 from mbs.errors import ConfigError
 from mbs.records import Problem, Rollout, reason_kind
-from mbs.sampling import Policy, RolloutWriter, verifier_for
+from mbs.verify.sources import verifier_for
 
 
 def calibrate_recorded(
@@ -54,7 +55,7 @@ def calibrate_recorded(
             if r.key not in (writer.done if is_sample else cond_writer.done):
                 todo.append((r, p, is_sample))
     for r, p, is_sample in tqdm(todo, desc=f"grade {policy.name}", unit="answer", dynamic_ncols=True):
-        (writer if is_sample else cond_writer).add(r, p.ground_truth or "", verifier_for(p, cfg.verifier))
+        (writer if is_sample else cond_writer).add(r, p.ground_truth or "", verifier_for(p, cfg.verifier.path))
     writer.flush(wait=True)
     cond_writer.flush(wait=True)
 

@@ -35,6 +35,7 @@ from mbs.reasoning import final_answer, no_answer_reason
 from mbs.records import Calibration, Problem, Rollout
 from mbs.verify import Grade
 from mbs.verify.pool import GradingPool, GradingPoolError
+from mbs.verify.sources import verifier_for
 
 
 @dataclass
@@ -70,11 +71,6 @@ def policies_from_cfg(students: DictConfig) -> list[Policy]:
             raise ValueError(f"students.policies.{slot}: a live policy needs a backend")
         out.append(Policy(name=str(p.name), source=p.source, backend=p.backend, budget=p.budget, model=p.model))
     return out
-
-
-def verifier_for(problem: Problem, verifier_cfg: DictConfig) -> str:
-    """The verifier that grades ``problem``: ``verifier.path`` if set, else its answer type."""
-    return verifier_cfg.path or problem.answer_type
 
 
 def messages_for(problem: Problem, templates: DictConfig) -> list[dict[str, str]]:
@@ -115,7 +111,7 @@ class Group:
             budget=int(budget),
             messages=messages_for(problem, templates),
             ground_truth=problem.ground_truth or "",
-            verifier=verifier_for(problem, verifier_cfg),
+            verifier=verifier_for(problem, verifier_cfg.path),
         )
 
 
@@ -139,7 +135,7 @@ class RolloutWriter:
         shard: Where graded rollouts are appended (``None``: memory only).
         done: Rollouts already finished, by :attr:`Rollout.key` (filled as they are written): a
             dict, or for a stage that streams its rollouts back from ``shard`` a
-            :class:`mbs.grouping.GroupOutcomes`, which keeps three bits per rollout, so memory
+            :class:`mbs.calibration.grouping.GroupOutcomes`, which keeps three bits per rollout, so memory
             does not grow with the rollouts.
         write_every_s: Seconds between writes while generation runs (0: every finished grading
             is written at the next :meth:`add`).

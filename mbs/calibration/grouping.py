@@ -19,7 +19,7 @@ import sqlite3
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple, Self
 
-from mbs.records import BANDS
+from mbs.records import BANDS, is_complete_correct, rollout_key
 from mbs.stats import share
 
 #: Rows per ``executemany`` (bounds the rows held while inserting).
@@ -81,15 +81,10 @@ class Outcome(NamedTuple):
     completion_tokens: int
     reason: str | None
 
-    @property
-    def key(self) -> tuple:
-        """(problem, policy, budget, sample), as :attr:`mbs.records.Rollout.key`."""
-        return (self.problem_id, self.policy, self.budget, self.sample_index)
-
-    @property
-    def complete_correct(self) -> bool:
-        """Correct and complete within L (finish reason ``stop``), as the rollout's."""
-        return self.reward == 1.0 and self.finish_reason == "stop"
+    #: (problem, policy, budget, sample), as :attr:`mbs.records.Rollout.key`.
+    key = property(rollout_key)
+    #: Correct and complete within L (finish reason ``stop``), as the rollout's.
+    complete_correct = property(is_complete_correct)
 
 
 class Mark(NamedTuple):
@@ -104,7 +99,7 @@ class GroupOutcomes:
     """The finished rollouts of a calibration as three bit masks per (problem, policy, budget L)
     group: which samples are done, correct, and correct and complete. A mapping from
     :attr:`~mbs.records.Rollout.key` to :class:`Mark`, as much of one as
-    :class:`mbs.sampling.RolloutWriter` and :func:`mbs.sampling.draw` use (``in``, ``[]``,
+    :class:`mbs.calibration.sampling.RolloutWriter` and :func:`mbs.calibration.sampling.draw` use (``in``, ``[]``,
     ``[] =``, ``len``): memory grows with the groups (~0.3 KiB each), not with the rollouts.
     """
 
@@ -196,7 +191,7 @@ class RolloutIndex(_OnDisk):
 
 class SeenKeys(_OnDisk):
     """A set of record identities, each with the number of the input it came from, on disk
-    (bounded memory; for the duplicate check of :func:`mbs.stages.merge.union_records`)."""
+    (bounded memory; for the duplicate check of :func:`mbs.shards.union_records`)."""
 
     def __init__(self) -> None:
         super().__init__("CREATE TABLE k (key TEXT PRIMARY KEY, source INTEGER NOT NULL) WITHOUT ROWID")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from mbs.grouping import BandTable, budget_key, budget_sort_key
+from mbs.calibration.grouping import BandTable, budget_key, budget_sort_key
 from mbs.records import Calibration, Rollout
 
 __all__ = [
@@ -124,7 +124,7 @@ def calibrate_group(rollouts: Sequence[Rollout], n_target: int, decision: str = 
 
 def trap_summary(calibrations: Iterable[Calibration]) -> dict[str, Any]:
     """The trap statistics of a set of calibrations (streamed: memory does not grow with them,
-    see :class:`mbs.grouping.BandTable`).
+    see :class:`mbs.calibration.grouping.BandTable`).
 
     Returns:
         ``bands[policy][budget]`` = fractions of solved_all / goldilocks / failed_all (sum 1),

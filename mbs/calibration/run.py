@@ -18,15 +18,16 @@ from typing import Any
 from omegaconf import DictConfig
 
 from mbs.calibration import calibrate_group, settled, trap_summary
+from mbs.calibration.difficulty import difficulty_fields
+from mbs.calibration.grouping import RolloutIndex
+from mbs.calibration.recorded import recorded_report
+from mbs.calibration.sampling import Policy
+from mbs.calibration.students import StudentSet
 from mbs.data.champ import gold_report
-from mbs.difficulty import difficulty_fields
 from mbs.errors import ConfigError
 from mbs.figures.calibration import calibration_figures
-from mbs.grouping import RolloutIndex
 from mbs.io import RunDir
-from mbs.recorded import recorded_report
 from mbs.records import Calibration, Problem, Rollout, reason_kind
-from mbs.sampling import Policy, policies_from_cfg
 from mbs.verify.gold import ungradable_golds
 from mbs.verify.rules import extraction_report
 
@@ -74,9 +75,9 @@ class CalibrationSettings:
                 the hard-seed budget is derived from it).
         """
         ccfg, es = cfg.calibrate, cfg.calibrate.early_stop
-        policies = tuple(policies_from_cfg(cfg.students))
+        students = StudentSet.from_cfg(cfg.students)
+        policies, target = students.policies, students.target_name
         budgets = tuple(int(b) for b in ccfg.budgets)
-        target = str(cfg.students.target)
         if bool(es.enabled) and str(es.decision) != "band":
             raise ConfigError(
                 f"calibrate.early_stop.decision={str(es.decision)!r} with calibrate.early_stop.enabled=true: mbs-calibrate "
@@ -86,18 +87,16 @@ class CalibrationSettings:
             )
         return cls(
             policies=policies, budgets=budgets, n=int(ccfg.n), target=target,
-            hard_seed_budget=_hard_seed_budget(ccfg.hard_seed_budget, budgets, policies, target),
+            hard_seed_budget=_hard_seed_budget(ccfg.hard_seed_budget, budgets, students),
             early_stop=bool(es.enabled), decision=str(es.decision), alpha=float(es.alpha), batch=int(es.batch),
             figures=bool(ccfg.figures), verifier=cfg.verifier,
         )
 
 
-def _hard_seed_budget(explicit: Any, budgets: Sequence[int], policies: Sequence[Policy], target_name: str) -> int | None:
+def _hard_seed_budget(explicit: Any, budgets: Sequence[int], students: StudentSet) -> int | None:
     if explicit is not None:
         return int(explicit)
-    target = next((p for p in policies if p.name == target_name), None)
-    if target is None:
-        raise ConfigError(f"students.target={target_name!r} is not a policy name: {[p.name for p in policies]}")
+    target = students.target()
     if target.source == "recorded":
         return None
     if target.budget is not None and int(target.budget) in budgets:
@@ -122,7 +121,7 @@ def early_stop_group(rollouts: Sequence[Rollout], full: Calibration, batch: int,
     """Replay sequential early stopping on one fully drawn group.
 
     Args:
-        rollouts: The group's rollouts (or :class:`mbs.grouping.Outcome`), sorted by sample index.
+        rollouts: The group's rollouts (or :class:`mbs.calibration.grouping.Outcome`), sorted by sample index.
         full: The group's calibration over all ``full.n_target`` rollouts.
         batch: Rollouts per early-stopping round.
         decision: ``band`` or ``above_alpha``.
@@ -203,7 +202,7 @@ def finalize(
     Everything here is a pure function of the rollouts, so rerunning (or merging the rollout
     shards of several processes and finalising once) gives identical files.
 
-    The rollouts are streamed once into a :class:`mbs.grouping.RolloutIndex` (no text kept,
+    The rollouts are streamed once into a :class:`mbs.calibration.grouping.RolloutIndex` (no text kept,
     memory bounded) and read back one (problem, policy, budget) group at a time; calibrations
     are written as they are computed. Nothing is written before ``rollouts`` is exhausted, so
     an iterator that raises (e.g. on a rollout of an unknown problem) leaves the run as it was.

@@ -1,0 +1,68 @@
+"""The synthesis methods: one :class:`MethodSpec` per method in :data:`METHODS`.
+
+A method is a function ``run(cfg, out: RunDir) -> summary dict`` that writes its records into
+``out`` and returns its summary (``mbs-synthesize`` writes ``summary.json``, the figures and the
+manifest). Its spec says whether it grows hard seeds of a calibration (``calibration_dir``: the
+pipeline runs it only after the live calibration) and which figures it draws. A new method adds
+its module and one :func:`register_method` line here (or in its own module, for a plug-in)::
+
+    register_method(MethodSpec("mine", mine.run, needs_seeds=True, figures=synthesis_figures))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig
+
+from mbs.figures.goose import goose_figures
+from mbs.figures.stages import FigureFn
+from mbs.figures.synthesis import synthesis_figures
+from mbs.io import RunDir
+from mbs.registry import Registry
+from mbs.synth import beanstalk, direct
+from mbs.synth.goose import run as goose
+
+#: ``run(cfg, out) -> summary`` of a synthesis method.
+MethodFn = Callable[[DictConfig, RunDir], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """A synthesis method.
+
+    Attributes:
+        name: ``method=<name>`` of ``mbs-synthesize``; the run's summary ``method``.
+        run: ``run(cfg, out) -> summary dict``.
+        needs_seeds: It grows the hard seeds of ``calibration_dir`` (MBS, direct), so the
+            pipeline runs it only after its live calibration.
+        figures: ``fn(run_dir, out_dir, formats, width) -> {"written", "skipped", ...}``.
+        figures_in_summary: Its summary records what its figures wrote (Golden Goose's report
+            reads it).
+    """
+
+    name: str
+    run: MethodFn
+    needs_seeds: bool
+    figures: FigureFn
+    figures_in_summary: bool = False
+
+
+#: ``method`` name -> its spec.
+METHODS: Registry[MethodSpec] = Registry("synthesis method")
+
+
+def register_method(spec: MethodSpec) -> MethodSpec:
+    """Add ``spec`` to :data:`METHODS` and return it.
+
+    Raises:
+        ValueError: The name is taken by a different method.
+    """
+    return METHODS.add(spec.name, spec)
+
+
+register_method(MethodSpec("mbs", beanstalk.run, needs_seeds=True, figures=synthesis_figures))
+register_method(MethodSpec("direct", direct.run, needs_seeds=True, figures=synthesis_figures))
+register_method(MethodSpec("goose", goose.run, needs_seeds=False, figures=goose_figures, figures_in_summary=True))

@@ -1,0 +1,199 @@
+"""The import rules of CONTRIBUTING.md, checked on the source: every import of an ``mbs`` module
+(at the top or inside a function) goes down the layers of :data:`LAYERS` or stays in its layer;
+the modules import each other in no circle; and no function below ``mbs/stages/`` takes the whole
+config (a parameter ``cfg``) except the ones listed in :data:`CFG_DEBT`, which only shrinks.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent / "mbs"
+
+#: Layers from the bottom up: a module's layer is that of the longest prefix listed. A module
+#: imports only modules of its own layer or below.
+LAYERS: list[list[str]] = [
+    # foundations: no mbs imports but each other
+    ["mbs", "mbs.errors", "mbs.redact", "mbs.progress", "mbs.resources", "mbs.stats", "mbs.textmath",
+     "mbs.reasoning", "mbs.prompts", "mbs.registry", "mbs.records"],
+    # run directories, configuration checks, LLM backends, the job launcher and the service
+    ["mbs.llm", "mbs.validate", "mbs.io", "mbs.launch", "mbs.service"],
+    # grading
+    ["mbs.verify"],
+    # problems in, rewards out
+    ["mbs.data", "mbs.benchmarks", "mbs.rewards", "mbs.evaluation"],
+    # calibration: pass rates, bands, grouping, drawing rollouts
+    ["mbs.calibration", "mbs.calibration.grouping", "mbs.calibration.difficulty", "mbs.calibration.sampling"],
+    # figures of each stage (they read run directories)
+    ["mbs.figures"],
+    # what the stages call: a calibration run's outputs, shards and their union, synthesis, export, training
+    ["mbs.calibration.run", "mbs.calibration.recorded", "mbs.shards", "mbs.synth", "mbs.export", "mbs.training"],
+    # the report (draws every stage's figures, synthesis methods' included)
+    ["mbs.figures.report"],
+    # the stages and their entry points
+    ["mbs.stages"],
+    ["mbs.cli"],
+]
+
+#: Functions below ``mbs/stages/`` that still take the whole config (issue 26, item 5: typed
+#: settings built at the stage boundary replace them). A function that no longer takes ``cfg``
+#: must leave this list, and none may join it.
+CFG_DEBT = {
+    "mbs/calibration/run.py:from_cfg", "mbs/io.py:sampling_config", "mbs/io.py:safe_resolved",
+    "mbs/io.py:__init__", "mbs/io.py:write_config", "mbs/io.py:check_sampling",
+    "mbs/launch.py:write_hydra_files", "mbs/launch.py:staged_outputs", "mbs/calibration/recorded.py:calibrate_recorded",
+    "mbs/service.py:run", "mbs/synth/beanstalk.py:summarize", "mbs/synth/beanstalk.py:run",
+    "mbs/synth/beanstalk.py:__init__", "mbs/synth/direct.py:summarize", "mbs/synth/direct.py:_cost_match",
+    "mbs/synth/direct.py:run", "mbs/synth/direct.py:__init__", "mbs/synth/engine.py:__init__",
+    "mbs/synth/goose/run.py:_teacher", "mbs/synth/goose/run.py:build_with_teacher",
+    "mbs/synth/goose/run.py:_target_policy", "mbs/synth/goose/run.py:difficulty_filter", "mbs/synth/goose/run.py:run",
+    "mbs/synth/goose/shortcuts.py:audit_corpus", "mbs/synth/grower.py:__init__", "mbs/synth/inputs.py:calibration_dir",
+    "mbs/synth/inputs.py:load_seeds", "mbs/synth/inputs.py:seed_provenance", "mbs/synth/inputs.py:load_base_calibrations",
+    "mbs/synth/inputs.py:live_students", "mbs/synth/run.py:setup_summary", "mbs/synth/run.py:run_method",
+    "mbs/training/launch.py:job_env", "mbs/training/launch.py:submit", "mbs/training/provenance.py:_select",
+    "mbs/training/provenance.py:_policy_node", "mbs/training/provenance.py:_from_policy",
+    "mbs/training/trl_engine.py:train_trl", "mbs/training/trl_engine.py:__init__",
+    "mbs/training/verl_command.py:verl_overrides", "mbs/training/verl_command.py:prompt_length",
+    "mbs/training/verl_command.py:build_command", "mbs/training/verl_command.py:train_batch_size",
+    "mbs/validate.py:validate_config", "mbs/validate.py:_check_shard", "mbs/validate.py:_check_backend_keys",
+    "mbs/validate.py:_check_context_windows", "mbs/validate.py:plain_config", "mbs/validate.py:_get",
+    "mbs/validate.py:select",
+}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in ROOT.rglob("*.py"):
+        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _resolve(name: str) -> str | None:
+    """The module an imported dotted name lives in (``mbs.verify.grade`` -> ``mbs.verify``)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imports_of(mod: str, source: str, is_package: bool = False) -> set[str]:
+    """The ``mbs`` modules that module ``mod`` (source text ``source``) imports, anywhere in it."""
+    out = set()
+    for node in ast.walk(ast.parse(source)):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            parts = mod.split(".")
+            base = parts[: len(parts) - node.level + is_package] if node.level else []
+            names = [".".join([*base, node.module, a.name]) for a in node.names]
+        for name in names:
+            target = _resolve(name) if name.startswith("mbs") else None
+            if target and target != mod:
+                out.add(target)
+    return out
+
+
+def _imports() -> dict[str, set[str]]:
+    """``module -> modules it imports`` (top-level and deferred imports alike)."""
+    return {m: _imports_of(m, p.read_text(encoding="utf-8"), p.name == "__init__.py") for m, p in MODULES.items()}
+
+
+def _upward(edges: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{m} (layer {_layer(m)}) imports {t} (layer {_layer(t)})"
+                  for m, ts in edges.items() for t in ts if _layer(t) > _layer(m))
+
+
+def _layer(mod: str) -> int:
+    best, layer = -1, -1
+    for i, prefixes in enumerate(LAYERS):
+        for p in prefixes:
+            if (mod == p or mod.startswith(p + ".")) and len(p) > best:
+                best, layer = len(p), i
+    return layer
+
+
+def test_every_module_has_a_layer():
+    assert [m for m in MODULES if _layer(m) < 0] == []
+
+
+def test_no_import_runs_up_the_layers():
+    assert _upward(_imports()) == []
+
+
+def test_no_import_circle():
+    edges = _imports()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                circles.append(sorted(comp))
+
+    for m in sorted(MODULES):
+        if m not in index:
+            visit(m)
+    assert circles == []
+
+
+def test_no_module_over_600_lines():
+    long = {m: n for m, p in MODULES.items() if (n := len(p.read_text(encoding="utf-8").splitlines())) > 600}
+    assert long == {}
+
+
+def _cfg_functions() -> set[str]:
+    found = set()
+    for path in ROOT.rglob("*.py"):
+        rel = path.relative_to(ROOT.parent).as_posix()
+        if rel.startswith("mbs/stages/") or rel == "mbs/cli.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = node.args
+                if "cfg" in [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]:
+                    found.add(f"{rel}:{node.name}")
+    return found
+
+
+def test_no_new_cfg_parameter_below_the_stages():
+    assert sorted(_cfg_functions() - CFG_DEBT) == [], "pass typed settings, not the config, below mbs/stages/"
+
+
+def test_cfg_debt_list_is_current():
+    assert sorted(CFG_DEBT - _cfg_functions()) == [], "these no longer take cfg: remove them from CFG_DEBT"
+
+
+def test_the_checks_catch_an_upward_import_and_a_deferred_one():
+    # verify/gold.py's old import of sampling.py, at the top and inside a function
+    top = _imports_of("mbs.verify.gold", "from mbs.calibration.sampling import verifier_for\n")
+    deferred = _imports_of("mbs.verify.gold", "def f():\n    import mbs.calibration.sampling as s\n    return s\n")
+    assert top == deferred == {"mbs.calibration.sampling"}
+    assert _upward({"mbs.verify.gold": top}) == ["mbs.verify.gold (layer 2) imports mbs.calibration.sampling (layer 4)"]
+    assert _imports_of("mbs.verify", "from .registry import Grade\n", is_package=True) == {"mbs.verify.registry"}
