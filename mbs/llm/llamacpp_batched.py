@@ -201,7 +201,8 @@ class BatchedDecoder:
         n_ctx_seq: Most tokens per sequence (the backend's ``n_ctx``): the prompt plus a
             sample's budget must fit.
         n_batch: Prompt tokens per ``llama_decode`` call.
-        prefix_bytes: Most bytes of evaluated prompts kept for reuse (:class:`PrefixStore`; 0: none).
+        prefix_bytes: Most bytes of evaluated prompts kept for reuse (:class:`PrefixStore`); the
+            prompt evaluated last is kept besides, whatever its size (0: only that one).
 
     Attributes:
         prompt_tokens_evaluated: Prompt tokens llama.cpp evaluated (restored prompts not counted).
@@ -222,6 +223,7 @@ class BatchedDecoder:
         self.prefixes = PrefixStore(prefix_bytes)
         self.prompt_tokens_evaluated = 0
         self.prompts_restored = 0
+        self._last = None  # (prompt, state, logits) evaluated last: kept even beyond the store's bytes
         self._L = llama_cpp
         self._vocab = llm._model.vocab
         self._n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
@@ -264,6 +266,7 @@ class BatchedDecoder:
 
     def close(self) -> None:
         """Free the decoding context (a later :meth:`run` makes a new one; stored prompts stay)."""
+        self._last = None
         if self._ctx is not None:
             self._ctx.close()
         self._ctx, self.cells = None, 0
@@ -407,7 +410,7 @@ class BatchedDecoder:
         n_prompt = len(job.prompt)
         if n_prompt + job.budget > min(need, self.cells):
             raise BackendError(f"llamacpp: {prompt_too_long(n_prompt, self.n_ctx_seq)}")
-        stored = self.prefixes.get(job.prompt)
+        stored = self._last[1:] if self._last is not None and self._last[0] == job.prompt else self.prefixes.get(job.prompt)
         if stored is not None:
             state, logits = stored
             if L.llama_state_seq_set_data(ctx, state, len(state), seq_id) == 0:
@@ -417,11 +420,11 @@ class BatchedDecoder:
             last = self._eval_prompt(ctx, batch, list(job.prompt), seq_id)
             ptr = L.llama_get_logits_ith(ctx, last)
             logits = np.ctypeslib.as_array(ptr, shape=(self._n_vocab,)).copy()
-            if self.prefixes.max_bytes > 0:
-                size = L.llama_state_seq_get_size(ctx, seq_id)
-                state = (ctypes.c_uint8 * size)()
-                if L.llama_state_seq_get_data(ctx, state, size, seq_id) == size:
-                    self.prefixes.put(job.prompt, state, logits)
+            size = L.llama_state_seq_get_size(ctx, seq_id)
+            state = (ctypes.c_uint8 * size)()
+            if L.llama_state_seq_get_data(ctx, state, size, seq_id) == size:
+                self.prefixes.put(job.prompt, state, logits)
+                self._last = (job.prompt, state, logits)
         sampler = sampler_chain(job.seed, job.temperature, job.top_p)
         s = _Seq(job, RawSample(index=job.index), seq_id, sampler, job.budget, pos=n_prompt)
         token = self._first_token(sampler, logits)
