@@ -69,11 +69,13 @@ def file_sha256(path: str, size: int, mtime_ns: int) -> str:
 class LlamaCppBackend:
     """Runs any GGUF chat model in-process with its own chat template.
 
-    Engine, chosen by measurement (``tests/benchmarks/bench_llm.py``, issue 22): the ``n``
-    samples of a request are decoded together (``batch_samples``, default 8, per
-    :class:`mbs.llm.llamacpp_batched.BatchedDecoder`): the prompt is evaluated once and shared,
-    then one ``llama_decode`` per step advances every live sample, so the weights are read once
-    per step for all of them. On this 2-core machine, 4 CHAMP prompts x 8 samples at L=64, in
+    Engine, chosen by measurement (``tests/benchmarks/bench_llm.py``, issue 22;
+    ``tests/benchmarks/bench_engine.py``, issue 32): up to ``batch_samples`` samples of every
+    request of a call are decoded together (:class:`mbs.llm.llamacpp_batched.BatchedDecoder`):
+    one ``llama_decode`` per step advances every live sample, so the weights are read once per
+    step for all of them, and a finished sample's slot takes the next sample of any request. Each
+    prompt is evaluated once per backend (kept and restored, ``prefix_cache_mib``), and samples
+    stream to the cache as they finish (``streams_samples``). On this 2-core machine, 4 CHAMP prompts x 8 samples at L=64, in
     one run: 130 tokens/s with 2 threads quiet (1.38x the engine before issue 22: one sample at
     a time, spinning OpenMP threads), 92 with the grading pool busy beside it (2.76x), 123 in the
     calibration stage (2.21x). One llama.cpp instance with as many threads as the
@@ -115,13 +117,18 @@ class LlamaCppBackend:
             its ``format`` splits each response (reasoning tokens counted with the model's
             tokenizer). The GGUF's chat template is rendered with its own defaults:
             ``chat_template_kwargs`` and ``effort`` must be empty here.
-        batch_samples: Most samples of a request decoded together (0 or 1: one at a time). The
-            decoding context holds ``batch_samples`` KV streams of prompt plus budget (rounded up
-            to 256 tokens, at most ``n_ctx``) beside the instance's own ``n_ctx`` context.
+        batch_samples: Most samples decoded together, from every request of a call (0 or 1: one
+            at a time). The decoding context holds ``batch_samples`` KV streams of the call's
+            largest prompt plus budget (rounded up to 256 tokens, at most ``n_ctx``) beside the
+            instance's own ``n_ctx`` context.
+        prefix_cache_mib: MiB of evaluated prompts kept for reuse per backend (KV state and last
+            logits, :class:`mbs.llm.llamacpp_batched.PrefixStore`; the last one evaluated is kept
+            whatever its size), so a prompt is evaluated once per job, not once per request.
 
     Raises:
         FileNotFoundError: The model file does not exist.
-        ValueError: ``instances`` or ``n_threads`` below 1, ``batch_samples`` outside 0..256; an
+        ValueError: ``instances`` or ``n_threads`` below 1, ``batch_samples`` outside 0..256,
+            ``prefix_cache_mib`` below 0; an
             invalid ``reasoning`` node, or one with template switches.
     """
 
