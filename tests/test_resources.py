@@ -61,4 +61,6 @@ def test_llamacpp_engine_is_sized_from_usable_cores(monkeypatch):
     with pytest.raises(ValueError, match=r"batch_samples \(-1\) must be 0..256"):
         llamacpp.LlamaCppBackend(batch_samples=-1)
     assert llamacpp.LlamaCppBackend(batch_samples=0).batch_samples == 1  # one at a time
-    assert llamacpp.LlamaCppBackend().batch_samples == 8
+    assert llamacpp.LlamaCppBackend().batch_samples == 16
+    with pytest.raises(ValueError, match=r"prefix_cache_mib \(-1\) must be >= 0"):
+        llamacpp.LlamaCppBackend(prefix_cache_mib=-1)

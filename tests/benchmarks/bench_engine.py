@@ -198,6 +198,9 @@ def main() -> None:
     if args.quick:
         args.widths, args.steps = "1,4", 8
     if args.child:
+        # as mbs.llm.llamacpp sets it before llama.cpp's OpenMP starts (spinning threads collapse on
+        # shared cores); set here since the loop and the prompt-token counter import llama_cpp first
+        os.environ.setdefault("OMP_WAIT_POLICY", "passive")
         part = args.child[0]
         if part == "loop":
             row = child_loop(int(args.child[1]), int(args.child[2]))
@@ -226,7 +229,7 @@ def main() -> None:
         run_loops(widths)
     versions = [("new", REPO)] + ([("old", args.old.resolve())] if args.old else [])
     order = versions + versions[::-1] if args.old else versions * 2  # A B B A (or A A)
-    stages = {p: {v: [] for v, _ in versions} for p in ("calibrate", "goose") if p in parts}
+    stages = {p: {v: [] for v, _ in versions} for p in ("goose", "calibrate") if p in parts}
     for part in stages:
         for label, repo in order:
             r = spawn(args, part, repo=repo)
