@@ -14,9 +14,9 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
-from collections.abc import Callable, Sequence
 
 from mbs.errors import InputNotFoundError, MissingExtraError, require_extra
 from mbs.llm.base import (
