@@ -229,6 +229,7 @@ RULES: tuple[tuple[str, Check], ...] = (
             ("n_threads", Num(integer=True, lo=1, nullable=True)),
             ("instances", Num(integer=True, lo=1, nullable=True)),
             ("batch_samples", Num(integer=True, lo=0, hi=256)),
+            ("prefix_cache_mib", Num(integer=True, lo=0)),
             ("max_model_len", Num(integer=True, lo=1, nullable=True)),
             ("tensor_parallel_size", COUNT),
             ("gpu_memory_utilization", Num(lo=0, lo_open=True, hi=1)),

@@ -51,8 +51,8 @@ def test_llamacpp_engine_is_sized_from_usable_cores(monkeypatch):
 
     monkeypatch.setattr(llamacpp, "usable_cpus", lambda: 4)
     b = llamacpp.LlamaCppBackend()
-    assert (b.instances, b.n_threads, b.preferred_batch) == (1, 4, 1)
-    b = llamacpp.LlamaCppBackend(instances=4)
+    assert (b.instances, b.n_threads) == (1, 4) and b.preferred_batch >= 1 << 20  # batched: every request at once
+    b = llamacpp.LlamaCppBackend(instances=4, batch_samples=1)
     assert (b.instances, b.n_threads, b.preferred_batch) == (4, 1, 4)
     b = llamacpp.LlamaCppBackend(n_threads=2)
     assert (b.instances, b.n_threads) == (2, 2)
@@ -61,4 +61,6 @@ def test_llamacpp_engine_is_sized_from_usable_cores(monkeypatch):
     with pytest.raises(ValueError, match=r"batch_samples \(-1\) must be 0..256"):
         llamacpp.LlamaCppBackend(batch_samples=-1)
     assert llamacpp.LlamaCppBackend(batch_samples=0).batch_samples == 1  # one at a time
-    assert llamacpp.LlamaCppBackend().batch_samples == 8
+    assert llamacpp.LlamaCppBackend().batch_samples == 16
+    with pytest.raises(ValueError, match=r"prefix_cache_mib \(-1\) must be >= 0"):
+        llamacpp.LlamaCppBackend(prefix_cache_mib=-1)

@@ -54,10 +54,16 @@ def calibrate_recorded(
             )
             if r.key not in (writer.done if is_sample else cond_writer.done):
                 todo.append((r, p, is_sample))
-    for r, p, is_sample in tqdm(todo, desc=f"grade {policy.name}", unit="answer", dynamic_ncols=True):
-        (writer if is_sample else cond_writer).add(r, p.ground_truth or "", verifier_for(p, cfg.verifier.path))
-    writer.flush(wait=True)
-    cond_writer.flush(wait=True)
+    # the bar counts answers graded (not sent): submitting takes a second, grading takes minutes
+    with tqdm(total=len(todo), desc=f"grade {policy.name}", unit="answer", dynamic_ncols=True) as bar:
+        writer.progress = cond_writer.progress = bar.update
+        try:
+            for r, p, is_sample in todo:
+                (writer if is_sample else cond_writer).add(r, p.ground_truth or "", verifier_for(p, cfg.verifier.path))
+            writer.flush(wait=True)
+            cond_writer.flush(wait=True)
+        finally:
+            writer.progress = cond_writer.progress = None
 
 
 def recorded_report(problems: Sequence[Problem], rollouts: Sequence[Rollout], conditioned: Sequence[Rollout]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import concurrent.futures
 import sys
 import time
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -142,6 +142,10 @@ class RolloutWriter:
         grade_batch: Most answers sent to the grading pool as one task (1: one each).
         grade_wait_s: Seconds an answer may wait for its batch to fill.
         max_pending: Most rollouts submitted and not graded yet; :meth:`add` waits beyond it.
+
+    Attributes:
+        progress: Called with the number of gradings each :meth:`flush` took in (e.g. a tqdm
+            bar's ``update``: answers graded per second while they are graded), or ``None``.
     """
 
     def __init__(
@@ -168,6 +172,7 @@ class RolloutWriter:
         self._ready: list[Rollout] = []  # graded, not written yet
         self._submitted = 0
         self._last_write = time.monotonic()
+        self.progress: Callable[[int], None] | None = None
 
     def add(self, rollout: Rollout, ground_truth: str, verifier: str) -> None:
         """Submit ``rollout`` for grading; write the gradings that have finished (see the class).
@@ -242,6 +247,7 @@ class RolloutWriter:
             numbers = []
             while self._finished:
                 numbers.append(self._finished.popleft())
+        took = 0
         for number in numbers:
             item = self.pending.pop(number, None)
             if item is None:
@@ -254,6 +260,11 @@ class RolloutWriter:
                 continue
             rollout.reward, rollout.extracted, rollout.reason = grade.score, grade.extracted, grade.reason
             self._ready.append(rollout)
+            took += 1
+            if self.progress is not None and wait:
+                self.progress(1)  # waiting on them in order: the bar moves as each comes in
+        if self.progress is not None and not wait and took:
+            self.progress(took)
         if self._ready and (wait or time.monotonic() - self._last_write >= self.write_every_s):
             ready, self._ready = self._ready, []
             if self.shard is not None:

@@ -162,6 +162,10 @@ def entry_problem(value: Any) -> str | None:
     return None
 
 
+class _Stopped(Exception):
+    """Raised in a backend's ``on_sample`` once the reader of its samples has stopped."""
+
+
 class ResponseCache:
     """The cache folder: segment files (:class:`mbs.llm.segments.SegmentStore`) plus, if the
     folder has any, read-only old-format files.
@@ -206,10 +210,12 @@ class ResponseCache:
 class CachedBackend:
     """Wraps a backend: cached samples are served from disk, only misses reach the backend.
 
-    Misses are sent to the backend in batches of ``backend.preferred_batch`` requests (1 for
-    in-process CPU backends, many for servers and vLLM). A backend whose ``generate`` takes
-    ``on_sample`` (``streams_samples``, the HTTP backend) has each sample written to the cache
-    the moment it arrives, so a failed or killed job loses only the samples still in flight;
+    Misses are sent to the backend in batches of ``backend.preferred_batch`` requests (many for
+    servers, vLLM and the batched llama.cpp engine). A backend whose ``generate`` takes
+    ``on_sample`` (``streams_samples``: the HTTP, transformers and batched llama.cpp backends)
+    runs in a worker thread while this one writes each sample to the cache the moment it arrives
+    and hands a request on (:meth:`generate_iter`) the moment its last sample is in, so a failed or
+    killed job loses only the samples still in flight and callers grade while generation goes on;
     other backends' samples are written as each batch returns.
 
     Args:
@@ -273,35 +279,95 @@ class CachedBackend:
         streams = bool(getattr(self.backend, "streams_samples", False))
         for start in range(0, len(subs), batch):
             chunk = subs[start : start + batch]
-            stored: set[tuple[int, int]] = set()  # (position in chunk, sample index) already cached
-
-            def on_sample(pos: int, comp: Completion, chunk=chunk, stored=stored) -> None:
-                k, _ = chunk[pos]
-                self._store(pending[k][1], comp.sample_index, comp, model_id, extra)
-                stored.add((pos, comp.sample_index))
-
             t1 = time.perf_counter()
             if streams:
-                results = self.backend.generate([sub for _, sub in chunk], on_sample=on_sample)
+                finished = self._stream_chunk(chunk, pending, model_id, extra)
             else:
                 results = self.backend.generate([sub for _, sub in chunk])
-            self.stats.seconds += time.perf_counter() - t1
-            self.stats.calls += 1
-            for pos, ((k, sub), comps) in enumerate(zip(chunk, results)):
-                i, req, have, _ = pending[k]
-                for idx, comp in zip(sub.indices, comps):
-                    comp.sample_index = idx
-                    self.stats.samples += 1
-                    self.stats.prompt_tokens += comp.prompt_tokens
-                    self.stats.completion_tokens += comp.completion_tokens
-                    if (pos, idx) not in stored:
-                        self._store(req, idx, comp, model_id, extra)
-                    have[idx] = comp
+                finished = []
+                for (k, sub), comps in zip(chunk, results):
+                    for idx, comp in zip(sub.indices, comps):
+                        comp.sample_index = idx
+                        self._count_and_store(pending[k][1], idx, comp, model_id, extra)
+                        pending[k][2][idx] = comp
+                    finished.append(k)
+            for k in finished:  # streamed: as each sub-request's last sample arrives
                 remaining[k] -= 1
                 if remaining[k] == 0:
+                    i, req, have, _ = pending[k]
                     done = [have[idx] for idx in req.indices]
                     have.clear()  # handed over: a long job must not keep every completion it made
+                    self.stats.seconds += time.perf_counter() - t1
                     yield i, done
+                    t1 = time.perf_counter()  # the caller's time is not the backend's
+            self.stats.seconds += time.perf_counter() - t1
+            self.stats.calls += 1
+
+    def _stream_chunk(self, chunk, pending, model_id: str, extra) -> Iterator[int]:
+        """Run a streaming backend's ``generate`` on ``chunk`` in a worker thread; cache each
+        sample in this thread as it arrives and yield a chunk entry's parent (``k``) once all of
+        its samples are in, so callers grade and write while generation goes on.
+
+        Raises:
+            BackendError: From the backend (after every sample that came back was cached), or a
+                sample without usable text (the backend is stopped first).
+        """
+        import queue
+        import threading
+
+        arrived: queue.SimpleQueue = queue.SimpleQueue()
+        stop = threading.Event()
+        result: dict[str, Any] = {}
+        end = object()
+
+        def on_sample(pos: int, comp: Completion) -> None:
+            if stop.is_set():
+                raise _Stopped("the cache stopped reading")
+            arrived.put((pos, comp))
+
+        def work() -> None:
+            try:
+                result["out"] = self.backend.generate([sub for _, sub in chunk], on_sample=on_sample)
+            except BaseException as err:  # noqa: BLE001 - re-raised in the reading thread
+                result["error"] = err
+            finally:
+                arrived.put(end)
+
+        need = [sub.n for _, sub in chunk]
+        seen: set[tuple[int, int]] = set()
+        worker = threading.Thread(target=work, name="mbs-generate", daemon=True)
+        worker.start()
+        try:
+            while (item := arrived.get()) is not end:
+                pos, comp = item
+                yield from self._take(chunk, pos, comp, seen, need, pending, model_id, extra)
+            worker.join()
+            if "error" in result:
+                raise result["error"]
+            for pos, comps in enumerate(result["out"]):  # samples the backend returned without streaming them
+                for comp in comps:
+                    if (pos, comp.sample_index) not in seen:
+                        yield from self._take(chunk, pos, comp, seen, need, pending, model_id, extra)
+        finally:
+            stop.set()
+            worker.join()
+
+    def _take(self, chunk, pos: int, comp: Completion, seen, need, pending, model_id, extra) -> Iterator[int]:
+        k, sub = chunk[pos]
+        if (pos, comp.sample_index) in seen or comp.sample_index not in sub.indices:
+            return
+        seen.add((pos, comp.sample_index))
+        self._count_and_store(pending[k][1], comp.sample_index, comp, model_id, extra)
+        pending[k][2][comp.sample_index] = comp
+        need[pos] -= 1
+        if need[pos] == 0:
+            yield k
+
+    def _count_and_store(self, req: ChatRequest, idx: int, comp: Completion, model_id: str, extra) -> None:
+        self.stats.samples += 1
+        self.stats.prompt_tokens += comp.prompt_tokens
+        self.stats.completion_tokens += comp.completion_tokens
+        self._store(req, idx, comp, model_id, extra)
 
     def _store(self, req: ChatRequest, idx: int, comp: Completion, model_id: str, extra: dict[str, Any] | None) -> None:
         """Cache sample ``idx`` of ``req``.

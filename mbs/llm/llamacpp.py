@@ -14,9 +14,9 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Sequence
 
 from mbs.errors import InputNotFoundError, MissingExtraError, require_extra
 from mbs.llm.base import (
@@ -28,7 +28,7 @@ from mbs.llm.base import (
     sample_seed,
     split_completion,
 )
-from mbs.llm.llamacpp_batched import BatchedDecoder, prompt_too_long
+from mbs.llm.llamacpp_batched import BatchedDecoder, Job, RawSample, prompt_too_long
 from mbs.reasoning import ReasoningConfig
 from mbs.resources import usable_cpus
 
@@ -69,11 +69,13 @@ def file_sha256(path: str, size: int, mtime_ns: int) -> str:
 class LlamaCppBackend:
     """Runs any GGUF chat model in-process with its own chat template.
 
-    Engine, chosen by measurement (``tests/benchmarks/bench_llm.py``, issue 22): the ``n``
-    samples of a request are decoded together (``batch_samples``, default 8, per
-    :class:`mbs.llm.llamacpp_batched.BatchedDecoder`): the prompt is evaluated once and shared,
-    then one ``llama_decode`` per step advances every live sample, so the weights are read once
-    per step for all of them. On this 2-core machine, 4 CHAMP prompts x 8 samples at L=64, in
+    Engine, chosen by measurement (``tests/benchmarks/bench_llm.py``, issue 22;
+    ``tests/benchmarks/bench_engine.py``, issue 32): up to ``batch_samples`` samples of every
+    request of a call are decoded together (:class:`mbs.llm.llamacpp_batched.BatchedDecoder`):
+    one ``llama_decode`` per step advances every live sample, so the weights are read once per
+    step for all of them, and a finished sample's slot takes the next sample of any request. Each
+    prompt is evaluated once per backend (kept and restored, ``prefix_cache_mib``), and samples
+    stream to the cache as they finish (``streams_samples``). On this 2-core machine, 4 CHAMP prompts x 8 samples at L=64, in
     one run: 130 tokens/s with 2 threads quiet (1.38x the engine before issue 22: one sample at
     a time, spinning OpenMP threads), 92 with the grading pool busy beside it (2.76x), 123 in the
     calibration stage (2.21x). One llama.cpp instance with as many threads as the
@@ -115,13 +117,18 @@ class LlamaCppBackend:
             its ``format`` splits each response (reasoning tokens counted with the model's
             tokenizer). The GGUF's chat template is rendered with its own defaults:
             ``chat_template_kwargs`` and ``effort`` must be empty here.
-        batch_samples: Most samples of a request decoded together (0 or 1: one at a time). The
-            decoding context holds ``batch_samples`` KV streams of prompt plus budget (rounded up
-            to 256 tokens, at most ``n_ctx``) beside the instance's own ``n_ctx`` context.
+        batch_samples: Most samples decoded together, from every request of a call (0 or 1: one
+            at a time). The decoding context holds ``batch_samples`` KV streams of the call's
+            largest prompt plus budget (rounded up to 256 tokens, at most ``n_ctx``) beside the
+            instance's own ``n_ctx`` context.
+        prefix_cache_mib: MiB of evaluated prompts kept for reuse per backend (KV state and last
+            logits, :class:`mbs.llm.llamacpp_batched.PrefixStore`; the last one evaluated is kept
+            whatever its size), so a prompt is evaluated once per job, not once per request.
 
     Raises:
         FileNotFoundError: The model file does not exist.
-        ValueError: ``instances`` or ``n_threads`` below 1, ``batch_samples`` outside 0..256; an
+        ValueError: ``instances`` or ``n_threads`` below 1, ``batch_samples`` outside 0..256,
+            ``prefix_cache_mib`` below 0; an
             invalid ``reasoning`` node, or one with template switches.
     """
 
@@ -135,7 +142,8 @@ class LlamaCppBackend:
         chat_format: str | None = None,
         name: str = "llamacpp",
         reasoning: dict | None = None,
-        batch_samples: int = 8,
+        batch_samples: int = 16,
+        prefix_cache_mib: int = 256,
     ):
         path = Path(model_path).expanduser() if model_path else embedded_model_path()
         if not path.is_file():
@@ -155,6 +163,11 @@ class LlamaCppBackend:
         self.instances = int(instances)
         self.n_batch = int(n_batch)
         self.batch_samples = int(batch_samples) if int(batch_samples) > 1 else 1
+        if int(prefix_cache_mib) < 0:
+            raise ValueError(f"backend.prefix_cache_mib ({prefix_cache_mib}) must be >= 0")
+        self.prefix_cache_mib = int(prefix_cache_mib)
+        # the batched engine takes every request of a call at once and streams samples (on_sample)
+        self.streams_samples = self.batch_samples > 1
         self.chat_format = chat_format
         self.name = name
         self.reasoning = ReasoningConfig.of(reasoning)
@@ -177,8 +190,9 @@ class LlamaCppBackend:
 
     @property
     def preferred_batch(self) -> int:
-        """Requests per :meth:`generate` call: one per instance keeps each on its own prompt."""
-        return self.instances
+        """Requests per :meth:`generate` call: all of them for the batched engine (its batch fills
+        with samples of many requests), else one per instance (each on its own prompt)."""
+        return 1 << 20 if self.batch_samples > 1 else self.instances
 
     @property
     def model_id(self) -> str:
@@ -204,17 +218,114 @@ class LlamaCppBackend:
                 )
                 llm._mbs_primed = None  # the request key whose prompt this context holds
                 if self.batch_samples > 1:
-                    llm._mbs_decoder = BatchedDecoder(llm, self.batch_samples, self.n_ctx, self.n_batch)
+                    llm._mbs_decoder = BatchedDecoder(
+                        llm, self.batch_samples, self.n_ctx, self.n_batch, prefix_bytes=(self.prefix_cache_mib << 20) // self.instances
+                    )
                 self._llms.append(llm)
         return self._llms[0]
 
-    def generate(self, requests: Sequence[ChatRequest]) -> list[list[Completion]]:
+    def generate(
+        self, requests: Sequence[ChatRequest], on_sample: Callable[[int, Completion], None] | None = None
+    ) -> list[list[Completion]]:
         """Draw ``n`` samples per request on the instances. See :meth:`mbs.llm.base.Backend.generate`.
+
+        Args:
+            requests: The requests.
+            on_sample: Called with (request position, completion) as each sample finishes (from
+                an instance's thread; the batched engine only, else after each request's samples).
 
         Raises:
             BackendError: llama.cpp failed (e.g. prompt plus budget exceeds ``n_ctx``).
         """
         self._load()
+        if self.batch_samples > 1:
+            return self._generate_batched(requests, on_sample)
+        out = self._generate_single(requests)
+        if on_sample is not None:
+            for k, comps in enumerate(out):
+                for comp in comps:
+                    on_sample(k, comp)
+        return out
+
+    def _generate_batched(
+        self, requests: Sequence[ChatRequest], on_sample: Callable[[int, Completion], None] | None
+    ) -> list[list[Completion]]:
+        """Every sample of every request as a :class:`mbs.llm.llamacpp_batched.Job`, decoded
+        together on each instance's :class:`BatchedDecoder`; the samples of one prompt one after
+        another (its evaluation is stored once and restored for the rest)."""
+        out: list[list[Completion | None]] = [[None] * req.n for req in requests]
+        llm0 = self._llms[0]
+        dec0 = llm0._mbs_decoder
+        jobs: dict[tuple[int, ...], list[Job]] = {}  # by prompt, in order of first appearance
+        need = 0
+        try:
+            for k, req in enumerate(requests):
+                prompt = tuple(self._prompt_tokens(llm0, req.messages))
+                budget = dec0.job_budget(len(prompt), req.max_tokens)
+                need = max(need, len(prompt) + budget)
+                stops = dec0.stop_bytes(req.stop)
+                jobs.setdefault(prompt, []).extend(
+                    Job(prompt, i, sample_seed(req.seed, i), budget, float(req.temperature), float(req.top_p), stops, tag=k)
+                    for i in req.indices
+                )
+        except BackendError as err:
+            raise BackendError(f"llamacpp ({self.model_path.name}): {str(err).removeprefix('llamacpp: ')}") from err
+        except Exception as err:  # noqa: BLE001 - llama.cpp errors, named like the one-at-a-time path's
+            raise BackendError(f"llamacpp ({self.model_path.name}): {err}") from err
+        queue = [job for group in jobs.values() for job in group][::-1]  # popped from the end
+        taken = threading.Lock()
+        errors: list[BaseException] = []
+
+        def next_job() -> Job | None:
+            with taken:
+                return queue.pop() if queue and not errors else None
+
+        def work(llm) -> None:
+            def done(job: Job, raw: RawSample) -> None:
+                req = requests[job.tag]
+                comp = Completion(text=raw.text, prompt_tokens=len(job.prompt), completion_tokens=raw.completion_tokens,
+                                  finish_reason=raw.finish_reason, latency_s=raw.seconds, sample_index=raw.index)
+                self._finish(llm, [comp])
+                out[job.tag][raw.index - req.first_index] = comp
+                if on_sample is not None:
+                    on_sample(job.tag, comp)
+
+            try:
+                llm._mbs_decoder.run(next_job, done, need)
+            except BackendError as err:
+                with taken:
+                    errors.append(BackendError(f"llamacpp ({self.model_path.name}): {str(err).removeprefix('llamacpp: ')}"))
+            except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
+                with taken:
+                    errors.append(err)
+
+        with self._lock:
+            t0 = time.perf_counter()
+            self._run_instances(work, len(queue))
+            self.stats.seconds += time.perf_counter() - t0
+            decoders = [llm._mbs_decoder for llm in self._llms]
+            self.stats.extra["prompt_tokens_evaluated"] = sum(d.prompt_tokens_evaluated for d in decoders)
+            self.stats.extra["prompts_restored"] = sum(d.prompts_restored for d in decoders)
+            if errors:
+                raise errors[0]
+            self.stats.calls += len(requests)
+        return out  # type: ignore[return-value]
+
+    def _run_instances(self, work: Callable[[object], None], items: int) -> None:
+        """Run ``work(llm)`` on as many instances as there are items (at least one), in threads
+        when more than one."""
+        used = self._llms[: max(1, min(len(self._llms), items))]
+        if len(used) == 1:
+            work(used[0])
+            return
+        threads = [threading.Thread(target=work, args=(llm,), daemon=True) for llm in used]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def _generate_single(self, requests: Sequence[ChatRequest]) -> list[list[Completion]]:
+        """One sample at a time, each from the request's primed context (:meth:`_prime`)."""
         out: list[list[Completion | None]] = [[None] * req.n for req in requests]
         step = self.batch_samples  # samples decoded together (1: one at a time)
         # samples still to draw, per request, in groups decoded together
@@ -242,12 +353,9 @@ class LlamaCppBackend:
                 while (item := next_item(llm)) is not None:
                     k, idxs = item
                     req = requests[k]
-                    if step > 1:
-                        comps = self._sample_batch(llm, req, idxs)
-                    else:
-                        if llm._mbs_primed != _req_key(req):
-                            self._prime(llm, req)
-                        comps = [self._sample(llm, req, idxs[0])]
+                    if llm._mbs_primed != _req_key(req):
+                        self._prime(llm, req)
+                    comps = [self._sample(llm, req, idxs[0])]
                     for comp in comps:
                         out[k][comp.sample_index - req.first_index] = comp
             except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
@@ -256,15 +364,7 @@ class LlamaCppBackend:
 
         with self._lock:
             t0 = time.perf_counter()
-            used = self._llms[: max(1, min(len(self._llms), sum(len(q) for q in queues)))]
-            if len(used) == 1:
-                work(used[0])
-            else:
-                threads = [threading.Thread(target=work, args=(llm,), daemon=True) for llm in used]
-                for t in threads:
-                    t.start()
-                for t in threads:
-                    t.join()
+            self._run_instances(work, sum(len(q) for q in queues))
             self.stats.seconds += time.perf_counter() - t0
             if errors:
                 raise errors[0]
@@ -298,25 +398,6 @@ class LlamaCppBackend:
             sample_index=idx,
         )
         return self._finish(llm, [comp])[0]
-
-    def _sample_batch(self, llm, req: ChatRequest, indices: list[int]) -> list[Completion]:
-        """Samples ``indices`` of ``req`` decoded together (:class:`BatchedDecoder`)."""
-        try:
-            tokens = self._prompt_tokens(llm, req.messages)
-            raws = llm._mbs_decoder.decode(
-                tokens, indices, seed=req.seed, max_tokens=req.max_tokens, temperature=req.temperature,
-                top_p=req.top_p, stop=req.stop,
-            )
-        except BackendError as err:
-            raise BackendError(f"llamacpp ({self.model_path.name}): {str(err).removeprefix('llamacpp: ')}") from err
-        except Exception as err:  # noqa: BLE001 - llama.cpp errors, named like the one-at-a-time path's
-            raise BackendError(f"llamacpp ({self.model_path.name}): {err}") from err
-        comps = [
-            Completion(text=r.text, prompt_tokens=len(tokens), completion_tokens=r.completion_tokens,
-                       finish_reason=r.finish_reason, latency_s=r.seconds, sample_index=r.index)
-            for r in raws
-        ]
-        return self._finish(llm, comps)
 
     def _finish(self, llm, comps: list[Completion]) -> list[Completion]:
         """Split reasoning from answer (the model's ``reasoning.format``) and count the samples."""

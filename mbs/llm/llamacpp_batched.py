@@ -1,18 +1,29 @@
-"""Batched decoding of a request's n samples in one llama.cpp context (issue 22).
+"""Batched decoding in one llama.cpp context: samples of many requests together (issues 22, 32).
 
-The prompt is evaluated once (sequence 0) and shared to the other sequences with
-``llama_memory_seq_cp``; then every step puts one new token per live sequence into one
-``llama_batch`` (its own position and sequence id) and calls ``llama_decode`` once, so the
-weights are read once per step for all samples instead of once per sample.
+A :class:`Job` is one sample to draw (prompt tokens, sample seed, budget L, sampling, stops).
+:meth:`BatchedDecoder.run` keeps up to ``n_seq`` jobs live, from any number of requests (other
+prompts, other budgets), each in a sequence of its own, and every step puts one new token per
+live sequence into one ``llama_batch`` (its own position and sequence id) and calls
+``llama_decode`` once, so the weights are read once per step for all of them. A finished
+sequence's slot takes the next job at once, and each finished sample is handed to the caller
+(``on_done``) as it ends, so the caller can cache and grade it while the rest decode.
+
+A prompt is evaluated once per decoder, not once per request: its KV cells (``llama_state_seq_*``,
+one sequence's state) and the logits of its last token are kept in a :class:`PrefixStore` keyed
+by the prompt's tokens, and a job whose prompt is stored restores them into its sequence instead
+of evaluating the prompt again (the early-stopping rounds of one group, Golden Goose's 16
+rollouts of one long prompt, the same problem at several budgets). The restored cells hold the
+same bytes at the same positions as a fresh evaluation, and the first token is drawn from the same
+logits with the same sampler, so a sample is the same whether its prompt was evaluated or restored.
 
 The decoder owns a llama.cpp context of its own (beside the ``Llama``'s, which keeps tokenizing
 and probing chat templates) holding ``n_seq`` sequences in separate KV streams
 (``kv_unified=false``): a sequence attends only over its own cells, laid out the same whatever
-shares the batch. A stream holds prompt plus budget rounded up to 256 tokens, grown when a
-request needs more (at most ``n_ctx``), so KV memory is ``n_seq`` x what a sample needs, not
-``n_seq`` x ``n_ctx``. Each sequence samples with its own sampler chain, the one llama-cpp-python
-0.3.36's ``create_chat_completion`` builds with its defaults (see :func:`sampler_chain`), seeded
-``sample_seed(seed, i)``.
+shares the batch. A stream holds the largest prompt plus budget of the jobs it is given, rounded
+up to 256 tokens (grown when later jobs need more, at most ``n_ctx``), so KV memory is ``n_seq``
+x what a sample needs, not ``n_seq`` x ``n_ctx``. Each sequence samples with its own sampler
+chain, the one llama-cpp-python 0.3.36's ``create_chat_completion`` builds with its defaults
+(see :func:`sampler_chain`), seeded ``sample_seed(seed, i)``.
 
 Used by :class:`mbs.llm.llamacpp.LlamaCppBackend` when ``batch_samples`` > 1.
 """
@@ -21,8 +32,9 @@ from __future__ import annotations
 
 import ctypes
 import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from mbs.llm.base import BackendError, sample_seed
 
@@ -45,7 +57,8 @@ class RawSample:
         completion_tokens: Generated tokens (end-of-generation token not counted, the token
             completing a stop string counted, as llama-cpp-python counts them).
         finish_reason: ``stop`` (end-of-generation token or stop string) or ``length``.
-        seconds: Wall-clock seconds of the batch it was decoded in, divided evenly.
+        seconds: Wall-clock seconds spent on it: its prompt's evaluation (or restore), then each
+            step's seconds divided by the sequences live in that step.
     """
 
     index: int
@@ -56,13 +69,41 @@ class RawSample:
 
 
 @dataclass
-class _Seq:
-    """A sequence being decoded: its llama.cpp sequence id, sampler and output so far."""
+class Job:
+    """One sample to draw.
 
+    Attributes:
+        prompt: Prompt token ids (chat template applied), length P.
+        index: Sample index within its request (written into the :class:`RawSample`).
+        seed: The sample's own seed (:func:`mbs.llm.base.sample_seed` of the request's seed and index).
+        budget: Most tokens to generate (budget L, already capped to what fits the stream).
+        temperature: Sampling temperature.
+        top_p: Nucleus mass.
+        stops: Stop strings as UTF-8 bytes (the end-of-generation token's text included).
+        tag: The caller's (e.g. the request's position); handed back with the sample.
+    """
+
+    prompt: tuple[int, ...]
+    index: int
+    seed: int
+    budget: int
+    temperature: float
+    top_p: float
+    stops: tuple[bytes, ...] = ()
+    tag: object = None
+
+
+@dataclass
+class _Seq:
+    """A sequence being decoded: its job, llama.cpp sequence id, sampler and output so far."""
+
+    job: Job
     sample: RawSample
     seq_id: int
     sampler: object
     budget: int
+    pos: int = 0  # position of the next token
+    row: int = -1  # logits row it samples from after a step
     tokens: list[int] = field(default_factory=list)
     text: bytearray = field(default_factory=bytearray)
     done: bool = False
@@ -108,8 +149,50 @@ def sampler_chain(seed: int, temperature: float, top_p: float):
     return chain
 
 
+class PrefixStore:
+    """Evaluated prompts: KV state of one sequence and the last token's logits, by prompt tokens.
+
+    Least recently used entries are dropped once the entries hold more than ``max_bytes``; an
+    entry larger than ``max_bytes`` on its own is not kept (its prompt is evaluated each time).
+
+    Args:
+        max_bytes: Most bytes held (KV state plus logits), e.g. 23 KiB of KV per prompt token for
+            SmolLM2-135M (30 layers x 192 K and 192 V values in f16) plus 192 KiB of logits.
+    """
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = int(max_bytes)
+        self.bytes = 0
+        self._entries: OrderedDict[tuple[int, ...], tuple[object, object]] = OrderedDict()
+
+    def get(self, prompt: tuple[int, ...]):
+        """``(state bytes, logits)`` of ``prompt``, or ``None``."""
+        hit = self._entries.get(prompt)
+        if hit is not None:
+            self._entries.move_to_end(prompt)
+        return hit
+
+    def put(self, prompt: tuple[int, ...], state, logits) -> None:
+        """Keep ``prompt``'s state (a ctypes byte array) and logits (a NumPy float32 array)."""
+        size = len(state) + logits.nbytes
+        if size > self.max_bytes or prompt in self._entries:
+            return
+        while self._entries and self.bytes + size > self.max_bytes:
+            old_state, old_logits = self._entries.popitem(last=False)[1]
+            self.bytes -= len(old_state) + old_logits.nbytes
+        self._entries[prompt] = (state, logits)
+        self.bytes += size
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self.bytes = 0
+
+
 class BatchedDecoder:
-    """Decodes the samples of one prompt together in a context of its own.
+    """Decodes jobs of any prompts together in a context of its own (see the module docstring).
 
     Args:
         llm: A loaded ``llama_cpp.Llama``: its model, tokenizer and context settings (threads,
@@ -118,21 +201,38 @@ class BatchedDecoder:
         n_ctx_seq: Most tokens per sequence (the backend's ``n_ctx``): the prompt plus a
             sample's budget must fit.
         n_batch: Prompt tokens per ``llama_decode`` call.
+        prefix_bytes: Most bytes of evaluated prompts kept for reuse (:class:`PrefixStore`); the
+            prompt evaluated last is kept besides, whatever its size (0: only that one).
+
+    Attributes:
+        prompt_tokens_evaluated: Prompt tokens llama.cpp evaluated (restored prompts not counted).
+        prompts_restored: Prompts restored from the store instead of evaluated.
     """
 
-    def __init__(self, llm, n_seq: int, n_ctx_seq: int, n_batch: int):
+    def __init__(self, llm, n_seq: int, n_ctx_seq: int, n_batch: int, prefix_bytes: int = 256 << 20):
         import llama_cpp
+        import numpy as np
 
         self.llm = llm
+        self._np = np
         self._ctx = None  # llama_cpp._internals.LlamaContext, made (and grown) by _context()
         self.cells = 0  # KV cells per sequence of the current context
         self.n_seq = int(n_seq)
         self.n_ctx_seq = int(n_ctx_seq)
         self.n_batch = max(1, min(int(n_batch), int(llm.context_params.n_batch)))  # prompt tokens per llama_decode
+        self.prefixes = PrefixStore(prefix_bytes)
+        self.prompt_tokens_evaluated = 0
+        self.prompts_restored = 0
+        self._last = None  # (prompt, state, logits) evaluated last: kept even beyond the store's bytes
         self._L = llama_cpp
         self._vocab = llm._model.vocab
+        self._n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
         self._pieces: dict[int, bytes] = {}
         self._buf = ctypes.create_string_buffer(256)
+        # a candidate array to draw a first token from stored logits, as llama_sampler_sample fills it
+        self._cand = (llama_cpp.llama_token_data * self._n_vocab)()
+        view = np.frombuffer(self._cand, dtype=np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")]))
+        self._cand_view = view
         eos = llama_cpp.llama_vocab_eos(self._vocab)
         # the chat handler adds the EOS token's text as a stop string; kept for the same stops
         self._eos_text = llm.detokenize([eos], special=True).decode("utf-8", "ignore") if eos >= 0 else ""
@@ -165,7 +265,8 @@ class BatchedDecoder:
         return self._ctx
 
     def close(self) -> None:
-        """Free the decoding context (a later :meth:`decode` makes a new one)."""
+        """Free the decoding context (a later :meth:`run` makes a new one; stored prompts stay)."""
+        self._last = None
         if self._ctx is not None:
             self._ctx.close()
         self._ctx, self.cells = None, 0
@@ -178,6 +279,22 @@ class BatchedDecoder:
             piece = self._pieces[token] = bytes(self._buf[: max(0, n)])
         return piece
 
+    def job_budget(self, n_prompt: int, max_tokens: int) -> int:
+        """Budget L of a sample: ``max_tokens`` capped at ``n_ctx_seq - P`` as llama-cpp-python
+        caps it (``<= 0``: that cap).
+
+        Raises:
+            BackendError: The prompt does not fit ``n_ctx_seq``.
+        """
+        if n_prompt >= self.n_ctx_seq:
+            raise BackendError(f"llamacpp: {prompt_too_long(n_prompt, self.n_ctx_seq)}")
+        cap = self.n_ctx_seq - n_prompt
+        return cap if max_tokens <= 0 else min(int(max_tokens), cap)
+
+    def stop_bytes(self, stop: Sequence[str]) -> tuple[bytes, ...]:
+        """A request's stop strings plus the end-of-generation token's text, as UTF-8."""
+        return tuple(s.encode("utf-8") for s in (*stop, self._eos_text) if s)
+
     def decode(
         self,
         prompt: Sequence[int],
@@ -189,14 +306,13 @@ class BatchedDecoder:
         top_p: float,
         stop: Sequence[str] = (),
     ) -> list[RawSample]:
-        """Draw samples ``indices`` of one prompt, ``n_seq`` at a time.
+        """Draw samples ``indices`` of one prompt (:meth:`run` on one request's jobs).
 
         Args:
             prompt: Prompt token ids (chat template applied), length P.
             indices: Sample indices; sample ``i`` is seeded :func:`mbs.llm.base.sample_seed` ``(seed, i)``.
             seed: The request's base seed.
-            max_tokens: Budget L in tokens per sample (capped at ``n_ctx_seq - P`` as
-                llama-cpp-python caps it; <= 0 means that cap).
+            max_tokens: Budget L in tokens per sample (see :meth:`job_budget`).
             temperature: Sampling temperature.
             top_p: Nucleus mass.
             stop: Stop strings; the text is cut before the first one found (in list order).
@@ -207,72 +323,143 @@ class BatchedDecoder:
         Raises:
             BackendError: The prompt does not fit ``n_ctx_seq``, or ``llama_decode`` failed.
         """
-        n_prompt = len(prompt)
-        if n_prompt >= self.n_ctx_seq:
-            raise BackendError(f"llamacpp: {prompt_too_long(n_prompt, self.n_ctx_seq)}")
-        budget = self.n_ctx_seq - n_prompt if max_tokens <= 0 else min(int(max_tokens), self.n_ctx_seq - n_prompt)
-        stops = [s.encode("utf-8") for s in (*stop, self._eos_text) if s]
-        out: list[RawSample] = []
-        for start in range(0, len(indices), self.n_seq):
-            chunk = indices[start : start + self.n_seq]
-            out += self._decode_chunk(list(prompt), chunk, seed, budget, temperature, top_p, stops)
-        return out
+        budget = self.job_budget(len(prompt), max_tokens)
+        stops = self.stop_bytes(stop)
+        jobs = [Job(tuple(prompt), int(i), sample_seed(seed, i), budget, temperature, top_p, stops, tag=k)
+                for k, i in enumerate(indices)]
+        out: list[RawSample | None] = [None] * len(jobs)
 
-    def _decode_chunk(self, prompt, chunk, seed, budget, temperature, top_p, stops) -> list[RawSample]:
+        def done(job: Job, sample: RawSample) -> None:
+            out[job.tag] = sample
+
+        queue = list(jobs)
+        self.run(lambda: queue.pop(0) if queue else None, done, len(prompt) + budget)
+        return out  # type: ignore[return-value]
+
+    def run(self, next_job: Callable[[], Job | None], on_done: Callable[[Job, RawSample], None], need: int) -> None:
+        """Decode jobs until ``next_job`` returns ``None`` and every live one has finished.
+
+        Slots are filled in the order ``next_job`` gives jobs (give the samples of one prompt one
+        after another: the prompt is evaluated for the first and restored for the rest).
+
+        Args:
+            next_job: The next job to start, or ``None`` when there is none (asked again only
+                while other jobs are live, and once more when none is).
+            on_done: Called with each job and its sample as it finishes (in this thread).
+            need: Most prompt plus budget tokens of any job (the streams are sized to it).
+
+        Raises:
+            BackendError: A job needs more than ``n_ctx_seq`` tokens, or ``llama_decode`` failed.
+        """
         L = self._L
-        context = self._context(len(prompt) + budget)
+        context = self._context(need)
         ctx, mem = context.ctx, context.memory
-        t0 = time.perf_counter()
-        seqs = [
-            _Seq(RawSample(index=int(i)), seq_id=j, sampler=sampler_chain(sample_seed(seed, i), temperature, top_p),
-                 budget=budget)
-            for j, i in enumerate(chunk)
-        ]
         batch = L.llama_batch_init(max(self.n_batch, self.n_seq), 0, 1)
+        free = list(range(self.n_seq - 1, -1, -1))  # sequence ids, the lowest taken first
+        live: list[_Seq] = []
+        exhausted = False
         try:
             L.llama_memory_clear(mem, False)
-            last = self._eval_prompt(ctx, batch, prompt)
-            for s in seqs[1:]:  # share the prompt's cells: no re-evaluation
-                L.llama_memory_seq_cp(mem, 0, s.seq_id, -1, -1)
-            rows = {s.seq_id: last for s in seqs}  # logits row each sequence samples from
-            pos = len(prompt)
             while True:
-                live = []
-                for s in seqs:
-                    if s.done:
-                        continue
-                    token = L.llama_sampler_sample(s.sampler, ctx, rows[s.seq_id])
-                    if self._accept(s, token, stops):
-                        live.append((s, token))
+                t0 = time.perf_counter()
+                going: list[tuple[_Seq, int]] = []
+                for s in live:  # every sequence samples from the last step's logits before anything overwrites them
+                    token = L.llama_sampler_sample(s.sampler, ctx, s.row)
+                    if self._accept(s, token):
+                        going.append((s, token))
                     else:
-                        L.llama_memory_seq_rm(mem, s.seq_id, -1, -1)  # free its cells at once
+                        self._finish(s, mem, free, on_done)
+                while free and not exhausted:  # fill the free slots (a prompt evaluation overwrites the logits)
+                    job = next_job()
+                    if job is None:
+                        exhausted = True
+                        break
+                    s, token = self._start(job, free.pop(), ctx, mem, batch, need)
+                    if self._accept(s, token):
+                        going.append((s, token))
+                    else:
+                        self._finish(s, mem, free, on_done)
+                live = [s for s, _ in going]
                 if not live:
-                    break
-                batch.n_tokens = len(live)
-                for row, (s, token) in enumerate(live):
+                    if exhausted:
+                        break
+                    continue
+                batch.n_tokens = len(going)
+                for row, (s, token) in enumerate(going):
                     batch.token[row] = token
-                    batch.pos[row] = pos
+                    batch.pos[row] = s.pos
                     batch.n_seq_id[row] = 1
                     batch.seq_id[row][0] = s.seq_id
                     batch.logits[row] = True
-                    rows[s.seq_id] = row
-                self._decode(ctx, batch, f"step at position {pos} with {len(live)} sequences")
-                pos += 1
+                    s.row, s.pos = row, s.pos + 1
+                self._decode(ctx, batch, f"step with {len(going)} sequences")
+                share = (time.perf_counter() - t0) / len(going)
+                for s in live:
+                    s.sample.seconds += share
         finally:
             L.llama_batch_free(batch)
-            for s in seqs:
+            for s in live:
                 L.llama_sampler_free(s.sampler)
-            L.llama_memory_clear(mem, False)  # the next request starts clean
-        share = (time.perf_counter() - t0) / len(seqs)
-        for s in seqs:
-            s.sample.completion_tokens = len(s.tokens)
-            if not s.cut:  # the whole token list decoded at once: multi-byte characters stay whole
-                s.sample.text = self.llm._model.detokenize(s.tokens, special=False).decode("utf-8", errors="ignore")
-            s.sample.seconds = share
-        return [s.sample for s in seqs]
+            L.llama_memory_clear(mem, False)  # the next run starts clean
 
-    def _eval_prompt(self, ctx, batch, prompt: list[int]) -> int:
-        """Evaluate the prompt as sequence 0 in ``n_batch`` pieces; returns the logits row of its last token."""
+    def _start(self, job: Job, seq_id: int, ctx, mem, batch, need: int) -> tuple[_Seq, int]:
+        """Put ``job``'s prompt into sequence ``seq_id`` (restored, or evaluated and stored) and
+        draw its first token from the prompt's last logits."""
+        L, np = self._L, self._np
+        t0 = time.perf_counter()
+        n_prompt = len(job.prompt)
+        if n_prompt + job.budget > min(need, self.cells):
+            raise BackendError(f"llamacpp: {prompt_too_long(n_prompt, self.n_ctx_seq)}")
+        stored = self._last[1:] if self._last is not None and self._last[0] == job.prompt else self.prefixes.get(job.prompt)
+        if stored is not None:
+            state, logits = stored
+            if L.llama_state_seq_set_data(ctx, state, len(state), seq_id) == 0:
+                raise BackendError(f"llamacpp: could not restore a stored prompt of {n_prompt} tokens")
+            self.prompts_restored += 1
+        else:
+            last = self._eval_prompt(ctx, batch, list(job.prompt), seq_id)
+            ptr = L.llama_get_logits_ith(ctx, last)
+            logits = np.ctypeslib.as_array(ptr, shape=(self._n_vocab,)).copy()
+            size = L.llama_state_seq_get_size(ctx, seq_id)
+            state = (ctypes.c_uint8 * size)()
+            if L.llama_state_seq_get_data(ctx, state, size, seq_id) == size:
+                self.prefixes.put(job.prompt, state, logits)
+                self._last = (job.prompt, state, logits)
+        sampler = sampler_chain(job.seed, job.temperature, job.top_p)
+        s = _Seq(job, RawSample(index=job.index), seq_id, sampler, job.budget, pos=n_prompt)
+        token = self._first_token(sampler, logits)
+        s.sample.seconds = time.perf_counter() - t0
+        return s, token
+
+    def _first_token(self, sampler, logits) -> int:
+        """Draw from ``logits`` as ``llama_sampler_sample`` draws from a context's logits row."""
+        L = self._L
+        view = self._cand_view
+        view["id"] = self._np.arange(self._n_vocab, dtype="<i4")
+        view["logit"] = logits
+        view["p"] = 0.0
+        cur = L.llama_token_data_array(data=self._cand, size=self._n_vocab, selected=-1, sorted=False)
+        L.llama_sampler_apply(sampler, ctypes.byref(cur))
+        if not 0 <= cur.selected < cur.size:
+            raise BackendError(f"llamacpp: the sampler selected no token ({cur.selected})")
+        token = int(cur.data[cur.selected].id)
+        L.llama_sampler_accept(sampler, token)
+        return token
+
+    def _finish(self, s: _Seq, mem, free: list[int], on_done) -> None:
+        """Hand ``s``'s sample over and free its sequence (cells, sampler, slot)."""
+        self._L.llama_memory_seq_rm(mem, s.seq_id, -1, -1)
+        self._L.llama_sampler_free(s.sampler)
+        free.append(s.seq_id)
+        free.sort(reverse=True)
+        s.sample.completion_tokens = len(s.tokens)
+        if not s.cut:  # the whole token list decoded at once: multi-byte characters stay whole
+            s.sample.text = self.llm._model.detokenize(s.tokens, special=False).decode("utf-8", errors="ignore")
+        on_done(s.job, s.sample)
+
+    def _eval_prompt(self, ctx, batch, prompt: list[int], seq_id: int) -> int:
+        """Evaluate the prompt as sequence ``seq_id`` in ``n_batch`` pieces; returns the logits row of its last token."""
+        self.prompt_tokens_evaluated += len(prompt)
         for start in range(0, len(prompt), self.n_batch):
             piece = prompt[start : start + self.n_batch]
             batch.n_tokens = len(piece)
@@ -280,7 +467,7 @@ class BatchedDecoder:
                 batch.token[row] = token
                 batch.pos[row] = start + row
                 batch.n_seq_id[row] = 1
-                batch.seq_id[row][0] = 0
+                batch.seq_id[row][0] = seq_id
                 batch.logits[row] = False
             batch.logits[len(piece) - 1] = start + len(piece) == len(prompt)
             self._decode(ctx, batch, f"prompt of {len(prompt)} tokens")
@@ -293,7 +480,7 @@ class BatchedDecoder:
                 f"llamacpp: llama_decode returned {rc} for the {what} (context {self.n_seq} x {self.cells} tokens)"
             )
 
-    def _accept(self, s: _Seq, token: int, stops: list[bytes]) -> bool:
+    def _accept(self, s: _Seq, token: int) -> bool:
         """Take a sampled token into ``s``; False when the sequence has finished.
 
         In llama-cpp-python's order: an end-of-generation token ends it (not counted); else the
@@ -307,17 +494,15 @@ class BatchedDecoder:
         s.tokens.append(int(token))
         before = len(s.text)
         s.text += self._piece(int(token))
-        if stops:
-            for stop in stops:
-                at = s.text.find(stop, max(0, before - len(stop) + 1))
-                if at >= 0:
-                    s.sample.text = bytes(s.text[:at]).decode("utf-8", errors="ignore")
-                    s.sample.finish_reason = "stop"
-                    s.done = s.cut = True
-                    return False
+        for stop in s.job.stops:
+            at = s.text.find(stop, max(0, before - len(stop) + 1))
+            if at >= 0:
+                s.sample.text = bytes(s.text[:at]).decode("utf-8", errors="ignore")
+                s.sample.finish_reason = "stop"
+                s.done = s.cut = True
+                return False
         if len(s.tokens) >= s.budget:
             s.sample.finish_reason = "length"
             s.done = True
             return False
         return True
-

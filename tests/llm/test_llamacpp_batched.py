@@ -143,3 +143,33 @@ def test_instances_each_batch_their_requests(backend):
         assert texts(two, reqs) == texts(backend, reqs)
     finally:
         two.close()
+
+
+def test_requests_share_the_batch_and_give_the_samples_they_give_alone(backend):
+    """Issue 32: several prompts and budgets in one call (the batch of 4 fills with samples of
+    every request) give each request the samples it gives alone."""
+    reqs = [req(MSGS, n=3, max_tokens=12), req(OTHER, n=2, max_tokens=20), req(MSGS, n=2, first=3, max_tokens=24)]
+    together = texts(backend, reqs)
+    alone = [texts(backend, [r])[0] for r in reqs]
+    assert together == alone
+    assert [len(t) for t in together] == [3, 2, 2] and len({t for ts in together for t in ts}) == 7
+
+
+def test_a_prompt_is_evaluated_once_and_samples_do_not_change():
+    """Issue 32: the early-stopping rounds of one prompt (calls for samples 0-1, 2-3, 4-5)
+    evaluate its tokens once; each round's samples are those a fresh backend draws."""
+    rounds = [[req(LONG, n=2, first=f, max_tokens=12), req(OTHER, n=1, first=f)] for f in (0, 2, 4)]
+    one = make(instances=1)
+    try:
+        stored = [texts(one, r) for r in rounds]
+        n_prompt = sum(len(one._prompt_tokens(one._llms[0], m)) for m in (LONG, OTHER))
+        assert one.stats.extra["prompt_tokens_evaluated"] == n_prompt  # once, not once per round or sample
+        assert one.stats.extra["prompts_restored"] == 9 - 2
+    finally:
+        one.close()
+    for r, got in zip(rounds, stored):
+        fresh = make(instances=1, prefix_cache_mib=0)
+        try:
+            assert texts(fresh, r) == got
+        finally:
+            fresh.close()

@@ -1,0 +1,266 @@
+"""The CPU engine against llama.cpp's own batched loop, in one run (issue 32; prints ratios).
+
+    python tests/benchmarks/bench_engine.py [--widths 1,2,4,8,16,32] [--steps 48] [--old DIR] [--quick]
+
+Parts, each in a process of its own (fresh model, cold LLM cache), on the embedded SmolLM2-135M:
+
+* ``loop W``: llama.cpp's own batched decode loop through llama-cpp-python's low-level API: one
+  CHAMP prompt evaluated once and copied to W sequences (``llama_memory_seq_cp``, one KV stream
+  each), then ``--steps`` steps of one ``llama_decode`` with W tokens, each sequence sampling with
+  llama.cpp's sampler chain (top-k 40, top-p, min-p, temperature 1, seeded draw), no stop: the
+  most generated tokens per second this machine gives at width W, threads = usable cores. The
+  best width is the reference ("best loop").
+* ``calibrate``: the main job's live calibration (``mbs-calibrate``, 10 CHAMP problems x L = 128
+  and 256 x N = 4) with sequential early stopping on (rounds of 2): generated tokens over the
+  stage's rollout phase (grading pool, shards and LLM cache included).
+* ``goose``: the main job's Golden Goose step (teacher-free, 6 CHAMP solutions, 16 rollouts per
+  item, early stopping in rounds of 2): generated tokens over its difficulty filter's seconds.
+
+For both stages also: prompt tokens llama.cpp evaluated (counted at ``llama_decode``: tokens of
+batches that are not one decode step) over distinct prompt tokens (the prompts' lengths, each
+prompt once). ``--old DIR`` runs the stages also on the checkout in DIR (e.g. ``git worktree add
+/tmp/old <commit>``), in A B B A order (new old old new), so machine drift and other jobs' load
+hit both alike. The 1-minute load average is printed beside each part.
+
+Targets (issue 32): each stage >= 0.9 x the best loop; evaluated / distinct prompt tokens <= 1.2.
+``--quick`` (widths 1 and 4, 8 steps, 2 problems, goose 2 items) proves the script runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _count_prompt_tokens() -> dict:
+    """Wrap ``llama_cpp.llama_decode`` to count prompt tokens (batches with a row whose logits are
+    not asked for: decode steps ask for every row) and decode steps; returns the live counter."""
+    import llama_cpp
+
+    counts = {"prompt": 0, "steps": 0, "step_tokens": 0}
+    real = llama_cpp.llama_decode
+
+    def counting(ctx, batch):
+        n = int(batch.n_tokens)
+        if all(batch.logits[i] for i in range(n)) and n > 0:
+            counts["steps"] += 1
+            counts["step_tokens"] += n
+        else:
+            counts["prompt"] += n
+        return real(ctx, batch)
+
+    llama_cpp.llama_decode = counting
+    return counts
+
+
+def child_loop(width: int, steps: int) -> dict:
+    """llama.cpp's batched loop at ``width`` sequences (see the module docstring)."""
+    import llama_cpp as L
+    from llama_cpp import Llama, _internals
+
+    from mbs.data.champ import load_champ
+    from mbs.llm.base import sample_seed
+    from mbs.llm.llamacpp import embedded_model_path
+    from mbs.llm.llamacpp_batched import sampler_chain
+    from mbs.prompts import user_messages
+    from mbs.resources import usable_cpus
+
+    threads = usable_cpus()
+    llm = Llama(model_path=str(embedded_model_path()), n_ctx=1024, n_threads=threads, n_threads_batch=threads, verbose=False)
+    msgs = user_messages("math_boxed_v1", problem=load_champ()[0].prompt)
+    prompt = llm.tokenize(_render(llm, msgs).encode("utf-8"), add_bos=False, special=True)
+    cells = -(-(len(prompt) + steps + 1) // 256) * 256
+    params = L.llama_context_params.from_buffer_copy(llm.context_params)
+    params.n_seq_max, params.n_ctx, params.kv_unified = width, width * cells, False
+    params.n_batch = params.n_ubatch = max(512, width)
+    ctx = _internals.LlamaContext(model=llm._model, params=params, verbose=False)
+    mem = ctx.memory
+    batch = L.llama_batch_init(max(512, width), 0, 1)
+    batch.n_tokens = len(prompt)
+    for i, t in enumerate(prompt):
+        batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.seq_id[i][0], batch.logits[i] = t, i, 1, 0, False
+    batch.logits[len(prompt) - 1] = True
+    assert L.llama_decode(ctx.ctx, batch) == 0
+    for s in range(1, width):
+        L.llama_memory_seq_cp(mem, 0, s, -1, -1)
+    samplers = [sampler_chain(sample_seed(0, s), 1.0, 1.0) for s in range(width)]
+    rows = [len(prompt) - 1] * width
+    t0 = time.perf_counter()
+    for step in range(steps):
+        batch.n_tokens = width
+        for s in range(width):
+            tok = L.llama_sampler_sample(samplers[s], ctx.ctx, rows[s])
+            batch.token[s], batch.pos[s], batch.n_seq_id[s], batch.seq_id[s][0], batch.logits[s] = (
+                tok, len(prompt) + step, 1, s, True)
+            rows[s] = s
+        assert L.llama_decode(ctx.ctx, batch) == 0
+    seconds = time.perf_counter() - t0
+    return {"tokens": width * steps, "seconds": seconds, "threads": threads}
+
+
+def _render(llm, messages) -> str:
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    eos, bos = llm.token_eos(), llm.token_bos()
+    fmt = Jinja2ChatFormatter(template=llm.metadata["tokenizer.chat_template"],
+                              eos_token=llm.detokenize([eos], special=True).decode(),
+                              bos_token=llm.detokenize([bos], special=True).decode(), stop_token_ids=[eos])
+    return fmt(messages=messages).prompt
+
+
+def _distinct_prompt_tokens(rollouts) -> int:
+    return sum({r.problem_id: r.prompt_tokens for r in rollouts}.values())
+
+
+def child_calibrate(tmp: str, quick: bool) -> dict:
+    """The main job's live calibration with early stopping (see the module docstring)."""
+    counts = _count_prompt_tokens()
+    from hydra import compose, initialize_config_dir
+
+    from mbs.cli import config_dir
+    from mbs.io import read_manifest, read_records
+    from mbs.records import Rollout
+    from mbs.stages.calibrate import run
+
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        cfg = compose("calibrate", [
+            f"paths.root={tmp}", f"paths.cache_dir={tmp}/cache", f"out_dir={tmp}/run",
+            f"data.limit={2 if quick else 10}", "calibrate.n=4", f"calibrate.budgets=[{'16' if quick else '128,256'}]",
+            "calibrate.early_stop.enabled=true", "calibrate.figures=false",
+        ])
+    run_dir = run(cfg)
+    m = read_manifest(run_dir)
+    stats = next(iter(m["backends"].values()))
+    rollouts = list(read_records(run_dir, "rollouts", Rollout))
+    return {"tokens": stats["completion_tokens"], "seconds": m["timings_s"]["rollouts"], "rollouts": len(rollouts),
+            "prompt_evaluated": counts["prompt"], "prompt_distinct": _distinct_prompt_tokens(rollouts),
+            "texts": sorted((r.problem_id, r.budget, r.sample_index, r.text) for r in rollouts)}
+
+
+def child_goose(tmp: str, quick: bool) -> dict:
+    """The main job's Golden Goose step (see the module docstring)."""
+    counts = _count_prompt_tokens()
+    from hydra import compose, initialize_config_dir
+
+    from mbs.cli import config_dir
+    from mbs.io import read_manifest, read_records
+    from mbs.records import Rollout
+    from mbs.stages.synthesize import run
+
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        cfg = compose("synthesize", [
+            f"paths.root={tmp}", f"paths.cache_dir={tmp}/cache", f"out_dir={tmp}/run", "method=goose",
+            "goose.source=champ", "goose.teacher_free=true", f"data.limit={2 if quick else 6}",
+            *(["goose.filter.n=4", "goose.filter.budget=16"] if quick else []),
+        ])
+    run_dir = run(cfg)
+    m = read_manifest(run_dir)
+    rollouts = list(read_records(run_dir, "rollouts", Rollout))
+    tokens = sum(r.completion_tokens for r in rollouts)
+    return {"tokens": tokens, "seconds": m["timings_s"]["filter"], "rollouts": len(rollouts),
+            "prompt_evaluated": counts["prompt"], "prompt_distinct": _distinct_prompt_tokens(rollouts),
+            "texts": sorted((r.problem_id, r.budget, r.sample_index, r.text) for r in rollouts)}
+
+
+def spawn(args, part: str, *extra: str, repo: Path = REPO) -> dict:
+    load = os.getloadavg()[0]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")]), "TQDM_DISABLE": "1"}
+    with tempfile.TemporaryDirectory() as tmp:
+        res = subprocess.run(
+            [sys.executable, __file__, "--child", part, *extra, "--tmp", tmp, *(["--quick"] if args.quick else [])],
+            check=False, capture_output=True, text=True, env=env, cwd=tmp,
+        )
+    if res.returncode != 0:
+        sys.exit(f"{part} ({repo}) failed:\n{res.stderr[-4000:]}")
+    row = json.loads(res.stdout.strip().splitlines()[-1])
+    row["load"] = load
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--widths", default="1,2,4,8,16,32", help="loop widths (sequences per batch)")
+    ap.add_argument("--steps", type=int, default=48, help="decode steps of the loop")
+    ap.add_argument("--old", type=Path, help="another checkout whose stages run beside this one's (A B B A)")
+    ap.add_argument("--parts", default="loop,calibrate,goose")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    ap.add_argument("--tmp", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.quick:
+        args.widths, args.steps = "1,4", 8
+    if args.child:
+        # as mbs.llm.llamacpp sets it before llama.cpp's OpenMP starts (spinning threads collapse on
+        # shared cores); set here since the loop and the prompt-token counter import llama_cpp first
+        os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+        part = args.child[0]
+        if part == "loop":
+            row = child_loop(int(args.child[1]), int(args.child[2]))
+        elif part == "calibrate":
+            row = child_calibrate(args.tmp, args.quick)
+        else:
+            row = child_goose(args.tmp, args.quick)
+        print(json.dumps(row))
+        return
+
+    from mbs.resources import usable_cpus
+
+    parts = args.parts.split(",")
+    widths = [int(w) for w in args.widths.split(",")]
+    print(f"usable cores {usable_cpus()} (os.cpu_count() {os.cpu_count()}); {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    loops: dict[int, list[float]] = {w: [] for w in widths}
+
+    def run_loops(order):
+        for w in order:
+            r = spawn(args, "loop", str(w), str(args.steps))
+            loops[w].append(r["tokens"] / r["seconds"])
+            print(f"  loop W={w:<3} {r['tokens']:5d} tokens in {r['seconds']:6.2f} s = {r['tokens'] / r['seconds']:7.1f} tok/s "
+                  f"({r['threads']} threads, load {r['load']:.1f})", flush=True)
+
+    if "loop" in parts:
+        run_loops(widths)
+    versions = [("new", REPO)] + ([("old", args.old.resolve())] if args.old else [])
+    order = versions + versions[::-1] if args.old else versions * 2  # A B B A (or A A)
+    stages = {p: {v: [] for v, _ in versions} for p in ("goose", "calibrate") if p in parts}
+    for part in stages:
+        for label, repo in order:
+            r = spawn(args, part, repo=repo)
+            stages[part][label].append(r)
+            print(f"  {part:<9} {label}: {r['tokens']:5d} tokens in {r['seconds']:6.1f} s = {r['tokens'] / r['seconds']:6.1f} tok/s, "
+                  f"{r['rollouts']} rollouts, prompt tokens evaluated {r['prompt_evaluated']} / distinct "
+                  f"{r['prompt_distinct']} = {r['prompt_evaluated'] / max(1, r['prompt_distinct']):.2f} (load {r['load']:.1f})",
+                  flush=True)
+    if "loop" in parts:
+        run_loops(widths[::-1])  # the loops again, after the stages: A B B A around them
+    print()
+    best = None
+    if loops and any(loops.values()):
+        mean = {w: sum(v) / len(v) for w, v in loops.items()}
+        best = max(mean, key=mean.get)
+        print("llama.cpp loop tok/s by width: " + ", ".join(f"W={w} {v:.1f}" for w, v in mean.items())
+              + f"; best W={best}: {mean[best]:.1f} tok/s")
+    for part, by in stages.items():
+        for label, rows in by.items():
+            tps = sum(r["tokens"] for r in rows) / sum(r["seconds"] for r in rows)
+            ratio = sum(r["prompt_evaluated"] for r in rows) / max(1, sum(r["prompt_distinct"] for r in rows))
+            vs = f" = {tps / mean[best]:.2f} x the best loop (target >= 0.9)" if best else ""
+            print(f"{part:<9} {label}: {tps:6.1f} tok/s{vs}; prompt tokens evaluated / distinct {ratio:.2f} (target <= 1.2)")
+            same = all(r["texts"] == rows[0]["texts"] for r in rows)
+            print(f"          {label}: the {len(rows)} runs gave {'the same' if same else 'DIFFERENT'} samples")
+        if len(by) == 2:
+            a, b = by["new"][0]["texts"], by["old"][0]["texts"]
+            shared = {tuple(k[:3]): k[3] for k in b}
+            both = [k for k in a if tuple(k[:3]) in shared]
+            print(f"          new vs old: {sum(shared[tuple(k[:3])] == k[3] for k in both)}/{len(both)} shared rollouts have the same text")
+
+
+if __name__ == "__main__":
+    main()
