@@ -28,7 +28,7 @@ from mbs.llm.base import (
     sample_seed,
     split_completion,
 )
-from mbs.llm.llamacpp_batched import BatchedDecoder, Job, RawSample, prompt_too_long
+from mbs.llm.llamacpp_batched import LLAMA_CPP_DEFAULTS, BatchedDecoder, Job, RawSample, prompt_too_long
 from mbs.reasoning import ReasoningConfig
 from mbs.resources import usable_cpus
 
@@ -124,11 +124,15 @@ class LlamaCppBackend:
         prefix_cache_mib: MiB of evaluated prompts kept for reuse per backend (KV state and last
             logits, :class:`mbs.llm.llamacpp_batched.PrefixStore`; the last one evaluated is kept
             whatever its size), so a prompt is evaluated once per job, not once per request.
+        top_k, min_p: Filters applied besides a request's temperature and top-p (llama-cpp-python's
+            chat defaults, 40 and 0.05; 0 turns either off). ``mbs-train`` trains with the same values
+            (TRL applies both; verl 0.9.1 has no min-p: calibrate with ``backend.min_p=0`` to train
+            with verl exactly the distribution calibrated). Part of the cache key when not the defaults.
 
     Raises:
         FileNotFoundError: The model file does not exist.
         ValueError: ``instances`` or ``n_threads`` below 1, ``batch_samples`` outside 0..256,
-            ``prefix_cache_mib`` below 0; an
+            ``prefix_cache_mib``, ``top_k`` or ``min_p`` out of range (below 0; ``min_p`` above 1); an
             invalid ``reasoning`` node, or one with template switches.
     """
 
@@ -144,6 +148,8 @@ class LlamaCppBackend:
         reasoning: dict | None = None,
         batch_samples: int = 16,
         prefix_cache_mib: int = 256,
+        top_k: int = LLAMA_CPP_DEFAULTS["top_k"],
+        min_p: float = LLAMA_CPP_DEFAULTS["min_p"],
     ):
         path = Path(model_path).expanduser() if model_path else embedded_model_path()
         if not path.is_file():
@@ -166,6 +172,9 @@ class LlamaCppBackend:
         if int(prefix_cache_mib) < 0:
             raise ValueError(f"backend.prefix_cache_mib ({prefix_cache_mib}) must be >= 0")
         self.prefix_cache_mib = int(prefix_cache_mib)
+        if int(top_k) < 0 or not 0.0 <= float(min_p) <= 1.0:
+            raise ValueError(f"backend.top_k ({top_k}) must be >= 0 and backend.min_p ({min_p}) in 0..1 (0: off)")
+        self.top_k, self.min_p = int(top_k), float(min_p)
         # the batched engine takes every request of a call at once and streams samples (on_sample)
         self.streams_samples = self.batch_samples > 1
         self.chat_format = chat_format
@@ -179,6 +188,8 @@ class LlamaCppBackend:
         self.cache_params = {"reasoning": self.reasoning.cache_params()} if self.reasoning.cache_params() else {}
         if self.batch_samples > 1:  # the batched engine's samples may differ from one-at-a-time ones (class doc)
             self.cache_params["engine"] = "batched"
+        # llama.cpp's defaults were in every key before they were settings: only other values enter it
+        self.cache_params.update({k: v for k, v in (("top_k", self.top_k), ("min_p", self.min_p)) if v != LLAMA_CPP_DEFAULTS[k]})
         self.stats = BackendStats()
         self._llms: list = []
         self._lock = threading.Lock()  # one generate() at a time
@@ -219,7 +230,8 @@ class LlamaCppBackend:
                 llm._mbs_primed = None  # the request key whose prompt this context holds
                 if self.batch_samples > 1:
                     llm._mbs_decoder = BatchedDecoder(
-                        llm, self.batch_samples, self.n_ctx, self.n_batch, prefix_bytes=(self.prefix_cache_mib << 20) // self.instances
+                        llm, self.batch_samples, self.n_ctx, self.n_batch, prefix_bytes=(self.prefix_cache_mib << 20) // self.instances,
+                        top_k=self.top_k, min_p=self.min_p,
                     )
                 self._llms.append(llm)
         return self._llms[0]
@@ -380,6 +392,8 @@ class LlamaCppBackend:
                 max_tokens=req.max_tokens,
                 temperature=req.temperature,
                 top_p=req.top_p,
+                top_k=self.top_k,
+                min_p=self.min_p,
                 seed=sample_seed(req.seed, idx),
                 stop=list(req.stop) or None,
             )

@@ -115,17 +115,21 @@ def prompt_too_long(n_prompt: int, n_ctx: int) -> str:
     return f"prompt of {n_prompt} tokens does not fit the context of {n_ctx} tokens per sample (raise backend.n_ctx)"
 
 
-def sampler_chain(seed: int, temperature: float, top_p: float):
+def sampler_chain(seed: int, temperature: float, top_p: float, top_k: int = LLAMA_CPP_DEFAULTS["top_k"],
+                  min_p: float = LLAMA_CPP_DEFAULTS["min_p"]):
     """A llama.cpp sampler chain as llama-cpp-python 0.3.36's chat completion builds it.
 
-    ``temperature > 0``: top-k 40, typical 1.0, top-p ``top_p``, min-p 0.05 (min_keep 1 each),
-    temperature, then a draw seeded ``seed``; ``temperature == 0``: greedy; ``< 0``: a seeded
-    draw from the raw distribution. Free it with ``llama_sampler_free``.
+    ``temperature > 0``: top-k ``top_k`` (40; 0: off), typical 1.0, top-p ``top_p``, min-p
+    ``min_p`` (0.05; 0: off; min_keep 1 each), temperature, then a draw seeded ``seed``;
+    ``temperature == 0``: greedy; ``< 0``: a seeded draw from the raw distribution. Free it with
+    ``llama_sampler_free``.
 
     Args:
         seed: Seed of the draw (31-bit, :func:`mbs.llm.base.sample_seed`).
         temperature: Sampling temperature.
         top_p: Nucleus mass.
+        top_k: Most likely tokens kept (``backend.top_k``; 0: all).
+        min_p: Tokens below ``min_p`` times the most likely one's probability dropped (``backend.min_p``; 0: none).
     """
     import llama_cpp as L
 
@@ -137,10 +141,10 @@ def sampler_chain(seed: int, temperature: float, top_p: float):
         parts.append(L.llama_sampler_init_greedy())
     else:
         parts += [
-            L.llama_sampler_init_top_k(LLAMA_CPP_DEFAULTS["top_k"]),
+            L.llama_sampler_init_top_k(int(top_k)),
             L.llama_sampler_init_typical(LLAMA_CPP_DEFAULTS["typical_p"], 1),
             L.llama_sampler_init_top_p(float(top_p), 1),
-            L.llama_sampler_init_min_p(LLAMA_CPP_DEFAULTS["min_p"], 1),
+            L.llama_sampler_init_min_p(float(min_p), 1),
             L.llama_sampler_init_temp(float(temperature)),
             L.llama_sampler_init_dist(seed),
         ]
@@ -209,11 +213,13 @@ class BatchedDecoder:
         prompts_restored: Prompts restored from the store instead of evaluated.
     """
 
-    def __init__(self, llm, n_seq: int, n_ctx_seq: int, n_batch: int, prefix_bytes: int = 256 << 20):
+    def __init__(self, llm, n_seq: int, n_ctx_seq: int, n_batch: int, prefix_bytes: int = 256 << 20,
+                 top_k: int = LLAMA_CPP_DEFAULTS["top_k"], min_p: float = LLAMA_CPP_DEFAULTS["min_p"]):
         import llama_cpp
         import numpy as np
 
         self.llm = llm
+        self.top_k, self.min_p = int(top_k), float(min_p)
         self._np = np
         self._ctx = None  # llama_cpp._internals.LlamaContext, made (and grown) by _context()
         self.cells = 0  # KV cells per sequence of the current context
@@ -425,7 +431,7 @@ class BatchedDecoder:
             if L.llama_state_seq_get_data(ctx, state, size, seq_id) == size:
                 self.prefixes.put(job.prompt, state, logits)
                 self._last = (job.prompt, state, logits)
-        sampler = sampler_chain(job.seed, job.temperature, job.top_p)
+        sampler = sampler_chain(job.seed, job.temperature, job.top_p, self.top_k, self.min_p)
         s = _Seq(job, RawSample(index=job.index), seq_id, sampler, job.budget, pos=n_prompt)
         token = self._first_token(sampler, logits)
         s.sample.seconds = time.perf_counter() - t0

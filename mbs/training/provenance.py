@@ -172,8 +172,9 @@ def engine_sampling(backend_kind: str | None, node: Mapping[str, Any] | None = N
         OpenAI-compatible server's own defaults are not known here (``None``).
     """
     node = node or {}
-    if backend_kind == "llamacpp":
-        return {k: v if node.get(k) is None else node[k] for k, v in LLAMACPP_SAMPLING.items()}
+    if backend_kind == "llamacpp":  # its settings (0: off), else llama-cpp-python's defaults
+        top_k, min_p = (v if node.get(k) is None else node[k] for k, v in LLAMACPP_SAMPLING.items())
+        return {"top_k": int(top_k) or None, "min_p": float(min_p) or None}
     if backend_kind == "transformers":
         top_k, min_p = node.get("top_k") or 0, node.get("min_p") or 0.0
         return {"top_k": int(top_k) or None, "min_p": float(min_p) or None}

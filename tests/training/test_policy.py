@@ -241,3 +241,22 @@ def test_sampling_records_state_the_distribution_training_samples(make_cfg):
     tk = distribution_of({"_target_": "mbs.llm.transformers_backend.TransformersBackend", "top_k": 40, "min_p": 0.05}, 0.6, 1.0)
     assert (tk["top_k"], tk["min_p"]) == (40, 0.05)
     assert sampled_distributions(make_cfg("calibrate", ["students=champ_recorded"]).students.policies, 1.0, 1.0) == {}
+
+
+def test_llamacpp_calibrated_untruncated_trains_with_verl_without_a_difference(make_cfg, tmp_path):
+    """Issue 29: backend.top_k=0 backend.min_p=0 calibrates the untruncated distribution that
+    verl (no min-p) and TRL both sample; the default keeps llama.cpp's 40 / 0.05 and its cache key."""
+    from mbs.llm.llamacpp import LlamaCppBackend
+    from mbs.training.policy import TrainPolicy
+
+    d = _run_dir(make_cfg, tmp_path, "cal", ["calibrate.n=4", "backend.top_k=0", "backend.min_p=0"],
+                 {"target_policy": "smollm2-135m-instruct", "hard_seed_budget": 128})
+    p = provenance_of_run("calibrate", d, "calibrate")
+    assert (p.top_k, p.min_p) == (None, None)
+    untruncated = TrainPolicy(model="m", group_size=4, max_completion_length=128, temperature=1.0, top_p=1.0,
+                              top_k=p.top_k, min_p=p.min_p, reasoning_format="auto", chat_template_kwargs={})
+    assert known_differences(untruncated) == []
+    assert "min_p" not in LlamaCppBackend().cache_params and "top_k" not in LlamaCppBackend().cache_params
+    assert {k: LlamaCppBackend(top_k=0, min_p=0.0).cache_params[k] for k in ("top_k", "min_p")} == {"top_k": 0, "min_p": 0.0}
+    with pytest.raises(ValueError, match="backend.min_p"):
+        LlamaCppBackend(min_p=1.5)
