@@ -33,6 +33,7 @@ BY_STAGE: dict[str, str] = {
     "evaluate": "mbs.figures.evaluation:evaluation_figures",
     "export": "mbs.figures.export:export_tables",
     "train": "mbs.figures.forecast:train_figures",
+    "thesis": "mbs.figures.thesis:thesis_figures",
 }
 
 def stage_key(summary: dict) -> str:
