@@ -34,6 +34,7 @@ finished checkpoint already holds.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import time
 from pathlib import Path
@@ -60,6 +61,10 @@ from mbs.validate import validate_config
 from mbs.verify.pool import GradingPool
 
 log = logging.getLogger(__name__)
+
+# torch's spinning OpenMP threads slow decoding and training 5-30x on 2 shared cores (see
+# mbs.llm.transformers_backend); read once when torch loads, so set before TRL or the backend import it
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 STAGE = "thesis"
 CONF = Path(__file__).resolve().parent.parent.parent / "conf"
@@ -136,6 +141,7 @@ def _write_sets(export_dir: Path, root: Path, sets: dict[str, list[str]], heldou
     for name, ids in sets.items():
         folder = root / "sets" / name
         write_parquet([rows[i] for i in ids], folder / "train.parquet")
+        write_parquet([], folder / "val.parquet")  # the held-out set is the thesis's own; mbs-train expects the file
         write_json_atomic(folder / "summary.json", {**summary, "thesis_set": name, "set_rows": len(ids), "ids": ids})
         out[name] = folder
     write_json_atomic(root / "sets" / "heldout.json", {"ids": heldout})
