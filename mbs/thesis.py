@@ -260,4 +260,4 @@ def results_table(summary: Mapping[str, Any]) -> dict[str, dict[str, str]]:
     pmd = "| " + " | ".join(phead) + " |\n|" + "---|" * len(phead) + "\n" + "".join("| " + " | ".join(r) + " |\n" for r in prow)
     ptex = ("\\begin{tabular}{lrrrrr}\n\\toprule\n" + " & ".join(phead) + " \\\\\n\\midrule\n"
             + "".join(" & ".join(c.replace("_", "\\_") for c in r) + " \\\\\n" for r in prow) + "\\bottomrule\n\\end{tabular}\n")
-    return {"thesis_final": {"md": md, "tex": tex}, "thesis_paired": {"md": pmd, "tex": ptex}}
+    return {"final": {"md": md, "tex": tex}, "paired": {"md": pmd, "tex": ptex}}

@@ -141,7 +141,7 @@ def test_results_table_lists_every_set_and_pair():
                                             "b_better": 1, "ties": 2, "problems": 8, "seeds": [0, 1, 2]}},
     }
     t = results_table(summary)
-    md = t["thesis_final"]["md"]
+    md = t["final"]["md"]
     assert md.count("\n") == 2 + 4 and "| trapped | 0.500 [0.400, 0.600]" in md and "1.000 [0.900, 1.000]" in md
-    assert "+0.100" in t["thesis_paired"]["md"] and "8 x 3" in t["thesis_paired"]["md"]
-    assert t["thesis_final"]["tex"].startswith("\\begin{tabular}") and "goldilocks - trapped" in t["thesis_paired"]["tex"]
+    assert "+0.100" in t["paired"]["md"] and "8 x 3" in t["paired"]["md"]
+    assert t["final"]["tex"].startswith("\\begin{tabular}") and "goldilocks - trapped" in t["paired"]["tex"]

@@ -67,7 +67,7 @@ def test_quick_thesis_runs_measures_and_resumes(make_cfg):
         assert not (run_dir / "checkpoints").exists()  # thesis.keep_checkpoints=false
     for p in ("zero_std_vs_forecast", "accuracy_vs_step", "band_migration"):
         assert (out / "figures" / "thesis" / f"{p}.png").stat().st_size > 1000
-    table = (out / "tables" / "thesis_thesis_final.md").read_text()
+    table = (out / "tables" / "thesis_final.md").read_text()
     assert all(f"| {name} |" in table for name in ("base", *SETS))
     assert "thesis" in (out / "report.html").read_text()
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and "final" in p.parts}
