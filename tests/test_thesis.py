@@ -145,3 +145,31 @@ def test_results_table_lists_every_set_and_pair():
     assert md.count("\n") == 2 + 4 and "| trapped | 0.500 [0.400, 0.600]" in md and "1.000 [0.900, 1.000]" in md
     assert "+0.100" in t["paired"]["md"] and "8 x 3" in t["paired"]["md"]
     assert t["final"]["tex"].startswith("\\begin{tabular}") and "goldilocks - trapped" in t["paired"]["tex"]
+
+
+def test_figures_from_a_summary_and_skips_named(tmp_path):
+    import json
+
+    from mbs.figures.thesis import thesis_figures
+
+    acc = {"mean": 0.5, "ci": [0.4, 0.6], "seed_band": [0.45, 0.55], "seeds": [0, 1]}
+    grid = {a: {b: int(a == b) for b in ("solved_all", "goldilocks", "failed_all")} for a in ("solved_all", "goldilocks", "failed_all")}
+    summary = {
+        "stage": "thesis", "budget": 48, "n": 4, "eval_k": 2, "prompts_per_step": 2, "extra_budgets": [24],
+        "curves": {n: {"0": {**acc, "rollouts_drawn": 0}, "2": {**acc, "rollouts_drawn": 16}} for n in SETS},
+        "final": {n: {"48": acc, "24": acc} for n in ("base", *SETS)},
+        "zero_std": {n: {"observed": {"value": 0.5, "ci": [0.2, 0.8], "n": 4}, "per_seed": {"0": {"1": 0.5, "2": 0.5}},
+                         "forecast": {"expected_share": 0.4, "interval": [0.1, 0.7], "per_step_interval": [0.0, 1.0], "level": 0.9}}
+                     for n in SETS},
+        "migration": {n: {"seeds": [0], "calibration_to_trained": grid, "calibration_to_base": grid} for n in SETS},
+        "paired": {},
+    }
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "summary.json").write_text(json.dumps(summary))
+    out = thesis_figures(tmp_path / "run", tmp_path / "fig", formats=("png",))
+    assert sorted(p.rsplit("/", 1)[1] for p in out["written"]) == [
+        "accuracy_vs_step.png", "band_migration.png", "band_migration_base.png", "zero_std_vs_forecast.png"]
+    assert set(out["tables"]) == {"final", "paired"} and not out["skipped"]
+    (tmp_path / "run" / "summary.json").write_text(json.dumps({"stage": "thesis", "budget": 48, "eval_k": 2, "final": {}}))
+    empty = thesis_figures(tmp_path / "run", tmp_path / "fig2", formats=("png",))
+    assert not empty["written"] and set(empty["skipped"]) >= {"accuracy_vs_step", "zero_std_vs_forecast", "band_migration"}

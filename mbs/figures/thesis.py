@@ -8,7 +8,8 @@ All are drawn from the run directory's ``summary.json`` (:mod:`mbs.thesis_summar
   against the share the calibration forecast (:func:`mbs.training.forecast.trap_forecast`) with
   its 90% predictive interval for one step;
 * ``band_migration``: per set, the calibration band of each training problem before training
-  against its band under the trained policy (counts summed over seeds);
+  against its band under the trained policy (counts summed over seeds); ``band_migration_base``
+  the same for the untrained base model re-calibrated with the evaluation backend (the control);
 * tables ``thesis_final`` (final accuracies at every budget with intervals, zero-std shares) and
   ``thesis_paired`` (paired differences between sets), Markdown and LaTeX.
 """
@@ -96,19 +97,15 @@ def zero_std_vs_forecast(summary: dict[str, Any], out_dir: Path, formats: Sequen
     return save(fig, out_dir, "zero_std_vs_forecast", formats)
 
 
-def band_migration(summary: dict[str, Any], out_dir: Path, formats: Sequence[str], width: str) -> list[Path]:
-    """Transition matrices (counts over seeds): calibration band before -> band under the trained policy.
-
-    Raises:
-        ValueError: No set was re-calibrated.
-    """
+def _migration_grid(summary: dict[str, Any], out_dir: Path, formats: Sequence[str], width: str, key: str, stem: str,
+                    xlabel: str, ylabel: str) -> list[Path]:
     moves = summary.get("migration") or {}
     if not any((moves.get(s) or {}).get("seeds") for s in SETS):
         raise ValueError("summary has no re-calibration of a trained policy")
     order = ("solved_all", "goldilocks", "failed_all")
     fig, axes = figure("double" if width == "single" else width, aspect=0.3, ncols=len(SETS))
     for ax, name in zip(axes, SETS):
-        m = (moves.get(name) or {}).get("calibration_to_trained") or {}
+        m = (moves.get(name) or {}).get(key) or {}
         grid = [[m.get(a, {}).get(b, 0) for b in order] for a in order]
         top = max(1, max(max(r) for r in grid))
         ax.imshow(grid, cmap="Greens", vmin=0, vmax=top)
@@ -118,10 +115,31 @@ def band_migration(summary: dict[str, Any], out_dir: Path, formats: Sequence[str
                         color="white" if grid[i][j] > top / 2 else "black")
         ax.set_xticks(range(3), [BANDS_SHORT[b] for b in order])
         ax.set_yticks(range(3), [BANDS_SHORT[b] for b in order])
-        ax.set_xlabel("after training (trained policy)")
+        ax.set_xlabel(xlabel)
         ax.set_title(f"{name} ({len(moves[name]['seeds'])} seeds)")
-    axes[0].set_ylabel("calibration (before)")
-    return save(fig, out_dir, "band_migration", formats)
+    axes[0].set_ylabel(ylabel)
+    return save(fig, out_dir, stem, formats)
+
+
+def band_migration(summary: dict[str, Any], out_dir: Path, formats: Sequence[str], width: str) -> list[Path]:
+    """Transition matrices (problems, summed over seeds): calibration band before -> band under the trained policy.
+
+    Raises:
+        ValueError: No set was re-calibrated.
+    """
+    return _migration_grid(summary, out_dir, formats, width, "calibration_to_trained", "band_migration",
+                           "after training (trained policy)", "calibration (before)")
+
+
+def band_migration_base(summary: dict[str, Any], out_dir: Path, formats: Sequence[str], width: str) -> list[Path]:
+    """The control of :func:`band_migration`: calibration band (llama.cpp) -> band of the untrained base model
+    re-calibrated with the evaluation backend (transformers) and each seed: what moves without training.
+
+    Raises:
+        ValueError: No set was re-calibrated.
+    """
+    return _migration_grid(summary, out_dir, formats, width, "calibration_to_base", "band_migration_base",
+                           "base model, re-calibrated (no training)", "calibration (before)")
 
 
 def thesis_figures(run_dir: str | Path, out_dir: str | Path, formats: Sequence[str] = ("png", "pdf"),
@@ -133,7 +151,7 @@ def thesis_figures(run_dir: str | Path, out_dir: str | Path, formats: Sequence[s
     """
     summary = read_summary(run_dir)
     out: dict[str, Any] = {"written": [], "skipped": {}, "tables": {}}
-    for fn in (accuracy_vs_step, zero_std_vs_forecast, band_migration):
+    for fn in (accuracy_vs_step, zero_std_vs_forecast, band_migration, band_migration_base):
         try:
             out["written"] += [str(p) for p in fn(summary, Path(out_dir), formats, width)]
         except (ValueError, KeyError) as err:

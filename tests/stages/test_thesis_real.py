@@ -65,7 +65,7 @@ def test_quick_thesis_runs_measures_and_resumes(make_cfg):
         m = s["migration"][name]["calibration_to_trained"]
         assert sum(v for row in m.values() for v in row.values()) == 2
         assert not (run_dir / "checkpoints").exists()  # thesis.keep_checkpoints=false
-    for p in ("zero_std_vs_forecast", "accuracy_vs_step", "band_migration"):
+    for p in ("zero_std_vs_forecast", "accuracy_vs_step", "band_migration", "band_migration_base"):
         assert (out / "figures" / "thesis" / f"{p}.png").stat().st_size > 1000
     table = (out / "tables" / "thesis_final.md").read_text()
     assert all(f"| {name} |" in table for name in ("base", *SETS))
