@@ -97,6 +97,7 @@ def summarize(cfg: Any, root: Path, corpus: Sequence[Calibration], heldout: Sequ
     t = cfg.thesis
     L, N, k, B = int(t.budget), int(t.n), int(t.eval_k), int(t.prompts_per_step)
     ev = _by(evals)
+    held_set = set(heldout)
     band_of = {c.problem_id: c.band for c in corpus}
     cal_of = {c.problem_id: c for c in corpus}
     curves: dict[str, Any] = {}
@@ -122,7 +123,11 @@ def summarize(cfg: Any, root: Path, corpus: Sequence[Calibration], heldout: Sequ
                 if acc is not None:
                     by_seed[seed] = acc
             if by_seed:
-                final[name][str(b)] = accuracy_summary(by_seed)
+                who = [f"base/seed{x}" if name == "base" else f"{name}/seed{x}/final" for x in by_seed]
+                toks = [r.completion_tokens for w in who for r in ev.get((w, b), []) if r.problem_id in held_set]
+                final[name][str(b)] = {**accuracy_summary(by_seed), "completion_tokens_mean": sum(toks) / len(toks),
+                                       "truncated_share": sum(r.finish_reason == "length" for w in who for r in ev.get((w, b), [])
+                                                              if r.problem_id in held_set) / len(toks)}
                 if b == L:
                     finals[name] = by_seed
     paired = {f"{a} - {b}": paired_difference(finals[a], finals[b]) for a, b in PAIRS if a in finals and b in finals}
