@@ -110,6 +110,13 @@ def pipeline(cfg: DictConfig) -> None:
 
 
 @refuse_secrets
+@hydra.main(version_base="1.3", config_path=CONF, config_name="thesis")
+def thesis(cfg: DictConfig) -> None:
+    """mbs-thesis: Goldilocks, trapped and uncalibrated training sets trained with GRPO and measured on held-out problems."""
+    _run("mbs.stages.thesis", cfg)
+
+
+@refuse_secrets
 @hydra.main(version_base="1.3", config_path=CONF, config_name="merge")
 def merge(cfg: DictConfig) -> None:
     """mbs-merge: union the shard run directories of a sharded stage (a SLURM array) into one run directory."""

@@ -75,6 +75,11 @@ SAMPLING_KEYS: dict[str, tuple[str, ...]] = {
         "mbs.templates", "direct.templates", "goose.teacher.templates",
     ),
     "evaluate": ("seed", "eval.temperature", "eval.top_p", "eval.templates", "eval.models"),
+    "thesis": (
+        "thesis.data", "thesis.n", "thesis.budget", "thesis.temperature", "thesis.top_p", "thesis.heldout",
+        "thesis.set_size", "thesis.split_seed", "thesis.steps", "thesis.eval_every", "thesis.prompts_per_step",
+        "thesis.learning_rate", "thesis.beta", "thesis.loss_type", "thesis.eval_k", "backend", "answer_templates",
+    ),
 }
 
 #: Keys that change how or where, not what, a backend draws (never part of the sampling config;

@@ -25,11 +25,13 @@ LAYERS: list[list[str]] = [
     # problems in, rewards out
     ["mbs.data", "mbs.benchmarks", "mbs.rewards", "mbs.evaluation"],
     # calibration: pass rates, bands, grouping, drawing rollouts
-    ["mbs.calibration", "mbs.calibration.grouping", "mbs.calibration.difficulty", "mbs.calibration.sampling"],
+    # (and the thesis experiment's statistics over them)
+    ["mbs.calibration", "mbs.calibration.grouping", "mbs.calibration.difficulty", "mbs.calibration.sampling", "mbs.thesis"],
     # figures of each stage (they read run directories)
     ["mbs.figures"],
     # what the stages call: a calibration run's outputs, shards and their union, synthesis, export, training
-    ["mbs.calibration.run", "mbs.calibration.recorded", "mbs.shards", "mbs.synth", "mbs.export", "mbs.training"],
+    ["mbs.calibration.run", "mbs.calibration.recorded", "mbs.shards", "mbs.synth", "mbs.export", "mbs.training",
+     "mbs.thesis_summary"],
     # the report (draws every stage's figures, synthesis methods' included)
     ["mbs.figures.report"],
     # the stages and their entry points

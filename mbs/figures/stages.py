@@ -15,6 +15,7 @@ from mbs.figures.calibration import calibration_figures
 from mbs.figures.evaluation import evaluation_figures
 from mbs.figures.export import export_tables
 from mbs.figures.forecast import train_figures
+from mbs.figures.thesis import thesis_figures
 from mbs.registry import Registry
 
 #: ``fn(run_dir, out_dir, formats, width) -> {"written": [...], "skipped": {...}, ...}``.
@@ -26,3 +27,4 @@ BY_STAGE.add("calibrate", calibration_figures)
 BY_STAGE.add("evaluate", evaluation_figures)
 BY_STAGE.add("export", export_tables)
 BY_STAGE.add("train", train_figures)
+BY_STAGE.add("thesis", thesis_figures)

@@ -1,0 +1,164 @@
+"""Figures and tables of a thesis run (``mbs-thesis``; :data:`mbs.figures.stages.BY_STAGE` ``thesis``).
+
+All are drawn from the run directory's ``summary.json`` (:mod:`mbs.thesis_summary`):
+
+* ``accuracy_vs_step``: held-out avg@k at L against the training step and against the rollouts
+  drawn, one line per training set (mean over seeds) with its 95% t band across seeds;
+* ``zero_std_vs_forecast``: the observed zero-std group share of each set's steps (every seed)
+  against the share the calibration forecast (:func:`mbs.training.forecast.trap_forecast`) with
+  its 90% predictive interval for one step;
+* ``band_migration``: per set, the calibration band of each training problem before training
+  against its band under the trained policy (counts summed over seeds); ``band_migration_base``
+  the same for the untrained base model re-calibrated with the evaluation backend (the control);
+* tables ``thesis_final`` (final accuracies at every budget with intervals, zero-std shares) and
+  ``thesis_paired`` (paired differences between sets), Markdown and LaTeX.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from mbs.figures import BAND_COLORS, figure, save
+from mbs.io import read_summary
+from mbs.thesis import SETS, results_table
+
+log = logging.getLogger(__name__)
+
+#: Line colour of each training set.
+SET_COLORS = {"goldilocks": BAND_COLORS["goldilocks"], "trapped": BAND_COLORS["failed_all"], "uncalibrated": "#8172B2"}
+BANDS_SHORT = {"solved_all": "solved", "goldilocks": "Goldil.", "failed_all": "failed"}
+
+
+def accuracy_vs_step(summary: dict[str, Any], out_dir: Path, formats: Sequence[str], width: str) -> list[Path]:
+    """Held-out avg@k (%) against step and against rollouts drawn, per set, with a band across seeds.
+
+    Raises:
+        ValueError: The summary has no accuracy curve.
+    """
+    curves = summary.get("curves") or {}
+    if not any(curves.get(s) for s in SETS):
+        raise ValueError("summary has no accuracy curves (no evaluation finished)")
+    fig, axes = figure("double" if width == "single" else width, aspect=0.33, ncols=2)
+    for ax, key, label in ((axes[0], None, "training step"), (axes[1], "rollouts_drawn", "training rollouts drawn")):
+        for name in SETS:
+            pts = sorted(curves.get(name, {}).items(), key=lambda kv: int(kv[0]))
+            if not pts:
+                continue
+            x = [int(s) if key is None else v[key] for s, v in pts]
+            y = [100 * v["mean"] for _, v in pts]
+            lo = [100 * v["seed_band"][0] for _, v in pts]
+            hi = [100 * v["seed_band"][1] for _, v in pts]
+            seeds = max(len(v["seeds"]) for _, v in pts)
+            ax.plot(x, y, color=SET_COLORS[name], marker="o", ms=2.5, lw=1.0, label=f"{name} ({seeds} seeds)")
+            ax.fill_between(x, lo, hi, color=SET_COLORS[name], alpha=0.15, lw=0)
+        ax.set_xlabel(label)
+        ax.set_ylabel(f"held-out avg@{summary['eval_k']} (%)")
+    axes[0].set_title(f"Held-out accuracy at L={summary['budget']} (band: 95% t across seeds)")
+    axes[1].set_title(f"against rollouts drawn (N={summary['n']}, B={summary['prompts_per_step']})")
+    axes[0].legend(frameon=False, fontsize=6)
+    return save(fig, out_dir, "accuracy_vs_step", formats)
+
+
+def zero_std_vs_forecast(summary: dict[str, Any], out_dir: Path, formats: Sequence[str], width: str) -> list[Path]:
+    """Observed zero-std share (%) per step of each set's runs against its forecast.
+
+    Raises:
+        ValueError: No set logged a step.
+    """
+    zero = summary.get("zero_std") or {}
+    if not any((zero.get(s) or {}).get("observed", {}).get("n") for s in SETS):
+        raise ValueError("summary has no logged training step")
+    fig, axes = figure("double" if width == "single" else width, aspect=0.3, ncols=len(SETS))
+    for ax, name in zip(axes, SETS):
+        z = zero.get(name) or {}
+        fc = z.get("forecast") or {}
+        steps = sorted({int(st) for per in (z.get("per_seed") or {}).values() for st in per})
+        if fc:
+            lo, hi = fc["per_step_interval"]
+            x0, x1 = (min(steps), max(steps)) if steps else (0, 1)
+            ax.fill_between([x0 - 0.3, x1 + 0.3], [100 * lo] * 2, [100 * hi] * 2, color=SET_COLORS[name], alpha=0.15, lw=0,
+                            label=f"forecast, one step ({100 * fc['level']:.0f}%)")
+            ax.hlines(100 * fc["expected_share"], x0 - 0.3, x1 + 0.3, color=SET_COLORS[name], lw=1.2,
+                      label=f"forecast {100 * fc['expected_share']:.0f}%")
+        for i, (seed, per) in enumerate(sorted((z.get("per_seed") or {}).items())):
+            pts = sorted((int(a), 100 * float(b)) for a, b in per.items())
+            ax.plot([p[0] + 0.08 * (i - 1) for p in pts], [p[1] for p in pts], ls="none", marker="o", ms=2.5,
+                    color="black", alpha=0.6, label="observed (each seed)" if i == 0 else None)
+        obs = z.get("observed") or {}
+        share = obs.get("value")
+        ax.set_title(f"{name}: observed {100 * share:.0f}%" if share is not None else name)
+        ax.set_ylim(-5, 105)
+        ax.set_xlabel("training step")
+        ax.legend(frameon=False, fontsize=5, loc="lower left")
+    axes[0].set_ylabel("zero-std groups (%)")
+    return save(fig, out_dir, "zero_std_vs_forecast", formats)
+
+
+def _migration_grid(summary: dict[str, Any], out_dir: Path, formats: Sequence[str], width: str, key: str, stem: str,
+                    xlabel: str, ylabel: str) -> list[Path]:
+    moves = summary.get("migration") or {}
+    if not any((moves.get(s) or {}).get("seeds") for s in SETS):
+        raise ValueError("summary has no re-calibration of a trained policy")
+    order = ("solved_all", "goldilocks", "failed_all")
+    fig, axes = figure("double" if width == "single" else width, aspect=0.3, ncols=len(SETS))
+    for ax, name in zip(axes, SETS):
+        m = (moves.get(name) or {}).get(key) or {}
+        grid = [[m.get(a, {}).get(b, 0) for b in order] for a in order]
+        top = max(1, max(max(r) for r in grid))
+        ax.imshow(grid, cmap="Greens", vmin=0, vmax=top)
+        for i in range(3):
+            for j in range(3):
+                ax.text(j, i, str(grid[i][j]), ha="center", va="center", fontsize=7,
+                        color="white" if grid[i][j] > top / 2 else "black")
+        ax.set_xticks(range(3), [BANDS_SHORT[b] for b in order])
+        ax.set_yticks(range(3), [BANDS_SHORT[b] for b in order])
+        ax.set_xlabel(xlabel)
+        ax.set_title(f"{name} ({len(moves[name]['seeds'])} seeds)")
+    axes[0].set_ylabel(ylabel)
+    return save(fig, out_dir, stem, formats)
+
+
+def band_migration(summary: dict[str, Any], out_dir: Path, formats: Sequence[str], width: str) -> list[Path]:
+    """Transition matrices (problems, summed over seeds): calibration band before -> band under the trained policy.
+
+    Raises:
+        ValueError: No set was re-calibrated.
+    """
+    return _migration_grid(summary, out_dir, formats, width, "calibration_to_trained", "band_migration",
+                           "after training (trained policy)", "calibration (before)")
+
+
+def band_migration_base(summary: dict[str, Any], out_dir: Path, formats: Sequence[str], width: str) -> list[Path]:
+    """The control of :func:`band_migration`: calibration band (llama.cpp) -> band of the untrained base model
+    re-calibrated with the evaluation backend (transformers) and each seed: what moves without training.
+
+    Raises:
+        ValueError: No set was re-calibrated.
+    """
+    return _migration_grid(summary, out_dir, formats, width, "calibration_to_base", "band_migration_base",
+                           "base model, re-calibrated (no training)", "calibration (before)")
+
+
+def thesis_figures(run_dir: str | Path, out_dir: str | Path, formats: Sequence[str] = ("png", "pdf"),
+                   width: str = "single") -> dict[str, Any]:
+    """Every figure and table of a thesis run directory.
+
+    Returns:
+        ``{"written": [paths], "skipped": {figure: reason}, "tables": {name: {"md", "tex"}}}``.
+    """
+    summary = read_summary(run_dir)
+    out: dict[str, Any] = {"written": [], "skipped": {}, "tables": {}}
+    for fn in (accuracy_vs_step, zero_std_vs_forecast, band_migration, band_migration_base):
+        try:
+            out["written"] += [str(p) for p in fn(summary, Path(out_dir), formats, width)]
+        except (ValueError, KeyError) as err:
+            log.info("figure %s skipped: %s", fn.__name__, err)
+            out["skipped"][fn.__name__] = str(err)
+    try:
+        out["tables"] = results_table(summary)
+    except (ValueError, KeyError) as err:
+        out["skipped"]["tables"] = str(err)
+    return out

@@ -1,0 +1,243 @@
+"""The thesis on a laptop: calibrated data against trapped and uncalibrated data, trained and measured.
+
+Run: ``mbs-thesis experiment=thesis_quick hydra.run.dir=runs/thesis_quick`` (the CI size, about 3
+minutes on 2 cores) or ``mbs-thesis experiment=thesis hydra.run.dir=runs/thesis`` (the full size;
+``experiments/thesis.sh``). Rerunning with the same ``hydra.run.dir`` resumes.
+
+Steps, each in a sub-folder of the run directory (issue 28; the claim of both source papers: a
+problem teaches a GRPO policy only when its rollouts disagree):
+
+1. ``calibrate/``: the Reasoning Gym corpus (``thesis.data``) calibrated with the embedded policy at
+   N = ``thesis.n`` (the GRPO group size) and budget L = ``thesis.budget`` (``mbs-calibrate``);
+2. ``export/``: every calibrated problem as verl parquet with the calibrated policy's provenance
+   (``mbs-export``, ``export.select=all``: dedup removes repeated prompts, so no held-out prompt is
+   also a training prompt);
+3. ``sets/<set>/``: a held-out set (``thesis.heldout`` problems drawn from the export) and three
+   training sets of ``thesis.set_size`` problems from the rest (:func:`mbs.thesis.build_sets`):
+   goldilocks, trapped, uncalibrated; each folder is an export (``train.parquet`` and the export's
+   ``summary.json``), so ``mbs-train`` trains exactly the calibrated policy;
+4. ``runs/<set>/seed<s>/``: TRL's GRPO (``mbs-train train.engine=trl``) with the same steps,
+   learning rate and seed for every set, trained ``thesis.eval_every`` steps at a time; after each
+   segment the policy is evaluated on the held-out set (avg@k at L, the same verifier and
+   sampling, ``backend=transformers``); at the end also at ``thesis.extra_budgets``, and the set is
+   re-calibrated with the trained policy (N rollouts at L). The base model's evaluation (step 0)
+   is shared by every set of a seed;
+5. ``summary.json`` (accuracies with intervals, paired tests, zero-std shares against the
+   calibration's forecast, band migration), ``figures/``, ``tables/``, ``report.html`` and
+   ``manifest.json`` last.
+
+Evaluation and re-calibration rollouts go to two append-only shards of the run directory
+(``eval_rollouts``, ``recal_rollouts``); a rerun draws only what is missing and trains nothing a
+finished checkpoint already holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from mbs.calibration.sampling import Group, Policy, RolloutWriter, draw
+from mbs.data import load_problems
+from mbs.errors import ConfigError
+from mbs.export.verl_schema import write_parquet
+from mbs.figures.report import render
+from mbs.figures.thesis import thesis_figures
+from mbs.io import RunDir, read_records, read_summary, write_json_atomic
+from mbs.llm import close_all
+from mbs.records import Calibration, Rollout
+from mbs.stages import calibrate, train
+from mbs.stages.pipeline import export_runs, stage_node, sub_config
+from mbs.thesis import SETS, build_sets, split_heldout
+from mbs.thesis_summary import summarize
+from mbs.training.policy import resolve_policy
+from mbs.validate import validate_config
+from mbs.verify.pool import GradingPool
+
+log = logging.getLogger(__name__)
+
+# torch's spinning OpenMP threads slow decoding and training 5-30x on 2 shared cores (see
+# mbs.llm.transformers_backend); read once when torch loads, so set before TRL or the backend import it
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
+STAGE = "thesis"
+CONF = Path(__file__).resolve().parent.parent.parent / "conf"
+
+
+def schedule(steps: int, every: int) -> list[int]:
+    """The evaluation steps: 0, every, 2 * every, ..., and ``steps`` itself.
+
+    Raises:
+        ConfigError: ``steps`` or ``every`` below 1.
+    """
+    if steps < 1 or every < 1:
+        raise ConfigError(f"thesis.steps={steps} and thesis.eval_every={every} must be >= 1")
+    return sorted({0, *range(every, steps + 1, every), steps})
+
+
+def _calibrate_corpus(cfg: DictConfig, root: Path) -> Path:
+    t = cfg.thesis
+    sub = sub_config(cfg, root / "calibrate", data=OmegaConf.to_container(t.data, resolve=True), **{
+        "calibrate.n": int(t.n), "calibrate.budgets": [int(t.budget)], "calibrate.temperature": float(t.temperature),
+        "calibrate.top_p": float(t.top_p), "calibrate.early_stop.enabled": False,
+    })
+    return calibrate.run(sub)
+
+
+def _train_cfg(cfg: DictConfig, data_dir: Path, out_dir: Path, seed: int, steps: int) -> DictConfig:
+    """The ``mbs-train`` config of one set and seed, trained up to ``steps``."""
+    t = cfg.thesis
+    sub = sub_config(cfg, out_dir, train=stage_node("train", "train", ["grpo"]))
+    with open_dict(sub):
+        sub.seed = int(seed)
+        sub.train.engine, sub.train.data_dir, sub.train.calibration = "trl", str(data_dir), None
+        trl = sub.train.trl
+        trl.max_steps, trl.prompts_per_step, trl.gradient_accumulation_steps = int(steps), int(t.prompts_per_step), 1
+        trl.learning_rate, trl.lr_scheduler_type = float(t.learning_rate), "constant"
+        trl.beta, trl.loss_type, trl.seed = float(t.beta), str(t.loss_type), int(seed)
+        trl.save_steps, trl.save_total_limit, trl.resume, trl.progress = int(t.eval_every), 1, True, False
+    return sub
+
+
+def _backend(cfg: DictConfig, model: str, label: str, top_k: int | None, min_p: float | None) -> dict[str, Any]:
+    """The ``transformers`` backend node of a checkpoint, sampling as the calibrated policy."""
+    node = OmegaConf.to_container(OmegaConf.load(CONF / "backend" / "transformers.yaml"), resolve=False)
+    node.update(model=str(model), cache_dir=str(cfg.paths.cache_dir), label=label, batch_size=int(cfg.thesis.batch_size),
+                top_k=int(top_k or 0), min_p=float(min_p or 0.0))
+    return node
+
+
+class _Sampler:
+    """Draws k samples per group for a named policy into a shard, skipping what is done."""
+
+    def __init__(self, cfg: DictConfig, writer: RolloutWriter):
+        self.cfg, self.writer = cfg, writer
+
+    def done(self, name: str, groups: list[Group], k: int) -> bool:
+        return all((g.id, name, g.budget, i) in self.writer.done for g in groups for i in range(k))
+
+    def __call__(self, name: str, backend: dict[str, Any], groups: list[Group], k: int, seed: int) -> None:
+        if self.done(name, groups, k):
+            return
+        t = self.cfg.thesis
+        draw(Policy(name=name, source="live", backend=backend), groups, k, self.writer, str(self.cfg.paths.cache_dir),
+             temperature=float(t.temperature), top_p=float(t.top_p), seed=int(seed), desc=name)
+        self.writer.flush(wait=True)
+        close_all()  # one checkpoint in memory at a time
+
+
+def _write_sets(export_dir: Path, root: Path, sets: dict[str, list[str]], heldout: list[str]) -> dict[str, Path]:
+    """``sets/<set>/train.parquet`` (the export's rows of the set) and the export's ``summary.json``
+    (its ``policy`` block: the provenance ``mbs-train`` trains from); ``sets/heldout.json``."""
+    rows = {r["extra_info"]["id"]: r for r in pq.read_table(export_dir / "train.parquet").to_pylist()}
+    summary = read_summary(export_dir)
+    out = {}
+    for name, ids in sets.items():
+        folder = root / "sets" / name
+        write_parquet([rows[i] for i in ids], folder / "train.parquet")
+        write_parquet([], folder / "val.parquet")  # the held-out set is the thesis's own; mbs-train expects the file
+        write_json_atomic(folder / "summary.json", {**summary, "thesis_set": name, "set_rows": len(ids), "ids": ids})
+        out[name] = folder
+    write_json_atomic(root / "sets" / "heldout.json", {"ids": heldout})
+    return out
+
+
+def run(cfg: DictConfig) -> Path:
+    """Run the thesis experiment into ``cfg.out_dir`` (see the module docstring).
+
+    Returns:
+        The run directory.
+
+    Raises:
+        ConfigError: Bad sizes (too few problems of a band for a set, more held-out problems than
+            the corpus has, steps below 1).
+        mbs.training.launch.TrainError: A training run failed.
+        mbs.errors.MissingExtraError: The ``trl`` extra is not installed.
+    """
+    validate_config(cfg)
+    logging.getLogger("mbs").setLevel(cfg.log_level)
+    t = cfg.thesis
+    steps = schedule(int(t.steps), int(t.eval_every))
+    seeds = [int(s) for s in t.seeds]
+    if not seeds:
+        raise ConfigError("thesis.seeds is empty: name at least one seed")
+    L, N, k = int(t.budget), int(t.n), int(t.eval_k)
+    budgets = sorted({L, *(int(b) for b in t.extra_budgets)})
+    out = RunDir(cfg.out_dir, STAGE, cfg=cfg)
+    out.write_config(cfg)
+    root = out.path
+    t0 = time.perf_counter()
+    cal_dir = _calibrate_corpus(cfg, root)
+    close_all()
+    out.timings["calibrate"] = time.perf_counter() - t0
+    export_dir = export_runs(cfg, {"corpus": str(cal_dir)}, root / "export")
+    policy_name = read_summary(cal_dir)["target_policy"]
+    exported = {r["extra_info"]["id"] for r in pq.read_table(export_dir / "train.parquet", columns=["extra_info"]).to_pylist()}
+    corpus = [c for c in read_records(cal_dir, "calibrations", Calibration)
+              if c.policy == policy_name and c.budget == L and c.problem_id in exported]
+    heldout, pool = split_heldout(corpus, int(t.heldout), int(t.split_seed))
+    sets = build_sets(pool, corpus, int(t.set_size), int(t.split_seed))
+    set_dirs = _write_sets(export_dir, root, sets, heldout)
+    problems = {p.id: p for p in load_problems(OmegaConf.create(OmegaConf.to_container(t.data, resolve=True)))[0]}
+    templates, vcfg = cfg.calibrate.templates, cfg.verifier
+    eval_groups = {b: [Group.of(problems[i], b, templates, vcfg) for i in heldout] for b in budgets}
+    recal_groups = {name: [Group.of(problems[i], L, templates, vcfg) for i in ids] for name, ids in sets.items()}
+    policy = resolve_policy(_train_cfg(cfg, set_dirs["goldilocks"], root / "runs" / "goldilocks" / f"seed{seeds[0]}", seeds[0], 1).train,
+                            str(cfg.paths.cache_dir))
+    if policy.group_size != N or policy.max_completion_length != L:
+        raise ConfigError(f"the export's calibrated policy has N={policy.group_size}, L={policy.max_completion_length}; "
+                          f"the thesis asks N={N}, L={L}")
+    base = policy.model  # the converted checkpoint TRL starts from: the base model every evaluation compares to
+    t1 = time.perf_counter()
+    trained: dict[str, Any] = {}
+    with GradingPool.from_config(cfg.verifier) as pool_, out.shard("eval_rollouts", Rollout) as es, \
+            out.shard("recal_rollouts", Rollout) as rs:
+        ev = _Sampler(cfg, RolloutWriter(pool_, es, {r.key: r for r in es.read()}))
+        rc = _Sampler(cfg, RolloutWriter(pool_, rs, {r.key: r for r in rs.read()}))
+        for seed in seeds:  # seed-major: a run stopped early has every set for its first seeds
+            base_be = _backend(cfg, base, "base", policy.top_k, policy.min_p)
+            for b in budgets:
+                ev(f"base/seed{seed}", base_be, eval_groups[b], k, seed)
+            if bool(t.recalibrate):  # the sets' bands under the evaluation backend before training (the control)
+                rc(f"base/seed{seed}", base_be, sorted({g.id: g for gs in recal_groups.values() for g in gs}.values(),
+                                                        key=lambda g: g.id), N, seed)
+            for name in SETS:
+                run_dir = root / "runs" / name / f"seed{seed}"
+                tag = f"{name}/seed{seed}"
+                finished = (ev.done(f"{tag}/step{steps[-1]}", eval_groups[L], k)
+                            and all(ev.done(f"{tag}/final", eval_groups[b], k) for b in budgets)
+                            and (not t.recalibrate or rc.done(f"{tag}/final", recal_groups[name], N)))
+                for s in steps[1:]:
+                    last = s == steps[-1]
+                    if finished or (ev.done(f"{tag}/step{s}", eval_groups[L], k) and not last):
+                        continue
+                    log.info("thesis: training %s to step %d", tag, s)
+                    summary = read_summary(train.run(_train_cfg(cfg, set_dirs[name], run_dir, seed, s)))
+                    close_all()
+                    final = summary["result"]["final"]
+                    be = _backend(cfg, final, f"{tag}/step{s}", policy.top_k, policy.min_p)
+                    ev(f"{tag}/step{s}", be, eval_groups[L], k, seed)
+                    if last:
+                        for b in budgets:
+                            ev(f"{tag}/final", be, eval_groups[b], k, seed)
+                        if bool(t.recalibrate):
+                            rc(f"{tag}/final", be, recal_groups[name], N, seed)
+                if not bool(t.keep_checkpoints):
+                    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+                trained[tag] = str(run_dir.relative_to(root))
+        evals, recals = list(ev.writer.done.values()), list(rc.writer.done.values())
+    out.timings["train_and_evaluate"] = time.perf_counter() - t1
+    summary = summarize(cfg.thesis, root, corpus, heldout, sets, steps, seeds, budgets, evals, recals, policy, trained)
+    out.write_summary(summary)
+    report = render(root, root, formats=tuple(t.formats), width=str(t.width))
+    out.write_manifest({"corpus": len(corpus), "heldout": len(heldout), "set_size": int(t.set_size), "seeds": len(seeds),
+                        "trainings": len(trained), "eval_rollouts": len(evals), "recal_rollouts": len(recals),
+                        "figures": len(report["figures"])}, report=report.get("report"))
+    print(f"mbs-thesis: outputs in {root} (summary.json, figures/, tables/, report.html)", flush=True)
+    return root

@@ -1,0 +1,263 @@
+"""The thesis experiment's pure parts: the training sets, the statistics and the table (issue 28).
+
+Both source papers rest on one claim: a problem teaches a GRPO policy only when its rollouts
+disagree (a group whose rewards are all equal has zero advantage everywhere: the zero-advantage
+trap; seed paper, "Background"; Shao et al. 2024, DeepSeekMath §4.1), so data calibrated to the
+policy and budget L trains better per step than data that is not. :mod:`mbs.stages.thesis` runs
+the experiment; this module decides what it trains on and what its numbers are:
+
+* :func:`split_heldout` and :func:`build_sets`: a held-out set (a random sample of the corpus) and
+  three training sets of equal size from the rest: **goldilocks** (usable problems), **trapped**
+  (``failed_all`` and ``solved_all`` in the corpus's proportion) and **uncalibrated** (a random
+  sample);
+* :func:`accuracy_summary` and :func:`paired_difference`: avg@k on the held-out problems with a
+  bootstrap interval over problems per seed, an interval over problems of the seed-averaged
+  accuracy and a t band across seeds; differences between sets paired over problems and seeds
+  (bootstrap interval and Wilcoxon signed-rank test on per-problem differences);
+* :func:`zero_std_counts`: the observed zero-std group share of a set's training steps, with its
+  Wilson interval, to put beside the calibration's forecast (:mod:`mbs.training.forecast`);
+* :func:`migration`: which training problems moved band after training;
+* :func:`results_table`: the final accuracies, intervals and tests as Markdown and LaTeX.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from scipy import stats as sps
+
+from mbs.errors import ConfigError
+from mbs.records import BANDS, Calibration, Rollout
+from mbs.stats import bootstrap_mean, share
+
+__all__ = [
+    "SETS", "accuracy_summary", "build_sets", "migration", "paired_difference", "per_problem_accuracy",
+    "results_table", "seed_band", "split_heldout", "zero_std_counts",
+]
+
+#: The training sets, in the order of tables and figures.
+SETS = ("goldilocks", "trapped", "uncalibrated")
+
+
+def split_heldout(calibrations: Sequence[Calibration], heldout: int, seed: int) -> tuple[list[str], list[Calibration]]:
+    """A held-out evaluation set: ``heldout`` problems drawn uniformly from the corpus.
+
+    Args:
+        calibrations: One calibration per corpus problem (policy and budget L of the thesis).
+        heldout: Problems to hold out.
+        seed: Seed of the draw (ids are sorted first, so the draw does not depend on file order).
+
+    Returns:
+        ``(held-out problem ids, calibrations of the remaining pool)``.
+
+    Raises:
+        ConfigError: The corpus has fewer than ``heldout + 1`` problems.
+    """
+    cals = sorted(calibrations, key=lambda c: c.problem_id)
+    if heldout < 1 or heldout >= len(cals):
+        raise ConfigError(f"thesis.heldout={heldout}: the corpus has {len(cals)} calibrated problems; hold out 1 to {len(cals) - 1}")
+    rng = np.random.default_rng(seed)
+    pick = set(rng.choice(len(cals), size=heldout, replace=False).tolist())
+    return [cals[i].problem_id for i in sorted(pick)], [c for i, c in enumerate(cals) if i not in pick]
+
+
+def build_sets(pool: Sequence[Calibration], corpus: Sequence[Calibration], size: int, seed: int) -> dict[str, list[str]]:
+    """Three training sets of ``size`` problems each from the pool (not the held-out problems).
+
+    * ``goldilocks``: usable problems (Goldilocks band with a complete correct rollout within L);
+    * ``trapped``: ``failed_all`` and ``solved_all`` problems in the proportion the whole corpus
+      has them (round half up for failed_all);
+    * ``uncalibrated``: a uniform sample of the pool, whatever its bands.
+
+    Args:
+        pool: Calibrations of the problems that may train.
+        corpus: Calibrations of the whole corpus (the trapped proportion).
+        size: Problems per set.
+        seed: Seed of the draws.
+
+    Returns:
+        ``{set name: sorted problem ids}`` in :data:`SETS` order.
+
+    Raises:
+        ConfigError: The pool has too few problems of a band for a set of ``size``, or the corpus
+            has no trapped problem (the message names the counts).
+    """
+    rng = np.random.default_rng(seed)
+    pool = sorted(pool, key=lambda c: c.problem_id)
+
+    def draw(items: Sequence[Calibration], k: int, what: str) -> list[str]:
+        if k > len(items):
+            raise ConfigError(f"thesis.set_size={size}: the pool has {len(items)} {what} problems, {k} needed; "
+                              "grow thesis.data.size or change the levels or budget")
+        return sorted(items[i].problem_id for i in rng.choice(len(items), size=k, replace=False)) if k else []
+
+    counts = Counter(c.band for c in corpus)
+    trapped_total = counts["failed_all"] + counts["solved_all"]
+    if trapped_total == 0:
+        raise ConfigError("the corpus has no failed_all or solved_all problem: no trapped set can be built")
+    n_failed = int(math.floor(size * counts["failed_all"] / trapped_total + 0.5))
+    sets = {"goldilocks": draw([c for c in pool if c.usable], size, "usable (Goldilocks)")}
+    sets["trapped"] = sorted(draw([c for c in pool if c.band == "failed_all"], n_failed, "failed_all")
+                             + draw([c for c in pool if c.band == "solved_all"], size - n_failed, "solved_all"))
+    sets["uncalibrated"] = draw(pool, size, "pool")
+    return sets
+
+
+def per_problem_accuracy(rollouts: Iterable[Rollout], k: int) -> dict[str, float]:
+    """avg@k per problem: correct samples / ``k`` (an ungraded sample counts as wrong).
+
+    Raises:
+        ValueError: A problem with fewer than ``k`` samples (an evaluation that did not finish).
+    """
+    correct: Counter[str] = Counter()
+    seen: Counter[str] = Counter()
+    for r in rollouts:
+        if r.sample_index < k:
+            seen[r.problem_id] += 1
+            correct[r.problem_id] += r.reward == 1.0
+    short = sorted(p for p, n in seen.items() if n < k)
+    if short:
+        raise ValueError(f"per_problem_accuracy: {len(short)} problem(s) have fewer than k={k} samples, e.g. {short[0]}")
+    return {p: correct[p] / k for p in sorted(seen)}
+
+
+def seed_band(values: Sequence[float], level: float = 0.95) -> tuple[float, float]:
+    """Student-t interval of the mean across seeds (one value per seed); one seed gives ``(v, v)``."""
+    x = np.asarray(values, dtype=float)
+    if len(x) < 2:
+        return (float(x[0]), float(x[0])) if len(x) else (math.nan, math.nan)
+    half = float(sps.t.ppf(0.5 + level / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+    return float(x.mean() - half), float(x.mean() + half)
+
+
+def accuracy_summary(by_seed: Mapping[int, Mapping[str, float]], seed: int = 0) -> dict[str, Any]:
+    """avg@k of one policy (set, step) over seeds, with its intervals.
+
+    Args:
+        by_seed: ``{seed: {problem id: accuracy}}``, the same problems for every seed.
+        seed: Bootstrap seed.
+
+    Returns:
+        ``{"mean", "ci" (95% bootstrap over problems of the seed-averaged accuracy), "seeds",
+        "seed_means", "seed_cis" (bootstrap over problems within each seed), "seed_band" (t
+        interval across seeds), "problems"}``.
+
+    Raises:
+        ValueError: No seed, or seeds scored on different problems.
+    """
+    if not by_seed:
+        raise ValueError("accuracy_summary: no seed")
+    ids = sorted(next(iter(by_seed.values())))
+    if any(sorted(v) != ids for v in by_seed.values()):
+        raise ValueError("accuracy_summary: the seeds were evaluated on different problems")
+    seeds = sorted(by_seed)
+    means = [float(np.mean([by_seed[s][p] for p in ids])) for s in seeds]
+    avg = [float(np.mean([by_seed[s][p] for s in seeds])) for p in ids]
+    return {
+        "mean": float(np.mean(avg)), "ci": [round(x, 4) for x in bootstrap_mean(avg, seed=seed)],
+        "seeds": seeds, "seed_means": means,
+        "seed_cis": [[round(x, 4) for x in bootstrap_mean([by_seed[s][p] for p in ids], seed=seed)] for s in seeds],
+        "seed_band": [round(x, 4) for x in seed_band(means)], "problems": len(ids),
+    }
+
+
+def paired_difference(a: Mapping[int, Mapping[str, float]], b: Mapping[int, Mapping[str, float]], seed: int = 0) -> dict[str, Any]:
+    """Set A minus set B on the same held-out problems and seeds (paired over both).
+
+    The unit is the problem: its accuracy difference is averaged over the seeds both sets share,
+    then the mean difference gets a 95% percentile-bootstrap interval over problems and a two-sided
+    Wilcoxon signed-rank test (zero differences dropped; ``p = 1`` when every difference is 0).
+
+    Returns:
+        ``{"difference", "ci", "wilcoxon_p", "problems", "seeds", "a_better", "b_better", "ties"}``.
+
+    Raises:
+        ValueError: No seed in common.
+    """
+    seeds = sorted(set(a) & set(b))
+    if not seeds:
+        raise ValueError("paired_difference: the two sets share no seed")
+    ids = sorted(set.intersection(*(set(a[s]) & set(b[s]) for s in seeds)))
+    d = [float(np.mean([a[s][p] - b[s][p] for s in seeds])) for p in ids]
+    nonzero = [x for x in d if x != 0]
+    p = float(sps.wilcoxon(nonzero).pvalue) if nonzero else 1.0
+    return {
+        "difference": float(np.mean(d)), "ci": [round(x, 4) for x in bootstrap_mean(d, seed=seed)], "wilcoxon_p": p,
+        "problems": len(ids), "seeds": seeds, "a_better": sum(x > 0 for x in d), "b_better": sum(x < 0 for x in d),
+        "ties": sum(x == 0 for x in d),
+    }
+
+
+def zero_std_counts(shares: Sequence[float], prompts_per_step: int) -> dict[str, Any]:
+    """The zero-std group share over logged steps: ``frac_reward_zero_std`` x prompts per step, summed.
+
+    Args:
+        shares: ``frac_reward_zero_std`` of each step (TRL's share of groups with reward std 0).
+        prompts_per_step: Groups per step.
+
+    Returns:
+        :func:`mbs.stats.share` of zero-std groups among all groups (``value``, ``k``, ``n``, Wilson
+        ``ci``; ``value`` ``None`` without a step), plus ``steps``.
+    """
+    groups = int(prompts_per_step) * len(shares)
+    zero = int(round(sum(float(s) * int(prompts_per_step) for s in shares)))
+    out = share(zero, groups)
+    out["steps"] = len(shares)
+    return out
+
+
+def migration(before: Mapping[str, str], after: Mapping[str, str]) -> dict[str, dict[str, int]]:
+    """Band transition counts ``{band before: {band after: problems}}`` over problems in both maps (all bands listed)."""
+    out = {a: {b: 0 for b in BANDS} for a in BANDS}
+    for pid in sorted(set(before) & set(after)):
+        out[before[pid]][after[pid]] += 1
+    return out
+
+
+def _fmt(x: float | None, ci: Sequence[float] | None = None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+
+
+def results_table(summary: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """The final-accuracy table and the paired tests, as ``{name: {"md", "tex"}}``.
+
+    Args:
+        summary: The thesis run's ``summary.json`` (``final``, ``paired``, ``zero_std``, ``budget``).
+    """
+    L = summary["budget"]
+    budgets = [L] + [b for b in summary.get("extra_budgets", []) if b != L]
+    head = ["set"] + [f"avg@{summary['eval_k']} L={b}" for b in budgets] + ["seed band (L)", "zero-std share (obs.)", "forecast [90%]"]
+    rows = []
+    for name in ["base", *SETS]:
+        fin = summary["final"].get(name)
+        if not fin:
+            continue
+        cells = [name]
+        for b in budgets:
+            acc = fin.get(str(b))
+            cells.append(_fmt(acc["mean"], acc["ci"]) if acc else "-")
+        band = (fin.get(str(L)) or {}).get("seed_band")
+        cells.append(f"[{band[0]:.3f}, {band[1]:.3f}]" if band else "-")
+        z = (summary.get("zero_std") or {}).get(name)
+        cells.append(_fmt(z["observed"]["value"], z["observed"]["ci"]) if z and z["observed"]["n"] else "-")
+        fc = (z or {}).get("forecast") or {}
+        cells.append(_fmt(fc.get("expected_share"), fc.get("interval")) if fc else "-")
+        rows.append(cells)
+    md = "| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n" + "".join("| " + " | ".join(r) + " |\n" for r in rows)
+    tex = ("\\begin{tabular}{l" + "r" * (len(head) - 1) + "}\n\\toprule\n" + " & ".join(head) + " \\\\\n\\midrule\n"
+           + "".join(" & ".join(c.replace("_", "\\_") for c in r) + " \\\\\n" for r in rows) + "\\bottomrule\n\\end{tabular}\n")
+    phead = ["A - B", "difference (avg@k, L)", "95% CI", "Wilcoxon p", "A better / B better / ties", "problems x seeds"]
+    prow = []
+    for key, t in (summary.get("paired") or {}).items():
+        prow.append([key, f"{t['difference']:+.3f}", f"[{t['ci'][0]:+.3f}, {t['ci'][1]:+.3f}]", f"{t['wilcoxon_p']:.3g}",
+                     f"{t['a_better']} / {t['b_better']} / {t['ties']}", f"{t['problems']} x {len(t['seeds'])}"])
+    pmd = "| " + " | ".join(phead) + " |\n|" + "---|" * len(phead) + "\n" + "".join("| " + " | ".join(r) + " |\n" for r in prow)
+    ptex = ("\\begin{tabular}{lrrrrr}\n\\toprule\n" + " & ".join(phead) + " \\\\\n\\midrule\n"
+            + "".join(" & ".join(c.replace("_", "\\_") for c in r) + " \\\\\n" for r in prow) + "\\bottomrule\n\\end{tabular}\n")
+    return {"final": {"md": md, "tex": tex}, "paired": {"md": pmd, "tex": ptex}}

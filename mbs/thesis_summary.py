@@ -1,0 +1,183 @@
+"""The thesis run's ``summary.json``: accuracies, paired tests, zero-std shares, band migration.
+
+:func:`summarize` is a pure function of what :mod:`mbs.stages.thesis` drew and trained (the
+evaluation and re-calibration rollouts, each training run's ``metrics.jsonl``, the corpus
+calibration), so a rerun that draws nothing new writes the same numbers. The arithmetic is
+:mod:`mbs.thesis`; the zero-std forecast is :func:`mbs.training.forecast.trap_forecast`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from mbs.calibration import calibrate_group
+from mbs.records import Calibration, Rollout
+from mbs.thesis import SETS, accuracy_summary, migration, paired_difference, per_problem_accuracy, zero_std_counts
+from mbs.training.forecast import compare_observed, counts_from_calibrations, trap_forecast
+from mbs.training.trap import observed_zero_std
+
+__all__ = ["PAIRS", "summarize"]
+
+#: The paired comparisons of the table (A - B), at the final step and budget L.
+PAIRS = (("goldilocks", "trapped"), ("goldilocks", "uncalibrated"), ("uncalibrated", "trapped"),
+         ("goldilocks", "base"), ("trapped", "base"), ("uncalibrated", "base"))
+
+
+def _by(rollouts: Sequence[Rollout]) -> dict[tuple[str, int], list[Rollout]]:
+    out: dict[tuple[str, int], list[Rollout]] = defaultdict(list)
+    for r in rollouts:
+        out[(r.policy, int(r.budget))].append(r)
+    return out
+
+
+def _accuracy(groups: Mapping[tuple[str, int], list[Rollout]], name: str, budget: int, ids: Sequence[str], k: int) -> dict[str, float] | None:
+    want = set(ids)
+    rs = [r for r in groups.get((name, budget), []) if r.problem_id in want]
+    acc = per_problem_accuracy(rs, k) if rs else {}
+    return acc if len(acc) == len(want) else None
+
+
+def _bands(rollouts: Sequence[Rollout], name: str, n: int) -> dict[str, str]:
+    by: dict[str, list[Rollout]] = defaultdict(list)
+    for r in rollouts:
+        if r.policy == name:
+            by[r.problem_id].append(r)
+    return {pid: calibrate_group(sorted(rs, key=lambda r: r.sample_index)[:n], n).band for pid, rs in by.items() if len(rs) >= n}
+
+
+def _zero_std(root: Path, name: str, seeds: Sequence[int], cals: Sequence[Calibration], prior: tuple[float, float],
+              group_size: int, prompts_per_step: int, level: float = 0.9) -> dict[str, Any]:
+    """Observed zero-std share of one set's training steps (every seed) beside the calibration's forecast."""
+    values, first, per_seed = [], [], {}
+    for s in seeds:
+        steps, shares = observed_zero_std(root / "runs" / name / f"seed{s}" / "metrics.jsonl")
+        per_seed[str(s)] = dict(zip(steps, shares))
+        values += shares
+        first += [v for st, v in zip(steps, shares) if st == 1]
+    k, n, early = counts_from_calibrations(cals)
+    block: dict[str, Any] = {"observed": zero_std_counts(values, prompts_per_step), "observed_step1": zero_std_counts(first, prompts_per_step),
+                             "per_seed": per_seed, "problems": len(cals)}
+    if values:
+        fc = trap_forecast(k, n, group_size, prompts_per_step, early_stopped=early, prior=prior, level=level, steps=len(values))
+        cmp = compare_observed(fc, values)
+        block["forecast"] = {"expected_share": fc.expected_zero_std_share, "interval": cmp["forecast_mean_interval"],
+                             "per_step_interval": cmp["per_step_interval"], "level": level, "within": cmp["mean_within_forecast"],
+                             "p_value": cmp["mean_p_value"], "difference": cmp["difference"],
+                             "prior": {"a0": float(fc.prior[0]), "b0": float(fc.prior[1]), "from": "corpus (empirical Bayes)"}}
+        if first:
+            f1 = trap_forecast(k, n, group_size, prompts_per_step, early_stopped=early, prior=prior, level=level, steps=len(first))
+            c1 = compare_observed(f1, first)
+            block["forecast_step1"] = {"expected_share": f1.expected_zero_std_share, "interval": c1["forecast_mean_interval"],
+                                       "within": c1["mean_within_forecast"], "p_value": c1["mean_p_value"]}
+    return block
+
+
+def summarize(t: Any, root: Path, corpus: Sequence[Calibration], heldout: Sequence[str], sets: Mapping[str, Sequence[str]],
+              steps: Sequence[int], seeds: Sequence[int], budgets: Sequence[int], evals: Sequence[Rollout],
+              recals: Sequence[Rollout], policy: Any, trained: Mapping[str, str]) -> dict[str, Any]:
+    """The thesis ``summary.json`` (see the module docstring; keys documented in README "The thesis on a laptop").
+
+    Args:
+        t: The thesis settings (the ``thesis`` node: budget, n, eval_k, prompts_per_step, ...).
+        root: The run directory (each training run's ``metrics.jsonl`` is read from ``runs/``).
+        corpus: Calibrations of the exported corpus at L (policy of the thesis).
+        heldout: Held-out problem ids.
+        sets: ``{set: problem ids}``.
+        steps: Evaluation steps (0 first).
+        seeds: Training seeds.
+        budgets: Evaluation budgets (L and the extra ones), tokens.
+        evals: Every evaluation rollout (policy ``base/seed<s>``, ``<set>/seed<s>/step<t>``, ``<set>/seed<s>/final``).
+        recals: Every re-calibration rollout (``base/seed<s>``, ``<set>/seed<s>/final``).
+        policy: The trained policy (:class:`mbs.training.policy.TrainPolicy`).
+        trained: ``{"<set>/seed<s>": run folder relative to root}``.
+    """
+    L, N, k, B = int(t.budget), int(t.n), int(t.eval_k), int(t.prompts_per_step)
+    ev = _by(evals)
+    held_set = set(heldout)
+    band_of = {c.problem_id: c.band for c in corpus}
+    cal_of = {c.problem_id: c for c in corpus}
+    curves: dict[str, Any] = {}
+    for name in SETS:
+        curves[name] = {}
+        for s in steps:
+            by_seed = {}
+            for seed in seeds:
+                who = f"base/seed{seed}" if s == 0 else f"{name}/seed{seed}/step{s}"
+                acc = _accuracy(ev, who, L, heldout, k)
+                if acc is not None:
+                    by_seed[seed] = acc
+            if by_seed:
+                curves[name][str(s)] = {**accuracy_summary(by_seed), "rollouts_drawn": s * B * N}
+    final: dict[str, Any] = {}
+    finals: dict[str, dict[int, dict[str, float]]] = {}
+    for name in ("base", *SETS):
+        final[name] = {}
+        for b in budgets:
+            by_seed = {}
+            for seed in seeds:
+                acc = _accuracy(ev, f"base/seed{seed}" if name == "base" else f"{name}/seed{seed}/final", b, heldout, k)
+                if acc is not None:
+                    by_seed[seed] = acc
+            if by_seed:
+                who = [f"base/seed{x}" if name == "base" else f"{name}/seed{x}/final" for x in by_seed]
+                toks = [r.completion_tokens for w in who for r in ev.get((w, b), []) if r.problem_id in held_set]
+                final[name][str(b)] = {**accuracy_summary(by_seed), "completion_tokens_mean": sum(toks) / len(toks),
+                                       "truncated_share": sum(r.finish_reason == "length" for w in who for r in ev.get((w, b), [])
+                                                              if r.problem_id in held_set) / len(toks)}
+                if b == L:
+                    finals[name] = by_seed
+    paired = {f"{a} - {b}": paired_difference(finals[a], finals[b]) for a, b in PAIRS if a in finals and b in finals}
+    prior = trap_forecast(*counts_from_calibrations(corpus)[:2], N, B).prior  # fitted to the whole corpus
+    zero = {name: _zero_std(root, name, seeds, [cal_of[i] for i in sets[name]], prior, N, B) for name in SETS}
+    moves: dict[str, Any] = {}
+    for name in SETS:
+        calib_to_after: Counter = Counter()
+        base_to_after: Counter = Counter()
+        calib_to_base: Counter = Counter()
+        seeds_done = []
+        for seed in seeds:
+            after = _bands(recals, f"{name}/seed{seed}/final", N)
+            base = {i: b for i, b in _bands(recals, f"base/seed{seed}", N).items() if i in set(sets[name])}
+            if not after:
+                continue
+            seeds_done.append(seed)
+            before = {i: band_of[i] for i in sets[name]}
+            for key, m in (("c", migration(before, after)), ("b", migration(base, after)), ("cb", migration(before, base))):
+                target = {"c": calib_to_after, "b": base_to_after, "cb": calib_to_base}[key]
+                for a, row in m.items():
+                    for z, v in row.items():
+                        target[(a, z)] += v
+        as_matrix = lambda c: {a: {z: c[(a, z)] for z in ("solved_all", "goldilocks", "failed_all")}  # noqa: E731
+                               for a in ("solved_all", "goldilocks", "failed_all")}
+        moves[name] = {"seeds": seeds_done, "calibration_to_trained": as_matrix(calib_to_after),
+                       "base_to_trained": as_matrix(base_to_after), "calibration_to_base": as_matrix(calib_to_base)}
+    return {
+        "budget": L, "n": N, "eval_k": k, "extra_budgets": [b for b in budgets if b != L], "budgets": list(budgets),
+        "steps": list(steps), "seeds": list(seeds), "prompts_per_step": B, "learning_rate": float(t.learning_rate),
+        "set_size": int(t.set_size), "temperature": float(t.temperature), "top_p": float(t.top_p),
+        "policy": policy.summary(),
+        "corpus": {"problems": len(corpus), "bands": dict(Counter(c.band for c in corpus)),
+                   "usable": sum(c.usable for c in corpus)},
+        "heldout": {"problems": len(heldout), "bands": dict(Counter(band_of[i] for i in heldout))},
+        "sets": {name: {"problems": len(ids), "bands": dict(Counter(band_of[i] for i in ids)),
+                        "overlap_with_heldout": len(set(ids) & set(heldout))} for name, ids in sets.items()},
+        "curves": curves, "final": final, "paired": paired, "zero_std": zero, "migration": moves,
+        "trained": dict(trained),
+        "train_seconds": _train_seconds(root, trained),
+    }
+
+
+def _train_seconds(root: Path, trained: Mapping[str, str]) -> dict[str, Any]:
+    """Seconds per TRL step, from each run's last ``metrics.jsonl`` line (``elapsed_s`` of its last segment)."""
+    import json
+
+    out = {}
+    for tag, rel in trained.items():
+        path = root / rel / "metrics.jsonl"
+        if path.is_file():
+            lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+            out[tag] = {"steps": len(lines), "last_elapsed_s": lines[-1].get("elapsed_s") if lines else None}
+    return out

@@ -1,0 +1,82 @@
+"""The thesis experiment at its quick size, for real: the embedded model calibrates a Reasoning Gym
+corpus with llama.cpp, TRL trains each set one GRPO step on the CPU, the transformers backend
+evaluates and re-calibrates, and a rerun in the same directory does no new work."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from mbs.io import read_manifest, read_summary
+from mbs.llm import close_all
+from mbs.thesis import SETS
+
+pytestmark = pytest.mark.slow
+
+
+def _lines(path):
+    return path.read_text().splitlines() if path.is_file() else []
+
+
+def test_quick_thesis_runs_measures_and_resumes(make_cfg):
+    from mbs.stages.thesis import run
+
+    close_all()
+    cfg = make_cfg("thesis", ["experiment=thesis_quick", "verifier.workers=1"])
+    out = run(cfg)
+    close_all()
+    s = read_summary(out)
+    held = set(json.loads((out / "sets" / "heldout.json").read_text())["ids"])
+    assert len(held) == s["heldout"]["problems"] == 6
+    ids = {}
+    for name in SETS:
+        rows = pq.read_table(out / "sets" / name / "train.parquet").to_pylist()
+        ids[name] = {r["extra_info"]["id"] for r in rows}
+        assert len(ids[name]) == s["sets"][name]["problems"] == 2  # equal sizes
+        assert not ids[name] & held and s["sets"][name]["overlap_with_heldout"] == 0
+    assert set(s["sets"]["goldilocks"]["bands"]) == {"goldilocks"}
+    assert set(s["sets"]["trapped"]["bands"]) <= {"failed_all", "solved_all"}
+    # step 0 is the base model's evaluation, shared by every set of the seed
+    step0 = {name: s["curves"][name]["0"]["mean"] for name in SETS}
+    assert len(set(step0.values())) == 1 and step0["goldilocks"] == s["final"]["base"]["48"]["mean"]
+    for name in SETS:
+        assert set(s["curves"][name]) == {"0", "1"}
+        assert set(s["final"][name]) == {"24", "48"}
+        assert s["curves"][name]["1"]["rollouts_drawn"] == 1 * 1 * 4
+        # the zero-std share TRL logged is the share of its groups whose rewards (completions.jsonl) are equal
+        run_dir = out / "runs" / name / "seed0"
+        metrics = [json.loads(x) for x in _lines(run_dir / "metrics.jsonl")]
+        groups = defaultdict(list)
+        for c in map(json.loads, _lines(run_dir / "completions.jsonl")):
+            groups[(c["step"], c["id"])].append(float(c["score"]))
+            assert c["id"] in ids[name]  # TRL trained on the set's problems only
+        assert [m["step"] for m in metrics] == [1]
+        share = np.mean([np.std(v) == 0 for (st, _), v in groups.items() if st == 1])
+        assert metrics[0]["frac_reward_zero_std"] == pytest.approx(share)
+        z = s["zero_std"][name]
+        assert z["observed"]["n"] == 1 and z["observed"]["value"] == pytest.approx(share)
+        assert 0 <= z["forecast"]["expected_share"] <= 1
+        if name == "trapped":  # trapped problems: the forecast expects (nearly) every group to be zero-std
+            assert z["forecast"]["expected_share"] > 0.5
+        m = s["migration"][name]["calibration_to_trained"]
+        assert sum(v for row in m.values() for v in row.values()) == 2
+        assert not (run_dir / "checkpoints").exists()  # thesis.keep_checkpoints=false
+    for p in ("zero_std_vs_forecast", "accuracy_vs_step", "band_migration", "band_migration_base"):
+        assert (out / "figures" / "thesis" / f"{p}.png").stat().st_size > 1000
+    table = (out / "tables" / "thesis_final.md").read_text()
+    assert all(f"| {name} |" in table for name in ("base", *SETS))
+    assert "thesis" in (out / "report.html").read_text()
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and "final" in p.parts}
+    evals, manifest = _lines(next(out.glob("eval_rollouts.*.jsonl"))), read_manifest(out)
+
+    again = run(cfg)  # resumes: nothing trained, evaluated or re-calibrated again
+    close_all()
+    assert again == out
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and "final" in p.parts} == before
+    assert _lines(next(out.glob("eval_rollouts.*.jsonl"))) == evals
+    assert read_manifest(out)["counts"] == manifest["counts"]
+    assert read_summary(out)["final"] == s["final"]

@@ -1,0 +1,175 @@
+"""The thesis experiment's arithmetic (mbs.thesis): held-out split, equal training sets by band,
+accuracies with intervals, paired tests, zero-std counts, band migration and the table."""
+
+from __future__ import annotations
+
+import pytest
+
+from mbs.errors import ConfigError
+from mbs.records import Calibration, Rollout
+from mbs.thesis import (
+    SETS,
+    accuracy_summary,
+    build_sets,
+    migration,
+    paired_difference,
+    per_problem_accuracy,
+    results_table,
+    seed_band,
+    split_heldout,
+    zero_std_counts,
+)
+
+
+def cal(pid: str, successes: int, n: int = 4, complete: bool = True) -> Calibration:
+    band = "solved_all" if successes == n else "failed_all" if successes == 0 else "goldilocks"
+    return Calibration(problem_id=pid, policy="p", budget=48, n=n, n_target=n, successes=successes, ungraded=0,
+                       pass_rate=successes / n, band=band, complete_correct=complete and successes > 0)
+
+
+def corpus(failed=30, gold=20, solved=10):
+    return ([cal(f"f{i:02d}", 0) for i in range(failed)] + [cal(f"g{i:02d}", 2) for i in range(gold)]
+            + [cal(f"s{i:02d}", 4) for i in range(solved)])
+
+
+def test_heldout_is_disjoint_and_deterministic():
+    c = corpus()
+    held, pool = split_heldout(c, 12, seed=3)
+    assert len(held) == 12 and len(pool) == len(c) - 12
+    assert not set(held) & {x.problem_id for x in pool}
+    assert split_heldout(list(reversed(c)), 12, seed=3)[0] == held  # file order does not matter
+    assert split_heldout(c, 12, seed=4)[0] != held
+    with pytest.raises(ConfigError, match="thesis.heldout=60"):
+        split_heldout(c, 60, seed=0)
+
+
+def test_sets_have_equal_size_and_the_bands_they_promise():
+    c = corpus()
+    held, pool = split_heldout(c, 10, seed=0)
+    sets = build_sets(pool, c, 8, seed=0)
+    assert list(sets) == list(SETS)
+    assert all(len(ids) == 8 for ids in sets.values())
+    band = {x.problem_id: x.band for x in c}
+    assert {band[i] for i in sets["goldilocks"]} == {"goldilocks"}
+    trapped = [band[i] for i in sets["trapped"]]
+    # corpus proportion failed : solved = 30 : 10, so 6 of 8 failed_all (8 * 0.75)
+    assert trapped.count("failed_all") == 6 and trapped.count("solved_all") == 2
+    assert all(not set(ids) & set(held) for ids in sets.values())
+    assert build_sets(pool, c, 8, seed=0) == sets
+
+
+def test_goldilocks_set_keeps_only_usable_problems():
+    c = corpus(gold=0) + [cal(f"u{i}", 1) for i in range(4)] + [cal(f"x{i}", 1, complete=False) for i in range(4)]
+    sets = build_sets(c, c, 4, seed=0)
+    assert sorted(sets["goldilocks"]) == [f"u{i}" for i in range(4)]
+    with pytest.raises(ConfigError, match="4 usable"):
+        build_sets(c, c, 5, seed=0)
+
+
+def test_no_trapped_problem_is_refused():
+    c = [cal(f"g{i}", 2) for i in range(10)]
+    with pytest.raises(ConfigError, match="no failed_all or solved_all"):
+        build_sets(c, c, 2, seed=0)
+
+
+def ro(pid: str, i: int, reward: float | None) -> Rollout:
+    return Rollout(problem_id=pid, policy="m", budget=48, sample_index=i, text="", reward=reward)
+
+
+def test_per_problem_accuracy_counts_ungraded_as_wrong_and_needs_k_samples():
+    rs = [ro("a", 0, 1.0), ro("a", 1, None), ro("b", 0, 0.0), ro("b", 1, 1.0), ro("b", 2, 1.0)]
+    assert per_problem_accuracy(rs, 2) == {"a": 0.5, "b": 0.5}
+    with pytest.raises(ValueError, match="fewer than k=3"):
+        per_problem_accuracy(rs, 3)
+
+
+def test_accuracy_summary_means_and_intervals():
+    by_seed = {0: {"a": 1.0, "b": 0.0, "c": 0.5}, 1: {"a": 1.0, "b": 0.5, "c": 0.5}}
+    s = accuracy_summary(by_seed)
+    assert s["mean"] == pytest.approx((1.0 + 0.25 + 0.5) / 3)
+    assert s["seed_means"] == pytest.approx([0.5, 2 / 3])
+    lo, hi = s["ci"]
+    assert 0.25 <= lo <= s["mean"] <= hi <= 1.0
+    lo, hi = s["seed_band"]
+    assert lo < s["mean"] < hi  # t interval with 1 degree of freedom: wide
+    with pytest.raises(ValueError, match="different problems"):
+        accuracy_summary({0: {"a": 1.0}, 1: {"b": 1.0}})
+
+
+def test_seed_band_is_the_t_interval():
+    lo, hi = seed_band([0.2, 0.4, 0.6])
+    # mean 0.4, sd 0.2, t(0.975, 2) = 4.3027
+    assert (lo, hi) == pytest.approx((0.4 - 4.3027 * 0.2 / 3**0.5, 0.4 + 4.3027 * 0.2 / 3**0.5), abs=1e-3)
+    assert seed_band([0.3]) == (0.3, 0.3)
+
+
+def test_paired_difference_pairs_over_problems_and_seeds():
+    a = {s: {f"p{i}": 1.0 for i in range(12)} for s in (0, 1)}
+    b = {s: {f"p{i}": 0.0 if i < 10 else 1.0 for i in range(12)} for s in (0, 1)}
+    d = paired_difference(a, b)
+    assert d["difference"] == pytest.approx(10 / 12)
+    assert (d["a_better"], d["b_better"], d["ties"]) == (10, 0, 2)
+    assert d["wilcoxon_p"] < 0.01 and d["ci"][0] > 0
+    same = paired_difference(a, a)
+    assert same["difference"] == 0 and same["wilcoxon_p"] == 1.0
+    with pytest.raises(ValueError, match="share no seed"):
+        paired_difference(a, {5: a[0]})
+
+
+def test_zero_std_counts_turn_shares_into_group_counts():
+    z = zero_std_counts([1.0, 0.5, 0.0, 1.0], prompts_per_step=2)
+    assert (z["k"], z["n"], z["steps"]) == (5, 8, 4)
+    assert z["value"] == pytest.approx(5 / 8)
+    assert z["ci"][0] < 5 / 8 < z["ci"][1]
+
+
+def test_migration_counts_every_transition():
+    m = migration({"a": "failed_all", "b": "goldilocks", "c": "goldilocks", "d": "solved_all"},
+                  {"a": "goldilocks", "b": "goldilocks", "c": "solved_all", "e": "failed_all"})
+    assert m["failed_all"]["goldilocks"] == 1 and m["goldilocks"]["goldilocks"] == 1 and m["goldilocks"]["solved_all"] == 1
+    assert sum(v for row in m.values() for v in row.values()) == 3  # d and e are in one map only
+
+
+def test_results_table_lists_every_set_and_pair():
+    acc = {"mean": 0.5, "ci": [0.4, 0.6], "seed_band": [0.45, 0.55]}
+    summary = {
+        "budget": 48, "extra_budgets": [24], "eval_k": 4,
+        "final": {n: {"48": acc, "24": acc} for n in ("base", *SETS)},
+        "zero_std": {"trapped": {"observed": {"value": 1.0, "ci": [0.9, 1.0], "n": 16},
+                                 "forecast": {"expected_share": 0.95, "interval": [0.8, 1.0]}}},
+        "paired": {"goldilocks - trapped": {"difference": 0.1, "ci": [0.0, 0.2], "wilcoxon_p": 0.04, "a_better": 5,
+                                            "b_better": 1, "ties": 2, "problems": 8, "seeds": [0, 1, 2]}},
+    }
+    t = results_table(summary)
+    md = t["final"]["md"]
+    assert md.count("\n") == 2 + 4 and "| trapped | 0.500 [0.400, 0.600]" in md and "1.000 [0.900, 1.000]" in md
+    assert "+0.100" in t["paired"]["md"] and "8 x 3" in t["paired"]["md"]
+    assert t["final"]["tex"].startswith("\\begin{tabular}") and "goldilocks - trapped" in t["paired"]["tex"]
+
+
+def test_figures_from_a_summary_and_skips_named(tmp_path):
+    import json
+
+    from mbs.figures.thesis import thesis_figures
+
+    acc = {"mean": 0.5, "ci": [0.4, 0.6], "seed_band": [0.45, 0.55], "seeds": [0, 1]}
+    grid = {a: {b: int(a == b) for b in ("solved_all", "goldilocks", "failed_all")} for a in ("solved_all", "goldilocks", "failed_all")}
+    summary = {
+        "stage": "thesis", "budget": 48, "n": 4, "eval_k": 2, "prompts_per_step": 2, "extra_budgets": [24],
+        "curves": {n: {"0": {**acc, "rollouts_drawn": 0}, "2": {**acc, "rollouts_drawn": 16}} for n in SETS},
+        "final": {n: {"48": acc, "24": acc} for n in ("base", *SETS)},
+        "zero_std": {n: {"observed": {"value": 0.5, "ci": [0.2, 0.8], "n": 4}, "per_seed": {"0": {"1": 0.5, "2": 0.5}},
+                         "forecast": {"expected_share": 0.4, "interval": [0.1, 0.7], "per_step_interval": [0.0, 1.0], "level": 0.9}}
+                     for n in SETS},
+        "migration": {n: {"seeds": [0], "calibration_to_trained": grid, "calibration_to_base": grid} for n in SETS},
+        "paired": {},
+    }
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "summary.json").write_text(json.dumps(summary))
+    out = thesis_figures(tmp_path / "run", tmp_path / "fig", formats=("png",))
+    assert sorted(p.rsplit("/", 1)[1] for p in out["written"]) == [
+        "accuracy_vs_step.png", "band_migration.png", "band_migration_base.png", "zero_std_vs_forecast.png"]
+    assert set(out["tables"]) == {"final", "paired"} and not out["skipped"]
+    (tmp_path / "run" / "summary.json").write_text(json.dumps({"stage": "thesis", "budget": 48, "eval_k": 2, "final": {}}))
+    empty = thesis_figures(tmp_path / "run", tmp_path / "fig2", formats=("png",))
+    assert not empty["written"] and set(empty["skipped"]) >= {"accuracy_vs_step", "zero_std_vs_forecast", "band_migration"}
