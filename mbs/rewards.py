@@ -70,6 +70,15 @@ def _close_pool() -> None:
         _pool.close(wait=False)
 
 
+def reset_pool() -> None:
+    """Close the process's grading pool; the next reward makes a new one from the environment's
+    ``MBS_REWARD_*`` values (after a training run that set them for itself)."""
+    global _pool
+    with _lock:
+        _close_pool()
+        _pool = None
+
+
 def compute_score(
     data_source: str,
     solution_str: str,

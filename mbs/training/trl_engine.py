@@ -38,6 +38,7 @@ Needs the ``trl`` extra (``pip install -e '.[trl]'``: torch, transformers, trl, 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -290,14 +291,39 @@ def train_trl(cfg: DictConfig, policy: TrainPolicy, out_dir: str | os.PathLike) 
     """
     for module in ("torch", "transformers", "trl"):
         require_extra(module, "mbs-train train.engine=trl")
-    import datasets
-    from trl import GRPOConfig
-
     out = Path(out_dir)
     tcfg = cfg.train
     resume = resume_point(tcfg, out / "checkpoints")
-    for key, value in OmegaConf.to_container(tcfg.env, resolve=True).items():  # the reward's grading workers
-        os.environ[str(key)] = str(value)
+    with _environment(OmegaConf.to_container(tcfg.env, resolve=True)):  # the reward's grading workers, this run only
+        return _train(tcfg, policy, out, resume)
+
+
+@contextlib.contextmanager
+def _environment(env: dict[str, Any]):
+    """Set ``env`` in ``os.environ`` for the block, then put the previous values back (a training
+    run in a process that goes on, e.g. the thesis experiment or a test, must not leave
+    ``MBS_REWARD_WORKERS=0`` behind for the next reward)."""
+    from mbs import rewards
+
+    before = {str(k): os.environ.get(str(k)) for k in env}
+    os.environ.update({str(k): str(v) for k, v in env.items()})
+    rewards.reset_pool()  # the reward's pool is made from these values
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        rewards.reset_pool()
+
+
+def _train(tcfg: DictConfig, policy: TrainPolicy, out: Path, resume: Path | None) -> dict[str, Any]:
+    """The body of :func:`train_trl` (the train node, the output folder, the checkpoint resumed)."""
+    import datasets
+    from trl import GRPOConfig
+
     ds = datasets.load_dataset("parquet", data_files={"train": str(Path(str(tcfg.data_dir)) / "train.parquet")})["train"]
     drop = set(policy.other_sources) if policy.provenance is not None and not bool(tcfg.all_rows) else set()
     if drop:  # rows calibrated for another policy or setup: their bands say nothing about this one

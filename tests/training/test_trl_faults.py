@@ -282,3 +282,25 @@ def test_mbs_train_faults_end_in_one_line_and_exit_2(tiny, tmp_path):
     assert "step 3: saving" in line and "checkpoint-3 failed" in line and "checkpoint-2 (a rerun resumes from it)" in line
     assert checkpoints(run) == {"checkpoint-1": True, "checkpoint-2": True}
     assert not (run / "manifest.json").exists()
+
+
+def test_a_training_run_leaves_the_processs_environment_and_reward_pool_as_they_were(monkeypatch):
+    """train.env (MBS_REWARD_WORKERS=0 for the run's reward) is set for the run only: a reward
+    graded later in the same process gets its own pool with the process's values again."""
+    import os
+
+    import mbs.rewards
+    from mbs.training.trl_engine import _environment
+
+    monkeypatch.delenv("MBS_REWARD_WORKERS", raising=False)
+    monkeypatch.setenv("MBS_REWARD_TIMEOUT_S", "7.0")
+    with _environment({"MBS_REWARD_WORKERS": 0, "MBS_REWARD_TIMEOUT_S": 5.0}):
+        assert (os.environ["MBS_REWARD_WORKERS"], os.environ["MBS_REWARD_TIMEOUT_S"]) == ("0", "5.0")
+        assert mbs.rewards._shared_pool().workers == 0
+    assert "MBS_REWARD_WORKERS" not in os.environ and os.environ["MBS_REWARD_TIMEOUT_S"] == "7.0"
+    assert mbs.rewards._pool is None
+    pool = mbs.rewards._shared_pool()
+    try:
+        assert (pool.workers, pool.timeout_s) == (1, 7.0)
+    finally:
+        mbs.rewards.reset_pool()
