@@ -48,7 +48,6 @@ from mbs.data import load_problems
 from mbs.errors import ConfigError
 from mbs.export.verl_schema import write_parquet
 from mbs.figures.report import render
-from mbs.figures.thesis import thesis_figures
 from mbs.io import RunDir, read_records, read_summary, write_json_atomic
 from mbs.llm import close_all
 from mbs.records import Calibration, Rollout
