@@ -61,7 +61,9 @@ class Direct(SynthBase):
     def __init__(self, cfg: DictConfig, seeds: list[Problem] | None = None):
         super().__init__(cfg, cfg.direct)
         self.cost_on = str(cfg.direct.get("cost_match_on", "all_tokens"))
-        self.budgets = cost_budgets(cfg.direct.cost_match_run, seeds or [], self.cost_on) if cfg.direct.cost_match_run else None
+        # what MBS spent on each seed (read once: the budgets here, the comparison in the summary)
+        self.mbs_spent = mbs_spending(cfg.direct.cost_match_run, seeds or [], self.cost_on) if cfg.direct.cost_match_run else None
+        self.budgets = None if self.mbs_spent is None else {sid: int(m[self.cost_on]) for sid, m in self.mbs_spent.items()}
 
     def grow(self, seed: Problem) -> Task:
         """Variations of one seed, checked and calibrated against the target.
@@ -122,8 +124,9 @@ COST_UNITS = ("all_tokens", "teacher_tokens")
 COSTS = ("teacher_prompt_tokens", "teacher_tokens", "student_rollouts", "student_tokens", "all_tokens")
 
 
-def cost_budgets(run_dir: str, seeds: list[Problem], on: str = "all_tokens") -> dict[str, int]:
-    """What an MBS run spent on each seed (its roots' ``metadata.mbs``), in ``on``'s unit.
+def mbs_spending(run_dir: str, seeds: list[Problem], on: str = "all_tokens") -> dict[str, dict[str, Any]]:
+    """What an MBS run spent on each seed: its root's ``metadata.mbs`` tally (:data:`COSTS`),
+    checked to hold ``on``.
 
     Args:
         run_dir: A finished MBS run directory.
@@ -150,7 +153,7 @@ def cost_budgets(run_dir: str, seeds: list[Problem], on: str = "all_tokens") -> 
         if on not in spent:
             raise ValueError(f"direct.cost_match_run={run_dir}: the tree of hard seed {s.id!r} records no {on} "
                              "(written by an older mbs): rerun MBS there, or set direct.cost_match_on=teacher_tokens")
-        out[s.id] = int(spent[on])
+        out[s.id] = dict(spent)
     return out
 
 
@@ -175,7 +178,7 @@ def summarize(cfg: DictConfig, state: RunState, grower: Direct) -> dict[str, Any
         rejections=dict(sorted(rej.items())),
         judges=judge_summary(variants, grower.judges),
         n_variants=int(cfg.direct.n_variants),
-        cost_match=_cost_match(cfg, state, teacher_tokens),
+        cost_match=_cost_match(cfg, state, grower, teacher_tokens),
         **setup_summary(cfg, grower, state),
         counts={
             "hard_seeds": len(state.seeds),
@@ -188,16 +191,14 @@ def summarize(cfg: DictConfig, state: RunState, grower: Direct) -> dict[str, Any
     return s
 
 
-def _cost_match(cfg: DictConfig, state: RunState, teacher_tokens: int) -> dict[str, Any] | None:
+def _cost_match(cfg: DictConfig, state: RunState, grower: Direct, teacher_tokens: int) -> dict[str, Any] | None:
     """``None``, or the matched run and unit, seeds short of the match, and for every cost
     (:data:`COSTS`) MBS's total over the same seeds, this run's, and their ratio."""
-    if not cfg.direct.cost_match_run:
+    if grower.mbs_spent is None:
         return None
-    on = str(cfg.direct.get("cost_match_on", "all_tokens"))
+    on = grower.cost_on
     meta = [n.problem.metadata.get("direct", {}) for n in state.nodes if n.depth == 0]
-    mbs_roots = {n.seed_id: n.problem.metadata.get("mbs", {}) for n in read_records(cfg.direct.cost_match_run, "trees", TreeNode)
-                 if n.depth == 0}
-    mbs_spent = [mbs_roots.get(n.seed_id, {}) for n in state.nodes if n.depth == 0]
+    mbs_spent = [grower.mbs_spent.get(n.seed_id, {}) for n in state.nodes if n.depth == 0]
     costs = {}
     for key in COSTS:
         a, b = sum(int(m.get(key, 0)) for m in mbs_spent), sum(int(m.get(key, 0)) for m in meta)

@@ -43,11 +43,11 @@ __all__ = [
     "ExportProvenance",
     "MissingProvenanceError",
     "PolicyProvenance",
-    "engine_sampling",
     "distribution_of",
-    "sampled_distributions",
+    "engine_sampling",
     "policy_block",
     "provenance_of_run",
+    "sampled_distributions",
 ]
 
 log = logging.getLogger(__name__)
@@ -221,12 +221,7 @@ def distribution_of(backend: Mapping[str, Any], temperature: Any, top_p: Any) ->
 
 def _select(cfg: DictConfig, key: str) -> Any:
     value = OmegaConf.select(cfg, key, throw_on_resolution_failure=False)
-    if isinstance(value, DictConfig):
-        try:
-            return OmegaConf.to_container(value, resolve=True)
-        except Exception:  # noqa: BLE001 - an unresolvable interpolation (hydra:, env): keep it raw
-            return OmegaConf.to_container(value, resolve=False)
-    return value
+    return _container(value) if isinstance(value, DictConfig) else value
 
 
 def _container(node: DictConfig) -> Any:
