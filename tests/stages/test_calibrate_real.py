@@ -27,9 +27,15 @@ pytestmark = pytest.mark.slow
 ARGS = ["data.limit=2", "calibrate.n=3", "calibrate.budgets=[24]", "calibrate.figures=false", "verifier.workers=1"]
 
 
+# The kill must land between two cache puts: the batched engine decodes every sample of a call
+# together (batch_samples 16 holds all 6, and they finish in the same step, so the cache went from
+# 0 to 6 entries at once). Batches of 2 keep the batched engine under test and put 3 waves apart.
+KILL_ARGS = [*ARGS, "backend.batch_samples=2"]
+
+
 def calibrate_cmd(run_dir: Path, cache: Path) -> list[str]:
     return [
-        sys.executable, "-c", "from mbs.cli import calibrate; calibrate()", *ARGS,
+        sys.executable, "-c", "from mbs.cli import calibrate; calibrate()", *KILL_ARGS,
         f"hydra.run.dir={run_dir}", f"paths.cache_dir={cache}", f"paths.root={run_dir.parent}",
     ]
 
