@@ -45,7 +45,7 @@ LAYERS: list[list[str]] = [
 CFG_DEBT = {
     "mbs/calibration/run.py:from_cfg", "mbs/io.py:sampling_config", "mbs/io.py:safe_resolved",
     "mbs/io.py:__init__", "mbs/io.py:write_config", "mbs/io.py:check_sampling",
-    "mbs/launch.py:write_hydra_files", "mbs/launch.py:staged_outputs", "mbs/calibration/recorded.py:calibrate_recorded",
+    "mbs/launch.py:write_hydra_files", "mbs/launch.py:staged_outputs",
     "mbs/service.py:run", "mbs/synth/beanstalk.py:summarize", "mbs/synth/beanstalk.py:run",
     "mbs/synth/beanstalk.py:__init__", "mbs/synth/direct.py:summarize", "mbs/synth/direct.py:_cost_match",
     "mbs/synth/direct.py:run", "mbs/synth/direct.py:__init__", "mbs/synth/engine.py:__init__",

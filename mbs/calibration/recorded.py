@@ -12,7 +12,6 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 from mbs.calibration.sampling import Policy, RolloutWriter
@@ -23,13 +22,16 @@ from mbs.verify.sources import verifier_for
 
 
 def calibrate_recorded(
-    policy: Policy, problems: Sequence[Problem], writer: RolloutWriter, cond_writer: RolloutWriter, cfg: DictConfig
+    policy: Policy, problems: Sequence[Problem], writer: RolloutWriter, cond_writer: RolloutWriter, verifier_path: str | None = None
 ) -> None:
     """Grade a recorded CHAMP model's answers: no-hint settings are its rollouts (budget ``None``).
 
     Answers recorded under hint or partial-solution settings are graded too and written by
     ``cond_writer`` (their ``setting`` names the condition): the offline analogue of the
     effectivity test. Answers already graded (in either writer's ``done``) are skipped.
+
+    Args:
+        verifier_path: ``verifier.path`` (a verifier named by import path; ``None``: by answer type).
 
     Raises:
         ValueError: The problems are not CHAMP problems (recorded answers exist only there).
@@ -59,7 +61,7 @@ def calibrate_recorded(
         writer.progress = cond_writer.progress = bar.update
         try:
             for r, p, is_sample in todo:
-                (writer if is_sample else cond_writer).add(r, p.ground_truth or "", verifier_for(p, cfg.verifier.path))
+                (writer if is_sample else cond_writer).add(r, p.ground_truth or "", verifier_for(p, verifier_path))
             writer.flush(wait=True)
             cond_writer.flush(wait=True)
         finally:

@@ -57,7 +57,7 @@ def _draw_all(
     """
     for policy in policies:
         if policy.source == "recorded":
-            calibrate_recorded(policy, problems, writer, cond_writer, cfg)
+            calibrate_recorded(policy, problems, writer, cond_writer, cfg.verifier.path)
             continue
         meter = BackendMeter([(policy.name, policy.backend)], cfg.paths.cache_dir)
         groups = [Group.of(p, L, ccfg.templates, cfg.verifier) for L in budgets for p in problems]
