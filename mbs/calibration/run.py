@@ -67,16 +67,17 @@ class CalibrationSettings:
     verifier: Any = None
 
     @classmethod
-    def from_cfg(cls, cfg: DictConfig) -> CalibrationSettings:
-        """Read ``students`` and ``calibrate`` once.
+    def from_cfg(cls, calibrate: DictConfig, students: DictConfig, verifier: Any = None) -> CalibrationSettings:
+        """Read the ``calibrate`` and ``students`` config nodes once (``verifier``: the
+        ``verifier`` node, kept for the gold check).
 
         Raises:
             ValueError: A bad student set, or ``students.target`` is not a policy name (when
                 the hard-seed budget is derived from it).
         """
-        ccfg, es = cfg.calibrate, cfg.calibrate.early_stop
-        students = StudentSet.from_cfg(cfg.students)
-        policies, target = students.policies, students.target_name
+        ccfg, es = calibrate, calibrate.early_stop
+        student_set = StudentSet.from_cfg(students)
+        policies, target = student_set.policies, student_set.target_name
         budgets = tuple(int(b) for b in ccfg.budgets)
         if bool(es.enabled) and str(es.decision) != "band":
             raise ConfigError(
@@ -87,9 +88,9 @@ class CalibrationSettings:
             )
         return cls(
             policies=policies, budgets=budgets, n=int(ccfg.n), target=target,
-            hard_seed_budget=_hard_seed_budget(ccfg.hard_seed_budget, budgets, students),
+            hard_seed_budget=_hard_seed_budget(ccfg.hard_seed_budget, budgets, student_set),
             early_stop=bool(es.enabled), decision=str(es.decision), alpha=float(es.alpha), batch=int(es.batch),
-            figures=bool(ccfg.figures), verifier=cfg.verifier,
+            figures=bool(ccfg.figures), verifier=verifier,
         )
 
 

@@ -89,7 +89,7 @@ def run(cfg: DictConfig) -> Path:
     out.timings["load"] = time.perf_counter() - t0
     by_id = {p.id: p for p in problems}
     ccfg = cfg.calibrate
-    settings = CalibrationSettings.from_cfg(cfg)
+    settings = CalibrationSettings.from_cfg(cfg.calibrate, cfg.students, cfg.verifier)
     policies, budgets = settings.policies, list(settings.budgets)
     live = [p.name for p in policies if p.source == "live"]
     recorded = [p.name for p in policies if p.source == "recorded"]

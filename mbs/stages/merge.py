@@ -95,7 +95,7 @@ def finalize_calibration(out: RunDir, cfg: DictConfig, shards: Sequence[ShardDir
     }
     backends = merge_backend_usage([s.manifest.get("backends", {}) for s in shards if s.manifest])
     return finalize(
-        out, CalibrationSettings.from_cfg(cfg), problems, rollouts(), conditioned,
+        out, CalibrationSettings.from_cfg(cfg.calibrate, cfg.students, cfg.verifier), problems, rollouts(), conditioned,
         stats=stats, backends=backends, load_report=merge_load_reports(reports),
     )
 
