@@ -63,7 +63,7 @@ def synth_settings(cfg: DictConfig) -> SynthSettings:
     return SynthSettings(
         method=str(cfg.method),
         sampling=Sampling.from_cfg(cfg.synth, cfg.seed, cfg.paths.cache_dir),
-        inputs=SeedInputs.from_cfg(cfg.get("calibration_dir"), cfg.shard, cfg.synth),
+        inputs=SeedInputs.from_cfg(cfg.calibration_dir, cfg.shard, cfg.synth),
         thresholds=Thresholds.from_cfg(cfg.thresholds),
         thresholds_record=OmegaConf.to_container(cfg.thresholds, resolve=True),  # type: ignore[arg-type]
         templates={str(k): str(v) for k, v in cfg.synth.templates.items()},
@@ -72,7 +72,7 @@ def synth_settings(cfg: DictConfig) -> SynthSettings:
         students=StudentSet.from_cfg(plain(cfg.students)),
         mbs=MbsSettings.from_cfg(cfg.mbs),
         direct=DirectSettings.from_cfg(cfg.direct),
-        goose=GooseSettings.from_cfg(cfg.goose, cfg.data.get("limit")),
+        goose=GooseSettings.from_cfg(cfg.goose, cfg.data.limit),
         method_config=OmegaConf.to_container(own, resolve=True) if isinstance(own, DictConfig) else own,
     )
 

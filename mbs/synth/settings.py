@@ -348,7 +348,7 @@ class DirectSettings:
             variant_template=str(node.templates.variant),
             n_variants=int(checked("direct.n_variants", node.n_variants, COUNT)),
             cost_match_run=str(run) if run else None,
-            cost_match_on=str(checked("direct.cost_match_on", node.get("cost_match_on", "all_tokens"), COST_ON)),
+            cost_match_on=str(checked("direct.cost_match_on", node.cost_match_on, COST_ON)),
             cost_match_max_variants=int(node.cost_match_max_variants),
         )
 
