@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from mbs.errors import ConfigError, InputNotFoundError
 
@@ -223,7 +223,7 @@ def distribution_of(backend: Mapping[str, Any], temperature: Any, top_p: Any) ->
 RUN_KEYS = ("students.policies", "calibrate.n", "calibrate.temperature", "calibrate.top_p", "synth.temperature", "synth.top_p")
 
 
-def _run_config(conf: DictConfig) -> dict[str, Any]:
+def _run_config(conf: DictConfig | ListConfig) -> dict[str, Any]:
     """The :data:`RUN_KEYS` of a run's loaded ``config.yaml`` as a plain nested dict.
 
     Each key is resolved in the whole config where it sits: a node as plain containers (kept raw
@@ -352,7 +352,7 @@ def provenance_of_run(name: str, run_dir: str | Path, stage: str, selection: Map
     Raises:
         InputNotFoundError: The run folder has no ``config.yaml`` or ``summary.json``.
     """
-    base = {"source": name, "run_dir": str(run_dir), "stage": stage}
+    base: dict[str, Any] = {"source": name, "run_dir": str(run_dir), "stage": stage}
     if stage == "data":
         return PolicyProvenance(**base, trainable=False, why_not="rows of a data config: never calibrated")
     run_dir = Path(run_dir)

@@ -12,7 +12,7 @@ pickles (submitit sends it to the cluster). The value checks of the keys are
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -204,7 +204,7 @@ _POLICY_FIELDS = (
 
 
 def _names(cls: type) -> list[str]:
-    return list(cls.__dataclass_fields__)
+    return [f.name for f in fields(cls)]
 
 
 def _optional_str(value: Any) -> str | None:
