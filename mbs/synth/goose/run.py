@@ -526,7 +526,7 @@ def run(settings: SynthSettings, out: RunDir) -> dict[str, Any]:
     origins = Counter(o.split(":")[0] if not o.startswith("perturb:") else o for it in items for o in it.distractor_origins)
     first_builds = [min(book.audits[p.id], key=lambda r: r["attempt"]) for p in passages if book.audits.get(p.id)]
     audit = audit_report(
-        k, auditor.policy, first_builds, list(audits.values()), [audits[i] for i in kept_ids],
+        k, auditor.policy, first_builds, list(audits.values()), [audits[it.id] for it in items if it.id in kept_ids],
         rebuilt=sum(1 for it in items if len(book.audits.get(it.source_id, ())) > 1), rejected=rejected.get("shortcut", 0),
     )
     audit.update(flagged=flagged, alpha=auditor.alpha)
