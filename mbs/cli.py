@@ -38,19 +38,20 @@ def _run(module: str, cfg: DictConfig, *args: object) -> None:
     message on stderr (once; the job log keeps it when the run was admitted) and exit status
     2, without a Python traceback. ``HYDRA_FULL_ERROR=1`` re-raises it, traceback included;
     any other exception is a bug and keeps its traceback. Hydra's files and log reach the run
-    directory only once the run is admitted there (:func:`mbs.launch.staged_outputs`)."""
+    directory only once the run is admitted there (:func:`mbs.stages.config.staged_hydra_outputs`)."""
     import importlib
     import logging
     import os
     import sys
 
     from mbs.errors import UserError
-    from mbs.launch import command_name, log_to_files, staged_outputs
+    from mbs.launch import command_name, log_to_files
     from mbs.redact import install_log_redaction
+    from mbs.stages.config import staged_hydra_outputs
 
     install_log_redaction()
     try:
-        with staged_outputs(cfg):
+        with staged_hydra_outputs(cfg):
             importlib.import_module(module).run(cfg, *args)
     except UserError as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
@@ -130,4 +131,4 @@ def serve(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
-    _run("mbs.service", cfg, OmegaConf.to_container(HydraConfig.get().launcher, resolve=True))
+    _run("mbs.stages.serve", cfg, OmegaConf.to_container(HydraConfig.get().launcher, resolve=True))

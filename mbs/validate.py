@@ -24,6 +24,7 @@ from typing import Any
 from mbs import errors
 from mbs.llm import NON_ARGS
 
+
 class ConfigError(errors.ConfigError):
     """Config values of the wrong type or out of range; the message names each key and its
     valid range (a :class:`mbs.errors.UserError`: the command ends with the message and exit

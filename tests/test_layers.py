@@ -18,7 +18,7 @@ LAYERS: list[list[str]] = [
     # foundations: no mbs imports but each other
     ["mbs", "mbs.errors", "mbs.redact", "mbs.progress", "mbs.resources", "mbs.stats", "mbs.textmath",
      "mbs.reasoning", "mbs.prompts", "mbs.registry", "mbs.records"],
-    # run directories, configuration checks, LLM backends, the job launcher and the service
+    # run directories, the ranges of config values, LLM backends, the job launcher and the service
     ["mbs.llm", "mbs.validate", "mbs.io", "mbs.launch", "mbs.service"],
     # grading
     ["mbs.verify"],
@@ -43,10 +43,7 @@ LAYERS: list[list[str]] = [
 #: settings built at the stage boundary replace them). A function that no longer takes ``cfg``
 #: must leave this list, and none may join it.
 CFG_DEBT = {
-    "mbs/io.py:sampling_config", "mbs/io.py:safe_resolved",
-    "mbs/io.py:__init__", "mbs/io.py:write_config", "mbs/io.py:check_sampling",
-    "mbs/launch.py:write_hydra_files", "mbs/launch.py:staged_outputs",
-    "mbs/service.py:run", "mbs/synth/beanstalk.py:summarize", "mbs/synth/beanstalk.py:run",
+    "mbs/synth/beanstalk.py:summarize", "mbs/synth/beanstalk.py:run",
     "mbs/synth/beanstalk.py:__init__", "mbs/synth/direct.py:summarize", "mbs/synth/direct.py:_cost_match",
     "mbs/synth/direct.py:run", "mbs/synth/direct.py:__init__", "mbs/synth/engine.py:__init__",
     "mbs/synth/goose/run.py:_teacher", "mbs/synth/goose/run.py:build_with_teacher",
@@ -59,9 +56,6 @@ CFG_DEBT = {
     "mbs/training/trl_engine.py:train_trl", "mbs/training/trl_engine.py:__init__",
     "mbs/training/verl_command.py:verl_overrides", "mbs/training/verl_command.py:prompt_length",
     "mbs/training/verl_command.py:build_command", "mbs/training/verl_command.py:train_batch_size",
-    "mbs/validate.py:validate_config", "mbs/validate.py:_check_shard", "mbs/validate.py:_check_backend_keys",
-    "mbs/validate.py:_check_context_windows", "mbs/validate.py:plain_config", "mbs/validate.py:_get",
-    "mbs/validate.py:select",
 }
 
 

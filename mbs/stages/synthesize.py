@@ -19,10 +19,9 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from mbs.errors import UnknownNameError
-from mbs.io import RunDir
+from mbs.stages.config import open_run, validate_config
 from mbs.synth.methods import METHODS, MethodSpec
 from mbs.training.provenance import sampled_distributions
-from mbs.validate import validate_config
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +48,7 @@ def run(cfg: DictConfig) -> Path:
     validate_config(cfg)
     logging.getLogger("mbs").setLevel(cfg.log_level)
     spec = method_spec(cfg.method)
-    out = RunDir(cfg.out_dir, STAGE, cfg.shard.index, cfg.shard.count, cfg=cfg)
-    out.write_config(cfg)
+    out = open_run(cfg, cfg.out_dir, STAGE, cfg.shard.index, cfg.shard.count)
     out.record_distribution(sampled_distributions(cfg.students.policies, cfg.synth.temperature, cfg.synth.top_p))
     t0 = time.perf_counter()
     summary = spec.run(cfg, out)

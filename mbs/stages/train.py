@@ -36,6 +36,7 @@ from omegaconf import DictConfig, OmegaConf
 from mbs.figures.forecast import train_figures
 from mbs.io import RunDir, write_text_atomic
 from mbs.registry import Registry
+from mbs.stages.config import open_run, validate_config
 from mbs.training.launch import TrainError, check_data, job_env, run_logged, submit
 from mbs.training.policy import TrainPolicy, resolve_policy
 from mbs.training.trap import forecast_block
@@ -54,7 +55,6 @@ from mbs.training.verl_command import (
     train_batch_size,
     verl_overrides,
 )
-from mbs.validate import validate_config
 
 __all__ = [
     "REWARD_KWARGS", "TrainError", "VerlJob", "build_command", "check_data", "flatten", "job_env", "override_value",
@@ -185,8 +185,7 @@ def run(cfg: DictConfig) -> Path:
     engine = ENGINES.get(str(tcfg.engine))
     if tcfg.launcher not in ("local", "submitit"):
         raise TrainError(f"train.launcher={tcfg.launcher!r}: valid values are local, submitit")
-    out = RunDir(cfg.out_dir, STAGE)
-    out.write_config(cfg)
+    out = open_run(cfg, cfg.out_dir, STAGE)
     policy = resolve_policy(tcfg, str(cfg.paths.cache_dir), convert=not tcfg.dry_run)
     summary: dict[str, Any] = {"engine": str(tcfg.engine), "dry_run": bool(tcfg.dry_run), "launcher": str(tcfg.launcher),
                                "policy": policy.summary(), "overrides": policy.overrides}
