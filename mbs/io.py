@@ -48,7 +48,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from mbs.records import SCHEMA_VERSION, RecordError, from_dict, to_dict
 from mbs.redact import redact_obj
@@ -109,7 +109,7 @@ class Shard:
     def __init__(self, path: str | os.PathLike, record_type: type | None = None):
         self.path = Path(path)
         self.record_type = record_type
-        self._fh = None
+        self._fh: TextIO | None = None
 
     def read(self) -> list[Any]:
         """All complete records; a torn last line (killed mid-write) is cut off the file.

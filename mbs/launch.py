@@ -100,7 +100,8 @@ class DeferredFileHandler(logging.FileHandler):
 
     def commit(self) -> None:
         """Write the held lines and open the file for every later record."""
-        with self.lock:
+        self.acquire()  # the handler's lock (logging.Handler.acquire)
+        try:
             if self._state == "open":
                 return
             held, self._held, self._state = self._held, [], "open"
@@ -109,16 +110,21 @@ class DeferredFileHandler(logging.FileHandler):
                     self.stream = self._open()
                 self.stream.write("".join(line + self.terminator for line in held))
                 self.flush()
+        finally:
+            self.release()
 
     def discard(self) -> None:
         """Drop the held lines and every later record (a refused run leaves no line in the file;
         after :meth:`commit`, the file is closed and its later lines dropped: a failed start
         whose directory :func:`mbs.io.restore_on_failure` puts back)."""
-        with self.lock:
+        self.acquire()
+        try:
             if self._state == "open" and self.stream is not None:
                 self.stream.close()
                 self.stream = None
             self._held, self._state = [], "dropped"
+        finally:
+            self.release()
 
 
 def deferred_handlers() -> list[DeferredFileHandler]:

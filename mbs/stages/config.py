@@ -36,7 +36,7 @@ from mbs.redact import redact_obj
 from mbs.validate import BACKEND_NODES, META_KEYS, RULES, ConfigError, problem
 
 #: Marks a key that is absent from the config (the check is skipped).
-_ABSENT = object()
+_ABSENT: Any = object()
 
 #: Per stage, the config keys (patterns, ``*``: any key or index) that decide what a record
 #: drawn into its run directory is; a resumed run must use the same values. Stages that draw
@@ -216,11 +216,9 @@ def validate_config(cfg: Any) -> None:
             is not shown).
     """
     plain = plain_config(cfg)
-    problems = [
-        problem(key, value, check) for pattern, check in RULES for key, value in select(plain, pattern)
-    ]
-    problems += [_check_shard(plain), *_check_context_windows(plain), *_check_backend_keys(plain)]
-    problems = list(dict.fromkeys(p for p in problems if p))
+    found = [problem(key, value, check) for pattern, check in RULES for key, value in select(plain, pattern)]
+    found += [_check_shard(plain), *_check_context_windows(plain), *_check_backend_keys(plain)]
+    problems = list(dict.fromkeys(p for p in found if p))
     if problems:
         raise ConfigError(problems)
 
