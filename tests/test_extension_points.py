@@ -58,8 +58,8 @@ from mbs.synth.inputs import load_seeds
 from mbs.synth.methods import MethodSpec, register_method
 
 
-def run(cfg, out):
-    seeds = load_seeds(cfg)
+def run(settings, out):
+    seeds = load_seeds(settings.inputs)
     problems = [Problem(id=s.id + "/echo", data_source=s.data_source + "-echo", prompt="Again: " + s.prompt,
                         ground_truth=s.ground_truth, answer_type=s.answer_type, parents=[s.id]) for s in seeds]
     out.shard("problems", Problem).append(problems)

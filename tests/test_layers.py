@@ -39,24 +39,10 @@ LAYERS: list[list[str]] = [
     ["mbs.cli"],
 ]
 
-#: Functions below ``mbs/stages/`` that still take the whole config (issue 26, item 5: typed
-#: settings built at the stage boundary replace them). A function that no longer takes ``cfg``
-#: must leave this list, and none may join it.
-CFG_DEBT = {
-    "mbs/synth/beanstalk.py:summarize", "mbs/synth/beanstalk.py:run",
-    "mbs/synth/beanstalk.py:__init__", "mbs/synth/direct.py:summarize", "mbs/synth/direct.py:_cost_match",
-    "mbs/synth/direct.py:run", "mbs/synth/direct.py:__init__", "mbs/synth/engine.py:__init__",
-    "mbs/synth/goose/run.py:_teacher", "mbs/synth/goose/run.py:build_with_teacher",
-    "mbs/synth/goose/run.py:_target_policy", "mbs/synth/goose/run.py:difficulty_filter", "mbs/synth/goose/run.py:run",
-    "mbs/synth/goose/shortcuts.py:audit_corpus", "mbs/synth/grower.py:__init__", "mbs/synth/inputs.py:calibration_dir",
-    "mbs/synth/inputs.py:load_seeds", "mbs/synth/inputs.py:seed_provenance", "mbs/synth/inputs.py:load_base_calibrations",
-    "mbs/synth/inputs.py:live_students", "mbs/synth/run.py:setup_summary", "mbs/synth/run.py:run_method",
-    "mbs/training/launch.py:job_env", "mbs/training/launch.py:submit", "mbs/training/provenance.py:_select",
-    "mbs/training/provenance.py:_policy_node", "mbs/training/provenance.py:_from_policy",
-    "mbs/training/trl_engine.py:train_trl", "mbs/training/trl_engine.py:__init__",
-    "mbs/training/verl_command.py:verl_overrides", "mbs/training/verl_command.py:prompt_length",
-    "mbs/training/verl_command.py:build_command", "mbs/training/verl_command.py:train_batch_size",
-}
+#: Functions below ``mbs/stages/`` that still take the whole config. Issue 26 emptied it (typed
+#: settings built at the stage boundary, ``mbs/stages/config.py`` for the config itself); none may
+#: join it.
+CFG_DEBT: set[str] = set()
 
 
 def _modules() -> dict[str, Path]:

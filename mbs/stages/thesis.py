@@ -57,6 +57,7 @@ from mbs.stages.pipeline import export_runs, stage_node, sub_config
 from mbs.thesis import SETS, build_sets, split_heldout
 from mbs.thesis_summary import summarize
 from mbs.training.policy import resolve_policy
+from mbs.training.settings import TrainSettings
 from mbs.verify.pool import GradingPool
 
 log = logging.getLogger(__name__)
@@ -186,8 +187,8 @@ def run(cfg: DictConfig) -> Path:
     templates, vcfg = cfg.calibrate.templates, cfg.verifier
     eval_groups = {b: [Group.of(problems[i], b, templates, vcfg) for i in heldout] for b in budgets}
     recal_groups = {name: [Group.of(problems[i], L, templates, vcfg) for i in ids] for name, ids in sets.items()}
-    policy = resolve_policy(_train_cfg(cfg, set_dirs["goldilocks"], root / "runs" / "goldilocks" / f"seed{seeds[0]}", seeds[0], 1).train,
-                            str(cfg.paths.cache_dir))
+    first = _train_cfg(cfg, set_dirs["goldilocks"], root / "runs" / "goldilocks" / f"seed{seeds[0]}", seeds[0], 1)
+    policy = resolve_policy(TrainSettings.from_cfg(first.train, seed=first.seed, cache_dir=cfg.paths.cache_dir))
     if policy.group_size != N or policy.max_completion_length != L:
         raise ConfigError(f"the export's calibrated policy has N={policy.group_size}, L={policy.max_completion_length}; "
                           f"the thesis asks N={N}, L={L}")

@@ -65,8 +65,6 @@ import logging
 from collections import Counter
 from typing import Any
 
-from omegaconf import DictConfig
-
 from mbs.calibration.sampling import Group, Policy, messages_for
 from mbs.io import RunDir
 from mbs.prompts import user_messages
@@ -81,6 +79,7 @@ from mbs.synth.paths import path_details, yield_by_path
 from mbs.synth.problems import above, clip, variant_type
 from mbs.synth.restate import restatement, same_answer_reason
 from mbs.synth.run import RunState, run_method, setup_summary
+from mbs.synth.settings import SynthSettings
 from mbs.synth.store import root_id
 from mbs.synth.structured import StructureError, parse_items, self_reference
 from mbs.synth.students import weakest_student
@@ -119,7 +118,7 @@ class Beanstalk(SynthBase):
     """MagicBeanStalk's per-seed procedure as coroutines (see :mod:`mbs.synth.engine`).
 
     Args:
-        cfg: The synthesize config.
+        settings: The run's settings (``settings.mbs`` its own).
         seeds: The hard seeds (for document assignment when grounding is on).
 
     Raises:
@@ -128,14 +127,15 @@ class Beanstalk(SynthBase):
 
     method = "mbs"
 
-    def __init__(self, cfg: DictConfig, seeds: list[Problem]):
-        super().__init__(cfg, cfg.mbs)
-        self.base = load_base_calibrations(cfg, {(s.name, s.budget) for s in self.students})
+    def __init__(self, settings: SynthSettings, seeds: list[Problem]):
+        super().__init__(settings, settings.mbs.grower)
+        self.m = settings.mbs
+        self.base = load_base_calibrations(settings.inputs, {(s.name, s.budget) for s in self.students})
         self.weakest, self.weakest_report = weakest_student(self.students, self.base)
         self.docs: dict[str, list[Any]] = {}
-        if cfg.mbs.grounding.enabled:
-            self.docs = assign_documents(cfg.mbs.grounding, seeds)
-        self.trace_context = str(cfg.mbs.trace_context)
+        if self.m.grounding.enabled:
+            self.docs = assign_documents(self.m.grounding, seeds)
+        self.trace_context = self.m.trace_context
         blueprint("", None, self.trace_context)  # a bad mbs.trace_context fails here, not mid-run
 
     def trace_text(self, node: TreeNode) -> str:
@@ -146,7 +146,7 @@ class Beanstalk(SynthBase):
     def shown(self, node: TreeNode) -> str:
         """The node's answer as Stage-2/3 prompts show it: the answer alone (a Reasoning Gym gold is a
         JSON entry with generator metadata, :func:`mbs.verify.gold.shown_answer`)."""
-        return shown_answer(node.answer, verifier_for(node.problem, self.cfg.verifier.path))
+        return shown_answer(node.answer, verifier_for(node.problem, self.verifier.path))
 
     # -- one seed ----------------------------------------------------------------------
 
@@ -159,10 +159,10 @@ class Beanstalk(SynthBase):
         root_problem = dataclasses.replace(seed, metadata=dict(seed.metadata))
         root = TreeNode(node_id=root_id(seed.id), seed_id=seed.id, depth=0, problem=root_problem)
         tree = SeedTree(seed, root)
-        m = self.cfg.mbs
+        m = self.m
         res = yield from find_trace(
-            seed, self.pool, int(self.th.N_t), m.templates.trace, self.max_chars,
-            verifier_for(seed, self.cfg.verifier.path), tree.tally, int(m.trace_batch),
+            seed, self.pool, int(self.th.N_t), m.templates["trace"], self.max_chars,
+            verifier_for(seed, self.verifier.path), tree.tally, m.trace_batch,
         )
         info: dict[str, Any] = {"trace_teacher": res.teacher, "trace_index": res.index, "trace_attempts": res.attempts}
         root.problem.metadata["mbs"] = info
@@ -202,7 +202,7 @@ class Beanstalk(SynthBase):
             else:
                 todo.append(s)
         if todo:
-            groups = [Group.of(node.problem, int(s.budget), self.templates, self.cfg.verifier) for s in todo]
+            groups = [Group.of(node.problem, int(s.budget), self.templates, self.verifier) for s in todo]
             res = yield Gather([one(Calibrate(s, [g], self.n, "band", early_stop=False, tally=tally)) for s, g in zip(todo, groups)])
             for s, (c,) in zip(todo, res):
                 out[s.name] = {"acc": c.pass_rate, "source": "measured", "n": c.n}
@@ -218,19 +218,19 @@ class Beanstalk(SynthBase):
         messages += messages_for(node.problem, self.templates)
         return Group(
             id=f"{node.problem.id}#cond{attempt}", budget=int(s.budget), messages=messages,
-            ground_truth=node.answer or "", verifier=verifier_for(node.problem, self.cfg.verifier.path),
+            ground_truth=node.answer or "", verifier=verifier_for(node.problem, self.verifier.path),
         )
 
     def decompose(self, tree: SeedTree, node: TreeNode) -> Task:
         """Stage 2 at one node: a decomposition and up to N_d retries, effectivity-tested; recurse to depth D."""
-        th, m = self.th, self.cfg.mbs
+        th, m = self.th, self.m
         depth_max, k_max, n_d = int(th.D), int(th.K), int(th.N_d)
         if node.depth >= depth_max:
             node.effectivity = {"passed": None, "students": {}, "attempts": [], "leaf_reason": f"depth limit D={depth_max}"}
             return
         accs = yield from self.base_acc(node, tree.tally)
         messages = user_messages(
-            m.templates.decompose, problem=clip(node.problem.prompt, self.max_chars),
+            m.templates["decompose"], problem=clip(node.problem.prompt, self.max_chars),
             solution=self.trace_text(node), answer=self.shown(node), k=str(k_max),
         )
         attempts: list[dict[str, Any]] = []
@@ -259,13 +259,13 @@ class Beanstalk(SynthBase):
             if pending:
                 # "is its answer the parent's a*?" is graded by the parent's own verifier (a Reasoning Gym
                 # gold is a JSON entry that only its score_answer reads)
-                parent_verifier = verifier_for(node.problem, self.cfg.verifier.path)
+                parent_verifier = verifier_for(node.problem, self.verifier.path)
                 grades = yield Verify([(s["solution"], s["answer"], variant_type(tree.seed)) for s in pending]
                                       + [(answer_as_response(s["answer"], parent_verifier), node.answer or "", parent_verifier)
                                          for s in pending])
                 for s, g, same in zip(pending, grades, grades[len(pending):]):
                     mark_verified(s, g)
-                    why = restatement(s["problem"], node.problem.prompt, float(m.restate_similarity)) or (
+                    why = restatement(s["problem"], node.problem.prompt, m.restate_similarity) or (
                         same_answer_reason(s["answer"], self.shown(node)) if same.score == 1.0 else None)
                     if s["status"] == Status.VALID and why:
                         s.update(status=Status.REJECTED, reason=why)
@@ -330,9 +330,9 @@ class Beanstalk(SynthBase):
 
     def leaf(self, tree: SeedTree, node: TreeNode) -> Task:
         """N_l harder variants of a leaf; those the weakest student solves above alpha_leaf are discarded."""
-        th, m = self.th, self.cfg.mbs
+        th, m = self.th, self.m
         messages = user_messages(
-            m.templates.leaf, problem=clip(node.problem.prompt, self.max_chars),
+            m.templates["leaf"], problem=clip(node.problem.prompt, self.max_chars),
             solution=self.trace_text(node), answer=self.shown(node),
         )
         comps = (yield from generate(self.gen, [self.gen.request(messages, 0, int(th.N_l))], tree.tally))[0]
@@ -367,7 +367,7 @@ class Beanstalk(SynthBase):
         the demonstration shows. Parents the weakest student solves above alpha_parent are
         discarded.
         """
-        th, m = self.th, self.cfg.mbs
+        th, m = self.th, self.m
         missing = [k.node_id for k, kl in zip(kids, kept_lists) if not kl]
         if len(missing) == len(kids):
             node.status, node.reject_reason = "exhausted", "no synthetic children: no child kept a synthetic problem"
@@ -380,13 +380,13 @@ class Beanstalk(SynthBase):
         avail = list(zip(kids, kept_lists))
         parent = clip(node.problem.prompt, self.max_chars)
         originals = _blocks([(k.problem.prompt, self.trace_text(k), self.shown(k)) for k in kids], self.max_chars)
-        alpha, n_c, want = float(th.alpha_parent), int(th.N_c), int(m.parents_per_node)
+        alpha, n_c, want = float(th.alpha_parent), int(th.N_c), m.parents_per_node
         kept: list[Candidate] = []
         trials: list[dict[str, Any]] = []
         for t in range(n_c):
             chosen = [kl[t % len(kl)] for _, kl in avail]
             new = _blocks([(v["problem"], v["solution"], v["answer"]) for v in chosen], self.max_chars)
-            messages = user_messages(m.templates.compose, parent=parent, parent_solution=self.trace_text(node),
+            messages = user_messages(m.templates["compose"], parent=parent, parent_solution=self.trace_text(node),
                                      parent_answer=self.shown(node), count=str(len(kids)), children=originals, new_children=new)
             comp = (yield from generate(self.gen, [self.gen.request(messages, t)], tree.tally))[0][0]
             used = [v["id"] for v in chosen]
@@ -426,7 +426,7 @@ class Beanstalk(SynthBase):
             return kept
         block = documents_block(docs, self.max_chars)
         reqs = [
-            self.gen.request(user_messages(self.cfg.mbs.templates.ground, problem=clip(v["problem"], self.max_chars),
+            self.gen.request(user_messages(self.m.templates["ground"], problem=clip(v["problem"], self.max_chars),
                                   solution=clip(v["solution"], self.max_chars), answer=v["answer"], documents=block))
             for v in kept
         ]
@@ -530,7 +530,7 @@ def effectivity_summary(nodes: list[TreeNode]) -> dict[str, Any]:
     return {"tests": len(tests), "passed": sum(1 for a in tests if a["passed"]), "per_student": per}
 
 
-def summarize(cfg: DictConfig, state: RunState, grower: SynthBase) -> dict[str, Any]:
+def summarize(settings: SynthSettings, state: RunState, grower: SynthBase) -> dict[str, Any]:
     """The MBS summary: contract keys, funnel, rejections, effectivity, tokens, judges, backends.
 
     ``yield`` is the paper's (share of hard seeds with >= 1 qualified problem);
@@ -550,13 +550,13 @@ def summarize(cfg: DictConfig, state: RunState, grower: SynthBase) -> dict[str, 
         effectivity=effectivity_summary(state.nodes),
         trace_teachers=dict(Counter(r.problem.metadata.get("mbs", {}).get("trace_teacher") or "none" for r in roots)),
         judges=judge_summary([v for n in state.nodes for v in n.variants], grower.judges),
-        **setup_summary(cfg, grower, state),
+        **setup_summary(settings, grower, state),
         weakest=grower.weakest.name,
         weakest_by=grower.weakest_report,
         yield_by_path=yield_by_path(state.seeds, state.nodes, state.qualified),
         paths=path_details(state.seeds, state.nodes, state.qualified),
         grounding=({"enabled": True, "seeds_with_documents": sum(1 for d in grower.docs.values() if d)}
-                   if cfg.mbs.grounding.enabled else {"enabled": False}),
+                   if settings.mbs.grounding.enabled else {"enabled": False}),
         counts={
             "hard_seeds": len(state.seeds),
             "seeds_resumed": state.resumed,
@@ -569,11 +569,11 @@ def summarize(cfg: DictConfig, state: RunState, grower: SynthBase) -> dict[str, 
     return s
 
 
-def run(cfg: DictConfig, out: RunDir) -> dict[str, Any]:
-    """Grow every hard seed of ``cfg.calibration_dir`` into a calibrated problem family.
+def run(settings: SynthSettings, out: RunDir) -> dict[str, Any]:
+    """Grow every hard seed of ``calibration_dir`` into a calibrated problem family.
 
     Args:
-        cfg: The composed ``synthesize`` config (``method=mbs``).
+        settings: The run's settings (``method=mbs``).
         out: The run directory.
 
     Returns:
@@ -585,9 +585,9 @@ def run(cfg: DictConfig, out: RunDir) -> dict[str, Any]:
         mbs.records.RecordError: A malformed record in ``calibration_dir`` (names file and line).
         mbs.llm.BackendError: A backend failed after its retries (finished seeds are written).
     """
-    seeds = load_seeds(cfg)
-    grower = Beanstalk(cfg, seeds)
+    seeds = load_seeds(settings.inputs)
+    grower = Beanstalk(settings, seeds)
     log.info("MBS: %d hard seeds, teachers %s (generator %s), students %s, target %s",
              len(seeds), [t.name for t in grower.pool], grower.gen.name, [p.name for p in grower.students], grower.target.name)
-    state = run_method(cfg, out, seeds, grower)
-    return summarize(cfg, state, grower)
+    state = run_method(settings, out, seeds, grower)
+    return summarize(settings, state, grower)

@@ -29,8 +29,6 @@ import logging
 from collections import Counter
 from typing import Any
 
-from omegaconf import DictConfig
-
 from mbs.io import RunDir, read_records
 from mbs.prompts import user_messages
 from mbs.records import Problem, TreeNode, reason_kind
@@ -41,6 +39,7 @@ from mbs.synth.inputs import load_seeds
 from mbs.synth.judge import judge_summary
 from mbs.synth.problems import clip
 from mbs.synth.run import RunState, run_method, setup_summary
+from mbs.synth.settings import SynthSettings
 from mbs.synth.store import root_id
 from mbs.synth.summary import base_summary
 from mbs.verify.gold import shown_answer
@@ -54,15 +53,24 @@ FUNNEL = ("hard_seeds", "variants_proposed", "variants_valid", "synthetic_proble
 
 
 class Direct(SynthBase):
-    """The baseline's per-seed procedure (a coroutine per seed, batched like MBS)."""
+    """The baseline's per-seed procedure (a coroutine per seed, batched like MBS).
+
+    Args:
+        settings: The run's settings (``settings.direct`` its own).
+        seeds: The hard seeds (the cost-matched run's budgets are read for them).
+
+    Raises:
+        ValueError, FileNotFoundError: See :class:`SynthBase` and :func:`mbs_spending`.
+    """
 
     method = "direct"
 
-    def __init__(self, cfg: DictConfig, seeds: list[Problem] | None = None):
-        super().__init__(cfg, cfg.direct)
-        self.cost_on = str(cfg.direct.get("cost_match_on", "all_tokens"))
+    def __init__(self, settings: SynthSettings, seeds: list[Problem] | None = None):
+        super().__init__(settings, settings.direct.grower)
+        self.d = d = settings.direct
+        self.cost_on = d.cost_match_on
         # what MBS spent on each seed (read once: the budgets here, the comparison in the summary)
-        self.mbs_spent = mbs_spending(cfg.direct.cost_match_run, seeds or [], self.cost_on) if cfg.direct.cost_match_run else None
+        self.mbs_spent = mbs_spending(d.cost_match_run, seeds or [], self.cost_on) if d.cost_match_run else None
         self.budgets = None if self.mbs_spent is None else {sid: int(m[self.cost_on]) for sid, m in self.mbs_spent.items()}
 
     def grow(self, seed: Problem) -> Task:
@@ -74,13 +82,13 @@ class Direct(SynthBase):
         root = TreeNode(node_id=root_id(seed.id), seed_id=seed.id, depth=0,
                         problem=dataclasses.replace(seed, metadata=dict(seed.metadata)), answer=seed.ground_truth)
         tree = SeedTree(seed, root)
-        d = self.cfg.direct
-        messages = user_messages(d.templates.variant, problem=clip(seed.prompt, self.max_chars),
-                                 answer=shown_answer(seed.ground_truth, verifier_for(seed, self.cfg.verifier.path)))
-        step = int(d.n_variants)
+        d = self.d
+        messages = user_messages(d.variant_template, problem=clip(seed.prompt, self.max_chars),
+                                 answer=shown_answer(seed.ground_truth, verifier_for(seed, self.verifier.path)))
+        step = d.n_variants
         variants, problems = yield from self.round(tree, root, messages, 0, step)
         if self.budgets is not None:  # cost-matched: go on until the seed has spent what MBS spent on it
-            cap = int(d.cost_match_max_variants)
+            cap = d.cost_match_max_variants
             while self.spent(tree.tally) < self.budgets[seed.id] and len(variants) < cap:
                 more, got = yield from self.round(tree, root, messages, len(variants), min(step, cap - len(variants)))
                 variants, problems = variants + more, problems + got
@@ -157,7 +165,7 @@ def mbs_spending(run_dir: str, seeds: list[Problem], on: str = "all_tokens") -> 
     return out
 
 
-def summarize(cfg: DictConfig, state: RunState, grower: Direct) -> dict[str, Any]:
+def summarize(settings: SynthSettings, state: RunState, grower: Direct) -> dict[str, Any]:
     """The baseline's summary: the contract keys, funnel, rejections, tokens, judges, backends."""
     variants = [v for n in state.nodes for v in n.variants]
     teacher_tokens = sum(n.problem.metadata.get("direct", {}).get("teacher_tokens", 0) for n in state.nodes)
@@ -177,9 +185,9 @@ def summarize(cfg: DictConfig, state: RunState, grower: Direct) -> dict[str, Any
         funnel_order=list(FUNNEL),
         rejections=dict(sorted(rej.items())),
         judges=judge_summary(variants, grower.judges),
-        n_variants=int(cfg.direct.n_variants),
-        cost_match=_cost_match(cfg, state, grower, teacher_tokens),
-        **setup_summary(cfg, grower, state),
+        n_variants=settings.direct.n_variants,
+        cost_match=_cost_match(state, grower, teacher_tokens),
+        **setup_summary(settings, grower, state),
         counts={
             "hard_seeds": len(state.seeds),
             "seeds_resumed": state.resumed,
@@ -191,7 +199,7 @@ def summarize(cfg: DictConfig, state: RunState, grower: Direct) -> dict[str, Any
     return s
 
 
-def _cost_match(cfg: DictConfig, state: RunState, grower: Direct, teacher_tokens: int) -> dict[str, Any] | None:
+def _cost_match(state: RunState, grower: Direct, teacher_tokens: int) -> dict[str, Any] | None:
     """``None``, or the matched run and unit, seeds short of the match, and for every cost
     (:data:`COSTS`) MBS's total over the same seeds, this run's, and their ratio."""
     if grower.mbs_spent is None:
@@ -204,9 +212,9 @@ def _cost_match(cfg: DictConfig, state: RunState, grower: Direct, teacher_tokens
         a, b = sum(int(m.get(key, 0)) for m in mbs_spent), sum(int(m.get(key, 0)) for m in meta)
         costs[key] = {"mbs": a, "direct": b, "ratio": round(b / a, 3) if a else None}
     return {
-        "run": str(cfg.direct.cost_match_run),
+        "run": str(grower.d.cost_match_run),
         "on": on,
-        "max_variants": int(cfg.direct.cost_match_max_variants),
+        "max_variants": grower.d.cost_match_max_variants,
         "mbs_teacher_tokens": costs["teacher_tokens"]["mbs"],
         "teacher_tokens": teacher_tokens,
         "ratio": costs[on]["ratio"],
@@ -216,11 +224,11 @@ def _cost_match(cfg: DictConfig, state: RunState, grower: Direct, teacher_tokens
     }
 
 
-def run(cfg: DictConfig, out: RunDir) -> dict[str, Any]:
-    """Prompt the teacher for variations of every hard seed of ``cfg.calibration_dir``.
+def run(settings: SynthSettings, out: RunDir) -> dict[str, Any]:
+    """Prompt the teacher for variations of every hard seed of ``calibration_dir``.
 
     Args:
-        cfg: The composed ``synthesize`` config (``method=direct``).
+        settings: The run's settings (``method=direct``).
         out: The run directory.
 
     Returns:
@@ -231,10 +239,10 @@ def run(cfg: DictConfig, out: RunDir) -> dict[str, Any]:
             ``direct.cost_match_run`` that lacks a seed.
         mbs.llm.BackendError: A backend failed after its retries (finished seeds are written).
     """
-    seeds = load_seeds(cfg)
-    grower = Direct(cfg, seeds)
+    seeds = load_seeds(settings.inputs)
+    grower = Direct(settings, seeds)
     log.info("direct: %d hard seeds, %s from %s", len(seeds),
-             f"{int(cfg.direct.n_variants)} variations each" if grower.budgets is None else
-             f"variations until each seed spent the teacher tokens of {cfg.direct.cost_match_run}", grower.gen.name)
-    state = run_method(cfg, out, seeds, grower)
-    return summarize(cfg, state, grower)
+             f"{settings.direct.n_variants} variations each" if grower.budgets is None else
+             f"variations until each seed spent the teacher tokens of {settings.direct.cost_match_run}", grower.gen.name)
+    state = run_method(settings, out, seeds, grower)
+    return summarize(settings, state, grower)

@@ -18,7 +18,7 @@ logic stays a plain top-down reading of the method. Results depend only on each 
 inputs (the LLM cache is content-addressed and samples are seeded by index), so batching
 never changes what a seed produces.
 
-Bottom of the ``mbs.synth`` ladder: imports no other ``mbs.synth`` module.
+Bottom of the ``mbs.synth`` ladder: imports no other ``mbs.synth`` module but its settings.
 """
 
 from __future__ import annotations
@@ -29,10 +29,9 @@ from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import DictConfig
-
 from mbs.calibration.sampling import Group, Policy, RolloutWriter, calibrate
 from mbs.llm.base import ChatRequest, Completion
+from mbs.synth.settings import Sampling
 from mbs.verify.pool import GradingPool
 
 log = logging.getLogger(__name__)
@@ -173,19 +172,18 @@ class Engine:
     """Executes one round of operations: batched per teacher, per policy and decision, and for grading.
 
     Args:
-        cfg: The composed synthesize config (``paths``, ``synth``, ``seed``).
+        sampling: How student rollouts are drawn (every round uses the same settings).
         pool: The grading pool.
         writer: Grades and stores student rollouts (its ``done`` holds rollouts already drawn).
     """
 
-    def __init__(self, cfg: DictConfig, pool: GradingPool, writer: RolloutWriter):
-        # read once: every round uses the same sampling settings
-        self.early_stop = bool(cfg.synth.early_stop)
-        self.early_stop_batch = int(cfg.synth.early_stop_batch)
-        self.temperature = float(cfg.synth.temperature)
-        self.top_p = float(cfg.synth.top_p)
-        self.seed = int(cfg.seed)
-        self.cache_dir = cfg.paths.cache_dir
+    def __init__(self, sampling: Sampling, pool: GradingPool, writer: RolloutWriter):
+        self.early_stop = sampling.early_stop
+        self.early_stop_batch = sampling.early_stop_batch
+        self.temperature = sampling.temperature
+        self.top_p = sampling.top_p
+        self.seed = sampling.seed
+        self.cache_dir = sampling.cache_dir
         self.pool = pool
         self.writer = writer
         self.stats: Counter = Counter()

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from omegaconf import DictConfig
-
 from mbs.calibration.sampling import Group, Policy
 from mbs.errors import ConfigError
 from mbs.llm.base import Completion
@@ -16,7 +14,7 @@ from mbs.synth.engine import Calibrate, Tally, Task, Verify
 from mbs.synth.inputs import live_students
 from mbs.synth.judge import judge_variants
 from mbs.synth.problems import above, clip, synthetic_problem, variant_type
-from mbs.synth.settings import Thresholds
+from mbs.synth.settings import GrowerSettings, SynthSettings
 from mbs.synth.structured import StructureError, parse_item, self_reference
 from mbs.synth.teacher import generator_teacher, teachers_from_cfg
 from mbs.verify import Grade
@@ -66,8 +64,8 @@ class SynthBase:
     :attr:`TreeNode.variants`; its :class:`~mbs.synth.candidate.Status` says where it stands.
 
     Args:
-        cfg: The synthesize config.
-        mcfg: The method's config node (``cfg.mbs`` or ``cfg.direct``).
+        settings: The run's settings.
+        grower: The method's own (``settings.mbs.grower`` or ``settings.direct.grower``).
 
     Raises:
         ValueError: Bad teacher pool, judge pool or student set (see the builders).
@@ -75,24 +73,26 @@ class SynthBase:
 
     method = ""
 
-    def __init__(self, cfg: DictConfig, mcfg: DictConfig):
-        self.cfg = cfg
-        self.mcfg = mcfg
-        self.th = Thresholds.from_cfg(cfg.thresholds)
-        self.templates = cfg.synth.templates
-        self.students, self.target = live_students(cfg)
+    def __init__(self, settings: SynthSettings, grower: GrowerSettings):
+        self.settings = settings
+        self.th = settings.thresholds
+        self.templates = settings.templates
+        self.verifier = settings.verifier
+        self.students, self.target = live_students(settings.students)
         self.weakest = self.students[0]
-        cache = cfg.paths.cache_dir
-        self.pool = teachers_from_cfg(cfg.teacher.pool, cache, int(cfg.seed))
-        self.gen = generator_teacher(self.pool, mcfg.generator, f"{self.method}.generator")
-        jpool = list(mcfg.judges.pool)
-        self.judges = teachers_from_cfg(jpool, cache, int(cfg.seed), f"{self.method}.judges.pool") if jpool else []
+        cache, seed = settings.cache_dir, settings.seed
+        self.pool = teachers_from_cfg(settings.teacher_pool, cache, seed)
+        self.gen = generator_teacher(self.pool, grower.generator, f"{self.method}.generator")
+        jpool = list(grower.judges.pool)
+        self.judges = teachers_from_cfg(jpool, cache, seed, f"{self.method}.judges.pool") if jpool else []
         for j in self.judges:
             if not j.live:
                 raise ConfigError(f"{self.method}.judges.pool: judge {j.name!r} must be live")
-        self.max_chars = int(mcfg.max_chars)
-        self.max_answer_chars = int(mcfg.max_answer_chars)
-        self.patterns = [str(p) for p in mcfg.self_reference]
+        self.judge_template = grower.judges.template
+        self.judge_filter = grower.judges.filter
+        self.max_chars = grower.checks.max_chars
+        self.max_answer_chars = grower.checks.max_answer_chars
+        self.patterns = list(grower.checks.self_reference)
         self.n = int(self.th.N)
 
     def roles(self) -> list[tuple[str, Any]]:
@@ -166,7 +166,7 @@ class SynthBase:
 
     def group(self, tree: SeedTree, v: Candidate, policy: Policy) -> Group:
         """The rollout group of a candidate for ``policy`` at its budget (group id = candidate id)."""
-        return Group.of(self.problem_of(tree, v), int(policy.budget), self.templates, self.cfg.verifier)
+        return Group.of(self.problem_of(tree, v), int(policy.budget), self.templates, self.verifier)
 
     def filter(self, v: Candidate, c: Calibration, alpha: float, name: str) -> None:
         """Discard a candidate the weakest student solves above ``alpha`` (Stage 3); else keep it."""
@@ -202,8 +202,8 @@ class SynthBase:
                 v.update(status=Status.UNQUALIFIED, reason=f"target incomplete: {c.successes}/{c.n} correct, none complete within L")
         qualified = [v for v in kept if v["status"] == Status.QUALIFIED]
         if self.judges and qualified:
-            yield from judge_variants(qualified, self.judges, self.mcfg.templates.judge, self.max_chars, tree.tally)
-            if self.mcfg.judges.filter:
+            yield from judge_variants(qualified, self.judges, self.judge_template, self.max_chars, tree.tally)
+            if self.judge_filter:
                 for v in qualified:
                     if v["judge_verdict"] == "rejected":
                         v.update(status=Status.UNQUALIFIED, reason="judges: unanimously rejected")

@@ -7,28 +7,27 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
-
 from mbs.calibration.sampling import Policy
 from mbs.calibration.students import StudentSet
 from mbs.data import DataError, in_shard
 from mbs.errors import ConfigError, InputNotFoundError
 from mbs.io import Shard, read_records, read_summary, shard_files
 from mbs.records import Calibration, Problem
+from mbs.synth.settings import SeedInputs
 
 log = logging.getLogger(__name__)
 
 
-def calibration_dir(cfg: DictConfig) -> Path:
+def calibration_dir(inputs: SeedInputs) -> Path:
     """The calibration run directory named by ``calibration_dir``.
 
     Raises:
         ValueError: ``calibration_dir`` is not set.
         FileNotFoundError: The folder does not exist or has no ``hard_seeds.*.jsonl``.
     """
-    if not cfg.calibration_dir:
+    if not inputs.calibration_dir:
         raise ConfigError("calibration_dir is not set: pass calibration_dir=<a mbs-calibrate run directory>")
-    path = Path(str(cfg.calibration_dir)).expanduser()
+    path = Path(inputs.calibration_dir).expanduser()
     if not path.is_dir():
         raise InputNotFoundError(f"calibration_dir={path}: no such directory")
     if not shard_files(path, "hard_seeds"):
@@ -38,7 +37,7 @@ def calibration_dir(cfg: DictConfig) -> Path:
     return path
 
 
-def load_seeds(cfg: DictConfig) -> list[Problem]:
+def load_seeds(inputs: SeedInputs) -> list[Problem]:
     """The hard seeds of ``calibration_dir`` in this shard, at most ``synth.seeds_limit``.
 
     Raises:
@@ -46,7 +45,7 @@ def load_seeds(cfg: DictConfig) -> list[Problem]:
         mbs.records.RecordError: A malformed hard-seed record (names file and line).
         ValueError: Two hard seeds share an id, or a seed has no ground truth.
     """
-    path = calibration_dir(cfg)
+    path = calibration_dir(inputs)
     seeds = read_records(path, "hard_seeds", Problem)
     seen: set[str] = set()
     for s in seeds:
@@ -55,13 +54,13 @@ def load_seeds(cfg: DictConfig) -> list[Problem]:
         if s.ground_truth is None:
             raise DataError(f"{path}: hard seed {s.id!r} has no ground_truth (field ground_truth is null)")
         seen.add(s.id)
-    seeds = [s for s in seeds if in_shard(s.id, int(cfg.shard.index), int(cfg.shard.count))]
-    if cfg.synth.seeds_limit is not None:
-        seeds = seeds[: int(cfg.synth.seeds_limit)]
+    seeds = [s for s in seeds if in_shard(s.id, inputs.shard_index, inputs.shard_count)]
+    if inputs.seeds_limit is not None:
+        seeds = seeds[: inputs.seeds_limit]
     return seeds
 
 
-def seed_provenance(cfg: DictConfig, target: Policy) -> dict[str, Any]:
+def seed_provenance(inputs: SeedInputs, target: Policy) -> dict[str, Any]:
     """Which policy and budget made the seeds hard, against the target synthesis calibrates for.
 
     Hard seeds are failed_all for the calibration run's target policy at its hard-seed budget;
@@ -73,7 +72,7 @@ def seed_provenance(cfg: DictConfig, target: Policy) -> dict[str, Any]:
         ``{"calibration_target", "calibration_budget", "same_target"}`` (``None`` values when
         the calibration run has no summary).
     """
-    path = calibration_dir(cfg)
+    path = calibration_dir(inputs)
     try:
         summary = read_summary(path)
     except FileNotFoundError:
@@ -90,16 +89,16 @@ def seed_provenance(cfg: DictConfig, target: Policy) -> dict[str, Any]:
 
 
 def load_base_calibrations(
-    cfg: DictConfig, cells: set[tuple[str, int | None]] | None = None
+    inputs: SeedInputs, cells: set[tuple[str, int | None]] | None = None
 ) -> dict[tuple[str, str, int | None], Calibration]:
     """acc(S, p) measured by the calibration run: ``{(problem id, policy, budget): Calibration}``.
 
     Args:
-        cfg: The synthesize config (``synth.calibration_dir``).
+        inputs: Where the seeds come from (``calibration_dir``).
         cells: Keep only these ``(policy, budget)`` (the live students at their budgets); the
             calibrations stream through, so a run of other policies and budgets costs no memory.
     """
-    path = calibration_dir(cfg)
+    path = calibration_dir(inputs)
     files = shard_files(path, "calibrations")
     if not files:
         log.warning("%s has no calibrations.*.jsonl: acc(S, p) of the seeds will be measured", path)
@@ -111,13 +110,13 @@ def load_base_calibrations(
     }
 
 
-def live_students(cfg: DictConfig) -> tuple[list[Policy], Policy]:
-    """The live students (weakest first) and the target policy.
+def live_students(students: StudentSet) -> tuple[list[Policy], Policy]:
+    """The live students (in config order) and the target policy (:meth:`StudentSet.live_target`).
 
     Raises:
-        ValueError: No live student, or the target is not a live policy of ``students``.
+        ConfigError: No live student, a live student without a budget, or the target is not a
+            live policy of ``students``.
     """
-    students = StudentSet.from_cfg(cfg.students)
     policies, live = students.policies, students.live
     skipped = [p.name for p in policies if p.source != "live"]
     if skipped:

@@ -1,9 +1,12 @@
 """The synthesis methods: one :class:`MethodSpec` per method in :data:`METHODS`.
 
-A method is a function ``run(cfg, out: RunDir) -> summary dict`` that writes its records into
-``out`` and returns its summary (``mbs-synthesize`` writes ``summary.json``, the figures and the
-manifest). Its spec says whether it grows hard seeds of a calibration (``calibration_dir``: the
-pipeline runs it only after the live calibration) and which figures it draws. A new method adds
+A method is a function ``run(settings: SynthSettings, out: RunDir) -> summary dict`` that writes
+its records into ``out`` and returns its summary (``mbs-synthesize`` writes ``summary.json``, the
+figures and the manifest). The stage reads the config once into the
+:class:`~mbs.synth.settings.SynthSettings`; a method of its own reads its config group ``<name>``
+from ``settings.method_config``. Its spec says whether it grows hard seeds of a calibration
+(``calibration_dir``: the pipeline runs it only after the live calibration) and which figures it
+draws. A new method adds
 its module and one :func:`register_method` line here (or in its own module, for a plug-in)::
 
     register_method(MethodSpec("mine", mine.run, needs_seeds=True, figures=synthesis_figures))
@@ -15,8 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import DictConfig
-
 from mbs.figures.goose import goose_figures
 from mbs.figures.stages import FigureFn
 from mbs.figures.synthesis import synthesis_figures
@@ -24,9 +25,10 @@ from mbs.io import RunDir
 from mbs.registry import Registry
 from mbs.synth import beanstalk, direct
 from mbs.synth.goose import run as goose
+from mbs.synth.settings import SynthSettings
 
-#: ``run(cfg, out) -> summary`` of a synthesis method.
-MethodFn = Callable[[DictConfig, RunDir], dict[str, Any]]
+#: ``run(settings, out) -> summary`` of a synthesis method.
+MethodFn = Callable[[SynthSettings, RunDir], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,7 @@ class MethodSpec:
 
     Attributes:
         name: ``method=<name>`` of ``mbs-synthesize``; the run's summary ``method``.
-        run: ``run(cfg, out) -> summary dict``.
+        run: ``run(settings, out) -> summary dict``.
         needs_seeds: It grows the hard seeds of ``calibration_dir`` (MBS, direct), so the
             pipeline runs it only after its live calibration.
         figures: ``fn(run_dir, out_dir, formats, width) -> {"written", "skipped", ...}``.

@@ -9,8 +9,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
 from mbs.calibration.sampling import RolloutWriter
 from mbs.io import RunDir
 from mbs.llm.meter import BackendMeter
@@ -18,21 +16,22 @@ from mbs.records import Problem, Rollout, TreeNode
 from mbs.synth.engine import Engine, run_tasks
 from mbs.synth.grower import SynthBase
 from mbs.synth.inputs import seed_provenance
+from mbs.synth.settings import SynthSettings
 from mbs.synth.store import SeedStore, read_rollouts
 from mbs.verify.pool import GradingPool
 
 log = logging.getLogger(__name__)
 
 
-def setup_summary(cfg: DictConfig, grower: Any, state: Any) -> dict[str, Any]:
+def setup_summary(settings: SynthSettings, grower: Any, state: Any) -> dict[str, Any]:
     """The summary keys MagicBeanStalk and direct synthesis share: thresholds, the student
     set and target (with :func:`seed_provenance`), the teacher pool, the generator, the
     engine and the backend counters of ``state``."""
     return {
-        "thresholds": OmegaConf.to_container(cfg.thresholds, resolve=True),
+        "thresholds": dict(settings.thresholds_record),
         "students": [p.name for p in grower.students],
-        "target": {"policy": grower.target.name, "budget": grower.target.budget, "n": int(cfg.thresholds.N)},
-        "seeds_from": seed_provenance(cfg, grower.target),
+        "target": {"policy": grower.target.name, "budget": grower.target.budget, "n": int(settings.thresholds.N)},
+        "seeds_from": seed_provenance(settings.inputs, grower.target),
         "teachers": [t.name for t in grower.pool],
         "generator": grower.gen.name,
         "engine": state.engine,
@@ -63,7 +62,7 @@ class RunState:
     backends: dict[str, dict[str, Any]]
 
 
-def run_method(cfg: DictConfig, out: RunDir, seeds: list[Problem], grower: SynthBase) -> RunState:
+def run_method(settings: SynthSettings, out: RunDir, seeds: list[Problem], grower: SynthBase) -> RunState:
     """Grow every unfinished seed with ``grower``, writing each seed's records as it finishes.
 
     Raises:
@@ -75,7 +74,7 @@ def run_method(cfg: DictConfig, out: RunDir, seeds: list[Problem], grower: Synth
     resumed = len(seeds) - len(todo)
     if resumed:
         log.info("resuming: %d of %d seeds already finished", resumed, len(seeds))
-    meter = BackendMeter(grower.roles(), cfg.paths.cache_dir)
+    meter = BackendMeter(grower.roles(), settings.cache_dir)
     shard = out.shard("rollouts", Rollout)
     done = read_rollouts(out)
 
@@ -85,9 +84,9 @@ def run_method(cfg: DictConfig, out: RunDir, seeds: list[Problem], grower: Synth
         log.info("seed %s: %s, %d qualified problem(s)", todo[i].id, nodes[0].status, len(problems))
 
     t0 = time.perf_counter()
-    with GradingPool.from_config(cfg.verifier) as pool, shard:
+    with GradingPool.from_config(settings.verifier) as pool, shard:
         writer = RolloutWriter(pool, shard, done)
-        engine = Engine(cfg, pool, writer)
+        engine = Engine(settings.sampling, pool, writer)
         try:
             run_tasks([grower.grow(s) for s in todo], engine, on_done)
         finally:

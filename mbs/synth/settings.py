@@ -1,5 +1,12 @@
 """Typed, frozen settings of synthesis, read once from the config with their range checks beside them.
 
+``mbs-synthesize`` builds one :class:`SynthSettings` from the composed config
+(:func:`mbs.stages.synthesize.synth_settings`) and hands it to the method; nothing below the stage
+reads the config itself. Each class reads its own config node (``from_cfg``) and checks each value it
+reads against its range (:mod:`mbs.validate`), raising :class:`~mbs.errors.ConfigError` that
+names the key. Nodes a builder elsewhere reads as a whole (a backend, the teacher pool, the
+verifier, the ``goose`` node) are held resolved and detached from the config (:func:`plain`).
+
 :class:`Thresholds` holds MagicBeanStalk's thresholds (seed paper, "MagicBeanStalk"; defaults in
 ``conf/thresholds/paper.yaml``): the tree's size (K, D), the tries at each stage (N_t, N_d,
 N_l, N_c), the rollouts per calibration (N) and the two filters (alpha_leaf, alpha_parent).
@@ -10,8 +17,37 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from mbs.calibration.students import StudentSet
 from mbs.errors import ConfigError
+from mbs.validate import COUNT, TEMPERATURE, TOP_P, Check, Num, OneOf
 from mbs.validate import THRESHOLD_RANGES as RANGES
+
+#: ``synth.seeds_limit``: null (every seed) or a count >= 0.
+SEEDS_LIMIT = Num(integer=True, lo=0, nullable=True)
+#: ``direct.cost_match_on``: the costs a cost-matched baseline can match.
+COST_ON = OneOf(("all_tokens", "teacher_tokens"))
+
+
+def checked(key: str, value: Any, check: Check) -> Any:
+    """``value`` when it passes ``check``.
+
+    Raises:
+        ConfigError: It does not (the message names ``key`` and the range).
+    """
+    if not check.check(value):
+        raise ConfigError(f"{key}={value!r}: must be {check.describe()}")
+    return value
+
+
+def plain(node: Any) -> Any:
+    """A config node resolved and detached from its config (interpolations replaced by their
+    values), still read by attribute like the node (a :class:`DictConfig`/:class:`ListConfig`);
+    other values as they are."""
+    if isinstance(node, (DictConfig, ListConfig)):
+        return OmegaConf.create(OmegaConf.to_container(node, resolve=True))
+    return node
 
 
 @dataclass(frozen=True)
@@ -54,3 +90,339 @@ class Thresholds:
             ConfigError: A threshold out of its range (the message names the key).
         """
         return cls(**{f.name: node[f.name] for f in fields(cls)})
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How student rollouts are drawn (``synth.*``, ``seed``, ``paths.cache_dir``).
+
+    Attributes:
+        temperature: Sampling temperature of student rollouts.
+        top_p: Nucleus sampling mass of student rollouts.
+        early_stop: Stop a calibration once its decision is settled (identical decisions).
+        early_stop_batch: Rollouts drawn per round with early stopping.
+        seed: Base seed; sample ``i`` of a prompt is seeded from ``(seed, i)``.
+        cache_dir: The LLM cache folder (``None``: no cache).
+    """
+
+    temperature: float
+    top_p: float
+    early_stop: bool
+    early_stop_batch: int
+    seed: int
+    cache_dir: str | None
+
+    @classmethod
+    def from_cfg(cls, synth: Any, seed: Any, cache_dir: Any) -> Sampling:
+        """From the ``synth`` node, the run's ``seed`` and ``paths.cache_dir``.
+
+        Raises:
+            ConfigError: A value out of its range (names the key).
+        """
+        return cls(
+            temperature=float(checked("synth.temperature", synth.temperature, TEMPERATURE)),
+            top_p=float(checked("synth.top_p", synth.top_p, TOP_P)),
+            early_stop=bool(synth.early_stop),
+            early_stop_batch=int(checked("synth.early_stop_batch", synth.early_stop_batch, COUNT)),
+            seed=int(checked("seed", seed, Num(integer=True))),
+            cache_dir=None if cache_dir is None else str(cache_dir),
+        )
+
+
+@dataclass(frozen=True)
+class SeedInputs:
+    """Where a run's hard seeds come from (``calibration_dir``, ``shard``, ``synth.seeds_limit``).
+
+    Attributes:
+        calibration_dir: A ``mbs-calibrate`` run directory (``None``: not set; methods that grow
+            hard seeds then fail naming the key).
+        shard_index, shard_count: This process's shard of the seeds (by a stable hash of the id).
+        seeds_limit: At most this many seeds of the shard (``None``: all).
+    """
+
+    calibration_dir: str | None
+    shard_index: int
+    shard_count: int
+    seeds_limit: int | None
+
+    @classmethod
+    def from_cfg(cls, calibration_dir: Any, shard: Any, synth: Any) -> SeedInputs:
+        """From ``calibration_dir``, the ``shard`` node and the ``synth`` node.
+
+        Raises:
+            ConfigError: A value out of its range (names the key).
+        """
+        limit = checked("synth.seeds_limit", synth.seeds_limit, SEEDS_LIMIT)
+        return cls(
+            calibration_dir=str(calibration_dir) if calibration_dir else None,
+            shard_index=int(checked("shard.index", shard.index, Num(integer=True, lo=0))),
+            shard_count=int(checked("shard.count", shard.count, COUNT)),
+            seeds_limit=None if limit is None else int(limit),
+        )
+
+
+@dataclass(frozen=True)
+class CandidateChecks:
+    """How a teacher's problem is checked before it is verified (``<method>.*``).
+
+    Attributes:
+        max_chars: Longest text (characters) of one field pasted into a prompt.
+        max_answer_chars: A longer final answer is rejected as not a final answer.
+        self_reference: Regular expressions marking a problem as not self-contained.
+    """
+
+    max_chars: int
+    max_answer_chars: int
+    self_reference: tuple[str, ...]
+
+    @classmethod
+    def from_cfg(cls, node: Any, key: str) -> CandidateChecks:
+        """From a method node (``mbs`` or ``direct``, named ``key``).
+
+        Raises:
+            ConfigError: A value out of its range (names the key).
+        """
+        return cls(
+            max_chars=int(checked(f"{key}.max_chars", node.max_chars, COUNT)),
+            max_answer_chars=int(checked(f"{key}.max_answer_chars", node.max_answer_chars, COUNT)),
+            self_reference=tuple(str(p) for p in node.self_reference),
+        )
+
+
+@dataclass(frozen=True)
+class JudgeSettings:
+    """The optional judge pool (``<method>.judges``, ``<method>.templates.judge``).
+
+    Attributes:
+        pool: Judge entries in the teacher-pool format (resolved, :func:`plain`); empty: no judging.
+        filter: Drop qualified problems every judge rejects.
+        template: The judges' prompt template.
+    """
+
+    pool: Any
+    filter: bool
+    template: str
+
+    @classmethod
+    def from_cfg(cls, node: Any) -> JudgeSettings:
+        """From a method node (``mbs`` or ``direct``)."""
+        return cls(pool=plain(node.judges.pool), filter=bool(node.judges.filter), template=str(node.templates.judge))
+
+
+@dataclass(frozen=True)
+class GrowerSettings:
+    """What a tree-growing method's candidates need (:class:`mbs.synth.grower.SynthBase`).
+
+    Attributes:
+        key: The method's config node (``mbs`` or ``direct``), for messages.
+        generator: Teacher-pool entry (by name) that writes problems (``None``: the first live one).
+        checks: The candidate checks.
+        judges: The judge pool.
+    """
+
+    key: str
+    generator: str | None
+    checks: CandidateChecks
+    judges: JudgeSettings
+
+    @classmethod
+    def from_cfg(cls, node: Any, key: str) -> GrowerSettings:
+        """From a method node (``mbs`` or ``direct``, named ``key``).
+
+        Raises:
+            ConfigError: A value out of its range (names the key).
+        """
+        gen = node.generator
+        return cls(key=key, generator=None if gen is None else str(gen), checks=CandidateChecks.from_cfg(node, key),
+                   judges=JudgeSettings.from_cfg(node))
+
+
+@dataclass(frozen=True)
+class Grounding:
+    """Document grounding of MBS's synthetic problems (``mbs.grounding``; :mod:`mbs.synth.grounding`).
+
+    Attributes:
+        enabled: Ground each seed's kept synthetic problems on retrieved documents.
+        corpus: A JSONL file or a folder of ``.txt``/``.md`` files.
+        text_field, id_field: JSONL fields of a document's text and id (``id_field`` ``None``: the line number).
+        top_k: K_d, documents retrieved per seed.
+        retriever: ``tfidf`` or ``embedding``.
+        embedding_model: Local sentence-transformers model folder (``embedding``).
+    """
+
+    enabled: bool
+    corpus: str | None
+    text_field: str
+    id_field: str | None
+    top_k: int
+    retriever: str
+    embedding_model: str | None
+
+    @classmethod
+    def from_cfg(cls, node: Any) -> Grounding:
+        """From the ``mbs.grounding`` node.
+
+        Raises:
+            ConfigError: ``top_k`` out of its range.
+        """
+        return cls(
+            enabled=bool(node.enabled), corpus=None if node.corpus is None else str(node.corpus),
+            text_field=str(node.text_field), id_field=None if node.id_field is None else str(node.id_field),
+            top_k=int(checked("mbs.grounding.top_k", node.top_k, COUNT)), retriever=str(node.retriever),
+            embedding_model=None if node.embedding_model is None else str(node.embedding_model),
+        )
+
+
+@dataclass(frozen=True)
+class MbsSettings:
+    """MagicBeanStalk's settings (``mbs.*``; the thresholds are :class:`Thresholds`).
+
+    Attributes:
+        grower: Generator, candidate checks and judges.
+        templates: Prompt template of each teacher step (``trace``, ``decompose``, ``leaf``,
+            ``compose``, ``ground``, ``judge``).
+        trace_batch: Stage-1 traces drawn per seed and teacher in one round.
+        trace_context: ``solution`` or ``reasoning``: what later prompts get of a thinking trace.
+        parents_per_node: Composed parents kept per internal node before its trials stop.
+        restate_similarity: A subproblem at least this similar to its parent restates it (0..1).
+        grounding: Document grounding.
+    """
+
+    grower: GrowerSettings
+    templates: dict[str, str]
+    trace_batch: int
+    trace_context: str
+    parents_per_node: int
+    restate_similarity: float
+    grounding: Grounding
+
+    @classmethod
+    def from_cfg(cls, node: Any) -> MbsSettings:
+        """From the ``mbs`` node.
+
+        Raises:
+            ConfigError: A value out of its range (names the key).
+        """
+        return cls(
+            grower=GrowerSettings.from_cfg(node, "mbs"),
+            templates={str(k): str(v) for k, v in node.templates.items()},
+            trace_batch=int(checked("mbs.trace_batch", node.trace_batch, COUNT)),
+            trace_context=str(node.trace_context),
+            parents_per_node=int(checked("mbs.parents_per_node", node.parents_per_node, COUNT)),
+            restate_similarity=float(node.restate_similarity),
+            grounding=Grounding.from_cfg(node.grounding),
+        )
+
+
+@dataclass(frozen=True)
+class DirectSettings:
+    """The direct-prompting baseline's settings (``direct.*``; the keys it shares with ``mbs``
+    are resolved from there).
+
+    Attributes:
+        grower: Generator, candidate checks and judges.
+        variant_template: The variation prompt template.
+        n_variants: Variations per seed (per round when cost-matched).
+        cost_match_run: An MBS run directory to match the cost of (``None``: not cost-matched).
+        cost_match_on: ``all_tokens`` or ``teacher_tokens``.
+        cost_match_max_variants: At most this many variations per seed when cost-matching.
+    """
+
+    grower: GrowerSettings
+    variant_template: str
+    n_variants: int
+    cost_match_run: str | None
+    cost_match_on: str
+    cost_match_max_variants: int
+
+    @classmethod
+    def from_cfg(cls, node: Any) -> DirectSettings:
+        """From the ``direct`` node (interpolations into ``mbs`` resolved).
+
+        Raises:
+            ConfigError: A value out of its range (names the key).
+        """
+        run = node.cost_match_run
+        return cls(
+            grower=GrowerSettings.from_cfg(node, "direct"),
+            variant_template=str(node.templates.variant),
+            n_variants=int(checked("direct.n_variants", node.n_variants, COUNT)),
+            cost_match_run=str(run) if run else None,
+            cost_match_on=str(checked("direct.cost_match_on", node.cost_match_on, COST_ON)),
+            cost_match_max_variants=int(node.cost_match_max_variants),
+        )
+
+
+@dataclass(frozen=True)
+class GooseSettings:
+    """Golden Goose's settings (``goose.*``, ``data.limit``).
+
+    Attributes:
+        node: The ``goose`` node, resolved (:func:`plain`): read by the Goose builders
+            (:class:`~mbs.synth.goose.build.Bounds`, sources, distractors, the audit).
+        data_limit: At most this many passages (``data.limit``; ``None``: all).
+    """
+
+    node: Any
+    data_limit: int | None
+
+    @classmethod
+    def from_cfg(cls, node: Any, data_limit: Any) -> GooseSettings:
+        """From the ``goose`` node and ``data.limit``.
+
+        Raises:
+            ConfigError: ``data.limit`` out of its range.
+        """
+        limit = checked("data.limit", data_limit, SEEDS_LIMIT)
+        return cls(node=plain(node), data_limit=None if limit is None else int(limit))
+
+
+@dataclass(frozen=True)
+class SynthSettings:
+    """Everything a synthesis method reads, built once by ``mbs-synthesize``
+    (:func:`mbs.stages.synthesize.synth_settings`, from each node's ``from_cfg``).
+
+    Attributes:
+        method: ``method``.
+        sampling: How student rollouts are drawn (seed and LLM cache included).
+        inputs: Where the hard seeds come from.
+        thresholds: MagicBeanStalk's thresholds.
+        thresholds_record: ``thresholds`` as a plain resolved mapping (every key, as the summary records it).
+        templates: Prompt template per answer type for student rollouts (``synth.templates``).
+        verifier: The ``verifier`` node, resolved (:func:`plain`; :class:`mbs.verify.pool.GradingPool`, ``path``).
+        teacher_pool: The ``teacher.pool`` entries, resolved (:func:`plain`).
+        students: The student set: its policies and the one target lookup
+            (:meth:`~mbs.calibration.students.StudentSet.live_target`).
+        mbs, direct, goose: The settings of each built-in method.
+        method_config: The selected method's own node (``cfg[method]``) as a plain mapping, for
+            methods registered from outside (``None`` when there is none).
+    """
+
+    method: str
+    sampling: Sampling
+    inputs: SeedInputs
+    thresholds: Thresholds
+    thresholds_record: dict[str, Any]
+    templates: dict[str, str]
+    verifier: Any
+    teacher_pool: Any
+    students: StudentSet
+    mbs: MbsSettings
+    direct: DirectSettings
+    goose: GooseSettings
+    method_config: Any = None
+
+    @property
+    def cache_dir(self) -> str | None:
+        """The LLM cache folder (``paths.cache_dir``)."""
+        return self.sampling.cache_dir
+
+    @property
+    def seed(self) -> int:
+        """The run's base seed."""
+        return self.sampling.seed
+
+    @property
+    def verifier_path(self) -> Any:
+        """``verifier.path``: the verifier a problem without an answer type is graded by."""
+        return self.verifier.path

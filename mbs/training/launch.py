@@ -2,7 +2,7 @@
 
 Shared by both engines (:mod:`mbs.training.verl_command`, :mod:`mbs.training.trl_engine`):
 :class:`TrainError`, the row check of the exported parquet files, the job's environment and the
-submitit executor built from ``train.submitit``.
+submitit executor built from ``train.submitit`` (:class:`mbs.training.settings.SubmititSettings`).
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
 from mbs.errors import UserError
+from mbs.training.settings import SubmititSettings, TrainSettings
 
 __all__ = ["TrainError", "check_data", "job_env", "run_logged", "submit"]
 
@@ -25,9 +24,9 @@ class TrainError(UserError, RuntimeError):
     """A training job could not be launched or failed (names the log or job)."""
 
 
-def job_env(cfg: DictConfig) -> dict[str, str]:
+def job_env(train: TrainSettings) -> dict[str, str]:
     """Environment variables of the training process (``train.env``, values as strings)."""
-    return {str(k): str(v) for k, v in OmegaConf.to_container(cfg.train.env, resolve=True).items()}
+    return dict(train.env)
 
 
 def check_data(
@@ -83,16 +82,15 @@ def run_logged(cmd: Sequence[str], env: dict[str, str], cwd: str, log_path: str)
         return proc.wait()
 
 
-def submit(cfg: DictConfig, job: Callable[[], Any], name: str) -> Any:
+def submit(s: SubmititSettings, job: Callable[[], Any], name: str) -> Any:
     """Submit ``job`` (a picklable callable) through ``submitit.AutoExecutor`` with the
-    ``train.submitit`` settings, as job ``name``.
+    ``train.submitit`` settings ``s``, as job ``name``.
 
     Returns:
         The submitit job.
     """
     import submitit
 
-    s = cfg.train.submitit
     executor = submitit.AutoExecutor(folder=str(s.folder), cluster=s.cluster)
     executor.update_parameters(
         name=name,

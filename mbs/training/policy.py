@@ -24,10 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
 from mbs.errors import ConfigError
 from mbs.training.provenance import ExportProvenance, MissingProvenanceError, PolicyProvenance
+from mbs.training.settings import TrainSettings
 
 __all__ = ["POLICY_KEYS", "TrainPolicy", "resolve_policy"]
 
@@ -153,13 +152,12 @@ def _load_path(model: str, gguf: str | None, cache_dir: str, convert: bool) -> s
     return str(Path(cache_dir) / "hf" / file_sha256(gguf)[:16])  # where trainable_checkpoint puts it
 
 
-def resolve_policy(tcfg: DictConfig, cache_dir: str, convert: bool = True) -> TrainPolicy:
+def resolve_policy(train: TrainSettings, convert: bool = True) -> TrainPolicy:
     """Merge the export's calibrated policy with ``train.*`` (see the module docstring).
 
     Args:
-        tcfg: The ``train`` config node (``data_dir``, ``calibration``, :data:`POLICY_KEYS`,
-            ``override``, ``uncalibrated``).
-        cache_dir: ``paths.cache_dir`` (converted checkpoints go to ``<cache_dir>/hf/``).
+        train: The train settings (``data_dir``, ``calibration``, :data:`POLICY_KEYS`,
+            ``override``, ``uncalibrated``; converted checkpoints go to ``<cache_dir>/hf/``).
         convert: Convert a GGUF policy now (``False``: name the folder it will be converted to; dry runs).
 
     Returns:
@@ -173,29 +171,29 @@ def resolve_policy(tcfg: DictConfig, cache_dir: str, convert: bool = True) -> Tr
             not given with ``train.override=[model]``.
         InputNotFoundError: ``train.data_dir`` is not an export run folder.
     """
-    if tcfg.data_dir is None:
+    if train.data_dir is None:
         raise ConfigError("train.data_dir is required: the mbs-export run folder holding train.parquet and val.parquet")
-    override = [str(k) for k in (tcfg.override or [])]
+    override = list(train.override)
     unknown = [k for k in override if k not in POLICY_KEYS]
     if unknown:
         raise ConfigError(f"train.override={override}: unknown key(s) {unknown}; valid keys: {', '.join(POLICY_KEYS)}")
-    asked = {k: _plain(tcfg[k]) for k in POLICY_KEYS}
+    asked = {k: getattr(train, k) for k in POLICY_KEYS}
     explicit = asked["model"] is not None and "model" in override
     try:
-        export = ExportProvenance.from_export(str(tcfg.data_dir))
+        export = ExportProvenance.from_export(str(train.data_dir))
     except MissingProvenanceError:
         if not explicit:
             raise
         export = None
-    prov = None if export is None else export.choose(None if tcfg.calibration is None else str(tcfg.calibration))
+    prov = None if export is None else export.choose(None if train.calibration is None else str(train.calibration))
     if prov is None and not explicit:
         why = "; ".join(p.describe() for p in export.sources) if export else ""
         raise MissingProvenanceError(
-            f"{tcfg.data_dir}: no source names a trainable calibrated policy ({why}): give the model to train with "
+            f"{train.data_dir}: no source names a trainable calibrated policy ({why}): give the model to train with "
             "train.model=MODEL train.override=[model] (train.uncalibrated gives L, N and the sampling settings)"
         )
     calibrated = _calibrated(prov) if prov is not None else {k: None for k in POLICY_KEYS}
-    fallback = OmegaConf.to_container(tcfg.uncalibrated, resolve=True) if prov is None else {}
+    fallback = dict(train.uncalibrated) if prov is None else {}
     used: dict[str, Any] = {}
     overrides: dict[str, dict[str, Any]] = {}
     for key in POLICY_KEYS:
@@ -209,7 +207,7 @@ def resolve_policy(tcfg: DictConfig, cache_dir: str, convert: bool = True) -> Tr
             used[key] = c if key != "model" else a
             continue
         if key not in override and prov is not None:
-            where = f"{prov.source} in {tcfg.data_dir}" if prov else str(tcfg.data_dir)
+            where = f"{prov.source} in {train.data_dir}" if prov else str(train.data_dir)
             raise ConfigError(
                 f"train.{key}={_show(a)}: the data was calibrated with {key}={_show(c)} ({where}); training another "
                 f"setting trains on pass rates measured for something else. Set train.{key}=null to train the calibrated "
@@ -229,14 +227,14 @@ def resolve_policy(tcfg: DictConfig, cache_dir: str, convert: bool = True) -> Tr
         model = str(asked["model"] if asked["model"] is not None else prov.model)
     for key in ("group_size", "max_completion_length"):
         if used[key] is None:
-            raise ConfigError(f"{tcfg.data_dir}: the calibrated {key} is not recorded; set train.{key} and train.override=[{key}]")
+            raise ConfigError(f"{train.data_dir}: the calibrated {key} is not recorded; set train.{key} and train.override=[{key}]")
     if used["temperature"] is None or used["top_p"] is None:
-        raise ConfigError(f"{tcfg.data_dir}: the calibrated temperature/top_p are not recorded; set them and list them in train.override")
+        raise ConfigError(f"{train.data_dir}: the calibrated temperature/top_p are not recorded; set them and list them in train.override")
     for key, change in overrides.items():
         if change["calibrated"] is not None:
             log.warning("train.%s=%s overrides the calibrated %s (train.override)", key, _show(change["used"]), _show(change["calibrated"]))
     return TrainPolicy(
-        model=_load_path(model, gguf, cache_dir, convert),
+        model=_load_path(model, gguf, train.cache_dir, convert),
         group_size=int(used["group_size"]), max_completion_length=int(used["max_completion_length"]),
         temperature=float(used["temperature"]), top_p=float(used["top_p"]),
         top_k=None if used["top_k"] is None else int(used["top_k"]),
@@ -245,12 +243,6 @@ def resolve_policy(tcfg: DictConfig, cache_dir: str, convert: bool = True) -> Tr
         chat_template_kwargs=dict(used["chat_template_kwargs"] or {}),
         provenance=prov, overrides=overrides, other_sources=export.others(prov) if export else {}, gguf=gguf,
     )
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, DictConfig):
-        return OmegaConf.to_container(value, resolve=True)
-    return value
 
 
 def _show(value: Any) -> str:

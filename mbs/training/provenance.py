@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from mbs.errors import ConfigError, InputNotFoundError
 
@@ -219,9 +219,38 @@ def distribution_of(backend: Mapping[str, Any], temperature: Any, top_p: Any) ->
     return dist
 
 
-def _select(cfg: DictConfig, key: str) -> Any:
-    value = OmegaConf.select(cfg, key, throw_on_resolution_failure=False)
-    return _container(value) if isinstance(value, DictConfig) else value
+#: The keys of a source run's ``config.yaml`` that its provenance reads (:func:`_run_config`).
+RUN_KEYS = ("students.policies", "calibrate.n", "calibrate.temperature", "calibrate.top_p", "synth.temperature", "synth.top_p")
+
+
+def _run_config(conf: DictConfig | ListConfig) -> dict[str, Any]:
+    """The :data:`RUN_KEYS` of a run's loaded ``config.yaml`` as a plain nested dict.
+
+    Each key is resolved in the whole config where it sits: a node as plain containers (kept raw
+    where an interpolation does not resolve: :func:`_container`), a value that does not resolve
+    as ``None``, a missing key left out.
+    """
+    out: dict[str, Any] = {}
+    for key in RUN_KEYS:
+        value = OmegaConf.select(conf, key, throw_on_resolution_failure=False)
+        if value is None:
+            continue
+        *parents, leaf = key.split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = _container(value) if isinstance(value, DictConfig) else value
+    return out
+
+
+def _select(conf: Mapping[str, Any], key: str) -> Any:
+    """The value at dotted ``key`` of the plain dict ``conf`` (``None`` where a part is missing)."""
+    node: Any = conf
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
 
 
 def _container(node: DictConfig) -> Any:
@@ -266,16 +295,19 @@ def _model_identity(node: Mapping[str, Any], kind: str) -> dict[str, Any]:
             "revision": node.get("revision")}
 
 
-def _policy_node(cfg: DictConfig, name: str | None) -> dict[str, Any] | None:
-    policies = _select(cfg, "students.policies") or {}
+def _policy_node(conf: Mapping[str, Any], name: str | None) -> dict[str, Any] | None:
+    policies = _select(conf, "students.policies") or {}
     for node in policies.values():
         if isinstance(node, dict) and str(node.get("name")) == str(name):
             return node
     return None
 
 
-def _from_policy(base: dict[str, Any], cfg: DictConfig, name: str | None, budget: Any, n: Any, sampling: str) -> PolicyProvenance:
-    node = _policy_node(cfg, name)
+def _from_policy(base: dict[str, Any], conf: Mapping[str, Any], name: str | None, budget: Any, n: Any,
+                 sampling: str) -> PolicyProvenance:
+    """The provenance of policy ``name`` of a run whose config is ``conf`` (:func:`_run_config`),
+    at ``budget`` and ``n``, sampled with ``<sampling>.temperature`` / ``.top_p``."""
+    node = _policy_node(conf, name)
     if node is None:
         return PolicyProvenance(**base, trainable=False, policy=name, why_not=f"policy {name!r} is not in the run's students.policies")
     if node.get("source") == "recorded":
@@ -294,7 +326,7 @@ def _from_policy(base: dict[str, Any], cfg: DictConfig, name: str | None, budget
         why_not=None if known else f"backend {kind!r} names no model weights mbs can train: give train.model and "
                                    "train.override=[model]",
         budget=None if budget is None else int(budget), n=None if n is None else int(n),
-        temperature=_float(_select(cfg, f"{sampling}.temperature")), top_p=_float(_select(cfg, f"{sampling}.top_p")),
+        temperature=_float(_select(conf, f"{sampling}.temperature")), top_p=_float(_select(conf, f"{sampling}.top_p")),
         **engine_sampling(kind, backend), reasoning_format=str(reasoning.get("format") or "auto"),
         chat_template_kwargs=dict(reasoning.get("chat_template_kwargs") or {}), effort=reasoning.get("effort"),
     )
@@ -320,27 +352,27 @@ def provenance_of_run(name: str, run_dir: str | Path, stage: str, selection: Map
     Raises:
         InputNotFoundError: The run folder has no ``config.yaml`` or ``summary.json``.
     """
-    base = {"source": name, "run_dir": str(run_dir), "stage": stage}
+    base: dict[str, Any] = {"source": name, "run_dir": str(run_dir), "stage": stage}
     if stage == "data":
         return PolicyProvenance(**base, trainable=False, why_not="rows of a data config: never calibrated")
     run_dir = Path(run_dir)
     for f in ("config.yaml", "summary.json"):
         if not (run_dir / f).is_file():
             raise InputNotFoundError(f"{run_dir / f} not found: cannot record the policy that calibrated source {name!r}")
-    cfg = OmegaConf.load(run_dir / "config.yaml")
+    conf = _run_config(OmegaConf.load(run_dir / "config.yaml"))
     summary = json.loads((run_dir / "summary.json").read_text())
     if stage == "calibrate":
         sel = dict(selection or {})
         policy = sel.get("policy") or summary.get("target_policy")
-        return _from_policy(base, cfg, policy, sel.get("budget", summary.get("hard_seed_budget")),
-                            _select(cfg, "calibrate.n"), "calibrate")
+        return _from_policy(base, conf, policy, sel.get("budget", summary.get("hard_seed_budget")),
+                            _select(conf, "calibrate.n"), "calibrate")
     if "filter" in summary:  # Golden Goose: the difficulty filter calibrated the items
         filt = summary["filter"]
         if not filt.get("enabled"):
             return PolicyProvenance(**base, trainable=False, why_not="Golden Goose items without the difficulty filter: never calibrated")
-        return _from_policy(base, cfg, filt.get("policy"), filt.get("budget"), filt.get("n"), "synth")
+        return _from_policy(base, conf, filt.get("policy"), filt.get("budget"), filt.get("n"), "synth")
     target = summary.get("target") or {}
-    return _from_policy(base, cfg, target.get("policy"), target.get("budget"), target.get("n"), "synth")
+    return _from_policy(base, conf, target.get("policy"), target.get("budget"), target.get("n"), "synth")
 
 
 def _live(provs: Iterable[PolicyProvenance]) -> list[PolicyProvenance]:

@@ -44,10 +44,9 @@ import logging
 import os
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from omegaconf import DictConfig, OmegaConf
 
 from mbs.errors import ConfigError, require_extra
 from mbs.rewards import compute_score
@@ -63,6 +62,7 @@ from mbs.training.checkpoints import (
 )
 from mbs.training.launch import TrainError
 from mbs.training.policy import TrainPolicy
+from mbs.training.settings import TrainSettings, TrlSettings
 from mbs.training.trl_trainer import finite_guard, trainer_class
 
 __all__ = ["METRIC_KEYS", "Reward", "TrlJob", "batch_sizes", "last_checkpoint", "resume_point", "train_trl"]
@@ -191,23 +191,22 @@ def _metrics_callback(path: Path, t0: float) -> Any:
     return MetricsCallback()
 
 
-def grpo_args(tcfg: DictConfig, policy: TrainPolicy, out_dir: Path) -> dict[str, Any]:
-    """Keyword arguments of ``trl.GRPOConfig`` from ``train.trl`` and the policy.
+def grpo_args(t: TrlSettings, policy: TrainPolicy, out_dir: Path) -> dict[str, Any]:
+    """Keyword arguments of ``trl.GRPOConfig`` from ``train.trl`` (``t``) and the policy.
 
     Raises:
         ConfigError: The batch does not split (:func:`batch_sizes`).
     """
     import torch
 
-    t = OmegaConf.to_container(tcfg.trl, resolve=True)
     cuda = torch.cuda.is_available()
     return {
         "output_dir": str(out_dir / "checkpoints"),
-        "max_steps": int(t["max_steps"]),
-        "learning_rate": float(t["learning_rate"]),
-        "lr_scheduler_type": str(t["lr_scheduler_type"]),
-        "per_device_train_batch_size": batch_sizes(t["prompts_per_step"], policy.group_size, t["gradient_accumulation_steps"]),
-        "gradient_accumulation_steps": int(t["gradient_accumulation_steps"]),
+        "max_steps": int(t.max_steps),
+        "learning_rate": float(t.learning_rate),
+        "lr_scheduler_type": str(t.lr_scheduler_type),
+        "per_device_train_batch_size": batch_sizes(t.prompts_per_step, policy.group_size, t.gradient_accumulation_steps),
+        "gradient_accumulation_steps": int(t.gradient_accumulation_steps),
         "num_generations": policy.group_size,
         "max_completion_length": policy.max_completion_length,
         "temperature": policy.temperature,
@@ -215,27 +214,27 @@ def grpo_args(tcfg: DictConfig, policy: TrainPolicy, out_dir: Path) -> dict[str,
         "top_k": 0 if policy.top_k is None else policy.top_k,
         "min_p": policy.min_p,
         "chat_template_kwargs": policy.chat_template_kwargs or None,
-        "beta": float(t["beta"]),
-        "loss_type": str(t["loss_type"]),
-        "seed": int(t["seed"]),
+        "beta": float(t.beta),
+        "loss_type": str(t.loss_type),
+        "seed": int(t.seed),
         "save_strategy": "steps",
-        "save_steps": int(t["save_steps"]),
-        "save_total_limit": t["save_total_limit"],
+        "save_steps": int(t.save_steps),
+        "save_total_limit": t.save_total_limit,
         "logging_steps": 1,
-        "report_to": list(t["report_to"]) or "none",
-        "bf16": bool(t["bf16"]) and cuda,
+        "report_to": list(t.report_to) or "none",
+        "bf16": bool(t.bf16) and cuda,
         "use_cpu": not cuda,
-        "use_vllm": bool(t["use_vllm"]),
-        "gradient_checkpointing": bool(t["gradient_checkpointing"]),
+        "use_vllm": bool(t.use_vllm),
+        "gradient_checkpointing": bool(t.gradient_checkpointing),
         "remove_unused_columns": False,  # the reward reads data_source, reward_model and extra_info
-        "model_init_kwargs": {"dtype": "float32" if not (t["bf16"] and cuda) else "bfloat16"},
+        "model_init_kwargs": {"dtype": "float32" if not (t.bf16 and cuda) else "bfloat16"},
         "log_completions": False,
         "dataloader_num_workers": 0,
-        "disable_tqdm": not bool(t["progress"]),
+        "disable_tqdm": not bool(t.progress),
     }
 
 
-def resume_point(tcfg: DictConfig, checkpoints: Path) -> Path | None:
+def resume_point(t: TrlSettings, checkpoints: Path) -> Path | None:
     """The checkpoint a run starts from: ``train.trl.resume_from`` if set, else (``train.trl.resume``)
     the newest complete one in ``checkpoints`` (:func:`mbs.training.checkpoints.last_checkpoint`).
 
@@ -246,7 +245,6 @@ def resume_point(tcfg: DictConfig, checkpoints: Path) -> Path | None:
         TrainError: ``resume_from`` names no folder, or an incomplete checkpoint (cut short
             while saving; names the sentinel it lacks and the complete ones there are).
     """
-    t = tcfg.trl
     if t.resume_from is None:
         return last_checkpoint(checkpoints) if t.resume else None
     asked = str(t.resume_from)
@@ -263,7 +261,7 @@ def resume_point(tcfg: DictConfig, checkpoints: Path) -> Path | None:
     return path
 
 
-def train_trl(cfg: DictConfig, policy: TrainPolicy, out_dir: str | os.PathLike) -> dict[str, Any]:
+def train_trl(train: TrainSettings, policy: TrainPolicy, out_dir: str | os.PathLike) -> dict[str, Any]:
     """Train ``policy`` with TRL's GRPO trainer on ``train.data_dir``; resume from the last checkpoint.
 
     A resumed run first removes the checkpoint folders after its starting point (incomplete ones,
@@ -272,7 +270,7 @@ def train_trl(cfg: DictConfig, policy: TrainPolicy, out_dir: str | os.PathLike) 
     renamed into place.
 
     Args:
-        cfg: The train config (``train.data_dir``, ``train.trl``, ``train.env``).
+        train: The train settings (``data_dir``, ``all_rows``, ``trl``, ``env``).
         policy: The resolved policy (:func:`mbs.training.policy.resolve_policy`).
         out_dir: The run folder.
 
@@ -292,10 +290,9 @@ def train_trl(cfg: DictConfig, policy: TrainPolicy, out_dir: str | os.PathLike) 
     for module in ("torch", "transformers", "trl"):
         require_extra(module, "mbs-train train.engine=trl")
     out = Path(out_dir)
-    tcfg = cfg.train
-    resume = resume_point(tcfg, out / "checkpoints")
-    with _environment(OmegaConf.to_container(tcfg.env, resolve=True)):  # the reward's grading workers, this run only
-        return _train(tcfg, policy, out, resume)
+    resume = resume_point(train.trl, out / "checkpoints")
+    with _environment(train.env):  # the reward's grading workers, this run only
+        return _train(train, policy, out, resume)
 
 
 @contextlib.contextmanager
@@ -319,20 +316,20 @@ def _environment(env: dict[str, Any]):
         rewards.reset_pool()
 
 
-def _train(tcfg: DictConfig, policy: TrainPolicy, out: Path, resume: Path | None) -> dict[str, Any]:
-    """The body of :func:`train_trl` (the train node, the output folder, the checkpoint resumed)."""
+def _train(train: TrainSettings, policy: TrainPolicy, out: Path, resume: Path | None) -> dict[str, Any]:
+    """The body of :func:`train_trl` (the train settings, the output folder, the checkpoint resumed)."""
     import datasets
     from trl import GRPOConfig
 
-    ds = datasets.load_dataset("parquet", data_files={"train": str(Path(str(tcfg.data_dir)) / "train.parquet")})["train"]
-    drop = set(policy.other_sources) if policy.provenance is not None and not bool(tcfg.all_rows) else set()
+    ds = datasets.load_dataset("parquet", data_files={"train": str(Path(str(train.data_dir)) / "train.parquet")})["train"]
+    drop = set(policy.other_sources) if policy.provenance is not None and not train.all_rows else set()
     if drop:  # rows calibrated for another policy or setup: their bands say nothing about this one
         before = len(ds)
         ds = ds.filter(lambda row: (row["extra_info"] or {}).get("source") not in drop)
         log.info("training on %d of %d rows: the rows of %s were calibrated for another policy or setup "
                  "(train.all_rows=true keeps them)", len(ds), before, sorted(drop))
-    if len(ds) < int(tcfg.trl.prompts_per_step):
-        raise TrainError(f"{tcfg.data_dir}/train.parquet has {len(ds)} rows, fewer than train.trl.prompts_per_step={tcfg.trl.prompts_per_step}")
+    if len(ds) < int(train.trl.prompts_per_step):
+        raise TrainError(f"{train.data_dir}/train.parquet has {len(ds)} rows, fewer than train.trl.prompts_per_step={train.trl.prompts_per_step}")
     resumed_step = json.loads((resume / "trainer_state.json").read_text())["global_step"] if resume else 0
     removed = remove_incomplete_after(out / "checkpoints", int(resumed_step))
     for path in removed:
@@ -342,7 +339,7 @@ def _train(tcfg: DictConfig, policy: TrainPolicy, out: Path, resume: Path | None
             (out / name).unlink(missing_ok=True)
         elif dropped := drop_after(out / name, int(resumed_step)):
             log.info("%s: dropped %d line(s) after step %d (steps this run trains again, or a torn line)", name, dropped, resumed_step)
-    kwargs = grpo_args(tcfg, policy, out)
+    kwargs = grpo_args(train.trl, policy, out)
     keep = kwargs.pop("save_total_limit")
     args = GRPOConfig(**kwargs, save_total_limit=None)  # rotation after the new checkpoint is complete (trainer_class)
     reward = Reward(policy.reasoning_format, policy.max_completion_length, out / "completions.jsonl")
@@ -377,22 +374,24 @@ def _train(tcfg: DictConfig, policy: TrainPolicy, out: Path, resume: Path | None
         "train": {k: v for k, v in (result.metrics or {}).items() if isinstance(v, (int, float))},
         "load_seconds": round(t1 - t0, 3),
         "seconds_per_step": round(seconds / done, 3) if done > 0 else None,
-        "grpo_config": {k: v for k, v in grpo_args(tcfg, policy, out).items() if k != "output_dir"},
+        "grpo_config": {k: v for k, v in grpo_args(train.trl, policy, out).items() if k != "output_dir"},
     }
 
 
+@dataclass(frozen=True)
 class TrlJob:
     """A picklable job that trains with TRL (what submitit sends to the cluster or runs locally).
 
-    Args:
-        cfg: The train config (a plain container is kept, so the job pickles).
+    Attributes:
+        train: The train settings (plain values: the job pickles).
         policy: The resolved policy.
         out_dir: The run folder.
     """
 
-    def __init__(self, cfg: DictConfig, policy: TrainPolicy, out_dir: str):
-        self.cfg = OmegaConf.to_container(cfg, resolve=True)
-        self.policy, self.out_dir = policy, str(out_dir)
+    train: TrainSettings
+    policy: TrainPolicy
+    out_dir: str
 
     def __call__(self) -> dict[str, Any]:
-        return train_trl(OmegaConf.create(self.cfg), self.policy, self.out_dir)
+        """Train (:func:`train_trl`); returns its part of the summary."""
+        return train_trl(self.train, self.policy, self.out_dir)

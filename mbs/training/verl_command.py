@@ -14,6 +14,7 @@ imports torch); it only has to be installed where the command runs (``pip instal
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import re
@@ -24,12 +25,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
 from mbs.errors import ConfigError, MissingExtraError, require_extra
 from mbs.export.prompt_length import PromptCounter, length_report, parquet_prompts
 from mbs.training.launch import TrainError, run_logged
 from mbs.training.policy import TrainPolicy, resolve_policy
+from mbs.training.settings import TrainSettings
 
 log = logging.getLogger(__name__)
 
@@ -125,16 +125,19 @@ def known_differences(policy: TrainPolicy) -> list[str]:
     return [note]
 
 
-def verl_overrides(cfg: DictConfig, policy: TrainPolicy | None = None) -> list[tuple[str, Any]]:
-    """The ``(key, value)`` overrides of verl's trainer config that ``cfg.train.verl`` defines.
+def verl_overrides(train: TrainSettings, policy: TrainPolicy | None = None) -> list[tuple[str, Any]]:
+    """The ``(key, value)`` overrides of verl's trainer config that ``train.verl`` defines.
 
     ``reward.custom_reward_function.path: null`` becomes this install's ``mbs/rewards.py``; the
     :data:`VERL_POLICY_KEYS` come from ``policy``; ``data.max_prompt_length: null`` is derived
     from the data (:func:`prompt_length`).
 
     Args:
-        cfg: The train config.
+        train: The train settings (``verl``, ``data_dir``, ``tokenizer``).
         policy: The resolved policy (``None``: resolved here without converting a GGUF).
+
+    Returns:
+        ``(dotted key, value)`` pairs in the recipe's order.
 
     Raises:
         TrainError: ``train.data_dir`` is not set.
@@ -142,14 +145,14 @@ def verl_overrides(cfg: DictConfig, policy: TrainPolicy | None = None) -> list[t
             from the calibrated policy: names the ``train.*`` key to use), or the policy cannot be
             resolved (:func:`mbs.training.policy.resolve_policy`).
     """
-    if cfg.train.data_dir is None:
+    if train.data_dir is None:
         raise TrainError("train.data_dir is required: the mbs-export run folder holding train.parquet and val.parquet")
     if policy is None:
-        policy = resolve_policy(cfg.train, str(cfg.paths.cache_dir), convert=False)
-    tree = OmegaConf.to_container(cfg.train.verl, resolve=True)
+        policy = resolve_policy(train, convert=False)
+    tree = copy.deepcopy(train.verl)  # the settings' recipe stays as it was
     if tree.get("data", {}).get("max_prompt_length", 0) is None:  # derived from the data (null if it cannot be read)
         try:
-            tree["data"]["max_prompt_length"] = prompt_length(cfg)["max_prompt_length"]
+            tree["data"]["max_prompt_length"] = prompt_length(train)["max_prompt_length"]
         except TrainError:
             pass
     out = []
@@ -172,7 +175,7 @@ def verl_overrides(cfg: DictConfig, policy: TrainPolicy | None = None) -> list[t
     return out
 
 
-def prompt_length(cfg: DictConfig) -> dict[str, Any]:
+def prompt_length(train: TrainSettings) -> dict[str, Any]:
     """verl's ``data.max_prompt_length`` for the data of ``train.data_dir``: derived or checked.
 
     Every prompt of ``train.parquet`` and ``val.parquet`` is counted (:mod:`mbs.export.prompt_length`,
@@ -187,8 +190,8 @@ def prompt_length(cfg: DictConfig) -> dict[str, Any]:
         TrainError: A parquet file is missing, ``train.tokenizer`` cannot be loaded, or a
             configured ``max_prompt_length`` is shorter than a prompt (names the rows and the fix).
     """
-    data_dir = Path(str(cfg.train.data_dir))
-    configured = OmegaConf.select(cfg, "train.verl.data.max_prompt_length")
+    data_dir = Path(str(train.data_dir))
+    configured = (train.verl.get("data") or {}).get("max_prompt_length")
     rows = []
     for split in ("train", "val"):
         path = data_dir / f"{split}.parquet"
@@ -196,7 +199,7 @@ def prompt_length(cfg: DictConfig) -> dict[str, Any]:
             raise TrainError(f"{path} not found: run mbs-export first (train.data_dir={data_dir})")
         rows += parquet_prompts(path)
     try:
-        counter = PromptCounter(cfg.train.tokenizer)
+        counter = PromptCounter(train.tokenizer)
     except ValueError as err:
         raise TrainError(f"train.tokenizer: {err}") from err
     report = length_report(rows, counter, None if configured is None else int(configured), show=5)
@@ -249,24 +252,25 @@ def check_reasoning_format(fmt: str) -> str:
     return fmt
 
 
-def build_command(cfg: DictConfig, policy: TrainPolicy | None = None) -> list[str]:
-    """``[python, -m, verl.trainer.main_ppo, key=value, ...]`` from ``cfg.train`` and the policy.
+def build_command(train: TrainSettings, policy: TrainPolicy | None = None) -> list[str]:
+    """``[python, -m, verl.trainer.main_ppo, key=value, ...]`` from the train settings and the policy.
 
     Raises:
         TrainError: ``train.data_dir`` is not set, or the reasoning format is invalid.
         mbs.errors.ConfigError: The policy cannot be resolved.
     """
-    if cfg.train.data_dir is None:
+    if train.data_dir is None:
         raise TrainError("train.data_dir is required: the mbs-export run folder holding train.parquet and val.parquet")
     if policy is None:
-        policy = resolve_policy(cfg.train, str(cfg.paths.cache_dir), convert=False)
-    python = str(cfg.train.python) if cfg.train.python else sys.executable
-    pairs = verl_overrides(cfg, policy) + reward_kwargs_overrides(policy)
-    return [python, "-m", str(cfg.train.module)] + [f"{k}={override_value(v)}" for k, v in pairs]
+        policy = resolve_policy(train, convert=False)
+    python = str(train.python) if train.python else sys.executable
+    pairs = verl_overrides(train, policy) + reward_kwargs_overrides(policy)
+    return [python, "-m", train.module] + [f"{k}={override_value(v)}" for k, v in pairs]
 
 
-def train_batch_size(cfg: DictConfig) -> int | None:
-    value = OmegaConf.select(cfg, "train.verl.data.train_batch_size")
+def train_batch_size(train: TrainSettings) -> int | None:
+    """verl's ``data.train_batch_size`` (prompts per step) of the recipe, or ``None`` where it sets none."""
+    value = (train.verl.get("data") or {}).get("train_batch_size")
     return int(value) if value is not None else None
 
 

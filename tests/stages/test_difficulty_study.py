@@ -20,6 +20,7 @@ CAL = ["data=reasoning_gym", "data.size=3", "calibrate.n=2", "calibrate.budgets=
 
 def test_rg_calibration_seeds_and_export(make_cfg, tmp_path):
     from mbs.stages import calibrate, export
+    from mbs.stages.synthesize import synth_settings
     from mbs.synth.inputs import load_seeds
 
     close_all()
@@ -35,7 +36,7 @@ def test_rg_calibration_seeds_and_export(make_cfg, tmp_path):
 
     # hard seeds are read by synthesis unchanged, and a correct trace checks against them
     syn_cfg = make_cfg("synthesize", ["method=mbs", f"calibration_dir={cal}"], out="syn")
-    seeds = load_seeds(syn_cfg)
+    seeds = load_seeds(synth_settings(syn_cfg).inputs)
     assert len(seeds) == 3 == s["hard_seeds"] and {p.answer_type for p in seeds} == {"reasoning_gym"}
     for seed in seeds:
         v = verifier_for(seed, syn_cfg.verifier.path)

@@ -13,7 +13,7 @@ from mbs.io import read_summary
 from mbs.records import Problem
 from mbs.stages.config import open_run
 from mbs.stages.export import run as export
-from mbs.stages.train import TrainError, prompt_length
+from mbs.stages.train import TrainError, prompt_length, settings_of
 from mbs.stages.train import run as train
 
 LONG = "A farmer plants beans along a fence and counts the pods of every vine in every row. " * 12 + "How many pods?"
@@ -50,7 +50,8 @@ def test_export_reports_rows_over_the_training_prompt_length(make_cfg, tmp_path)
     # ...and refuses a configured length that verl would silently filter rows at
     with pytest.raises(TrainError, match=r"1 row\(s\) have prompts longer than train.verl.data.max_prompt_length=300 tokens"):
         train(make_cfg("train", [f"train.data_dir={out}", "train.verl.data.max_prompt_length=300", *given], out="refused"))
-    ok = prompt_length(make_cfg("train", [f"train.data_dir={out}", f"train.verl.data.max_prompt_length={longest}", *given]))
+    ok = prompt_length(settings_of(make_cfg("train", [f"train.data_dir={out}", f"train.verl.data.max_prompt_length={longest}",
+                                                      *given])))
     assert ok["max_prompt_length"] == longest and ok["derived"] is False and ok["over_limit"]["all"] == 0
     assert shlex.join(s["command"])  # printable
 

@@ -22,7 +22,7 @@ from support.verl import VERL_VERSION, override_problems, source, trainer_config
 from mbs.errors import InputNotFoundError
 from mbs.io import read_summary
 from mbs.rewards import compute_score
-from mbs.stages.train import TrainError, build_command, override_value, run, verl_overrides
+from mbs.stages.train import TrainError, build_command, override_value, run, settings_of, verl_overrides
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +84,7 @@ def test_every_override_is_a_key_of_verls_config(make_cfg, tmp_path, verl_cfg, e
     calibrated = {**HF_POLICY, "budget": 16384, "n": 16} if experiment == "train_paper" else HF_POLICY
     data_dir = write_export(tmp_path / "export", calibrated)
     cfg = make_cfg("train", [f"train.data_dir={data_dir}"] + ([f"experiment={experiment}"] if experiment else []))
-    pairs = verl_overrides(cfg)
+    pairs = verl_overrides(settings_of(cfg))
     assert len(pairs) >= 40
     assert override_problems(pairs, verl_cfg) == []
     # the reward lives under reward.* from verl 0.8 on; the legacy top-level key is not used
@@ -118,7 +118,7 @@ def test_verl_reads_the_reward_from_reward_custom_reward_function(verl_cfg):
 def test_emitted_overrides_parse_back_to_the_config_values(make_cfg, data_dir):
     cfg = make_cfg("train", [f"train.data_dir={data_dir}", "train.verl.trainer.experiment_name=\"run 1: it's (a=b)\"",
                              "train.verl.trainer.logger=[console,wandb]"])
-    pairs = verl_overrides(cfg)
+    pairs = verl_overrides(settings_of(cfg))
     parsed = OverridesParser.create().parse_overrides([f"{k}={override_value(v)}" for k, v in pairs])
     assert [(o.key_or_group, o.value()) for o in parsed] == pairs
     assert dict(pairs)["trainer.experiment_name"] == "run 1: it's (a=b)"
@@ -127,7 +127,7 @@ def test_emitted_overrides_parse_back_to_the_config_values(make_cfg, data_dir):
 
 def test_missing_data_dir_is_named(make_cfg, tmp_path):
     with pytest.raises(TrainError, match="train.data_dir is required"):
-        build_command(make_cfg("train"))
+        build_command(settings_of(make_cfg("train")))
     with pytest.raises(InputNotFoundError, match=r"nothing: no such folder; train.data_dir must be an mbs-export run folder"):
         run(make_cfg("train", [f"train.data_dir={tmp_path / 'nothing'}"]))
     (tmp_path / "export").mkdir()
@@ -201,15 +201,15 @@ def test_reasoning_format_reaches_the_reward_through_verls_reward_kwargs(make_cf
     assert REWARD_KWARGS == "+reward.custom_reward_function.reward_kwargs"
     thinking = write_export(tmp_path / "thinking", {**HF_POLICY, "reasoning_format": "think"})
     cfg = make_cfg("train", [f"train.data_dir={thinking}"])
-    argv = build_command(cfg)  # the calibrated policy's format, without a word from the user
+    argv = build_command(settings_of(cfg))  # the calibrated policy's format, without a word from the user
     assert argv[-1] == "+reward.custom_reward_function.reward_kwargs.reasoning_format=think"
     assert OverridesParser.create().parse_overrides([argv[-1]])[0].value() == "think"
     # a policy of the default format (auto, the reward's own default) adds nothing; a server-split format names the fix
     plain = make_cfg("train", [f"train.data_dir={data_dir}"])
-    assert reward_kwargs_overrides(resolve_policy(plain.train, str(plain.paths.cache_dir), convert=False)) == []
+    assert reward_kwargs_overrides(resolve_policy(settings_of(plain), convert=False)) == []
     with pytest.raises(TrainError, match="train.reasoning_format=server: the trainer decodes the whole response"):
-        build_command(make_cfg("train", [f"train.data_dir={data_dir}", "train.reasoning_format=server",
-                                         "train.override=[reasoning_format]"]))
+        build_command(settings_of(make_cfg("train", [f"train.data_dir={data_dir}", "train.reasoning_format=server",
+                                                     "train.override=[reasoning_format]"])))
     with pytest.raises(ConfigError, match="train.reasoning_format='thinking'"):
         run(make_cfg("train", [f"train.data_dir={data_dir}", "train.reasoning_format=thinking"]))
     # what verl then calls: compute_score with the kwarg (verl's _call_with_kwargs merges it)
@@ -248,8 +248,8 @@ def test_trl_engine_dry_run_and_submitit_launch(make_cfg, data_dir, monkeypatch,
 
     seen = {}
 
-    def fake_train(cfg, policy, out_dir):
-        seen.update(model=policy.model, out=out_dir, data=cfg.train.data_dir)
+    def fake_train(train, policy, out_dir):
+        seen.update(model=policy.model, out=out_dir, data=train.data_dir)
         return {"steps": 2, "final": f"{out_dir}/final"}
 
     monkeypatch.setattr(trl_engine, "train_trl", fake_train)

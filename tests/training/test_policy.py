@@ -16,7 +16,7 @@ from support.verl import override_problems, trainer_config, verl_package_dir
 from mbs.errors import ConfigError
 from mbs.llm.hf_checkpoint import file_sha256
 from mbs.llm.llamacpp import embedded_model_path
-from mbs.stages.train import build_command, run, verl_overrides
+from mbs.stages.train import build_command, run, settings_of, verl_overrides
 from mbs.training.checkpoints import (
     COMPLETE,
     drop_after,
@@ -72,17 +72,17 @@ def test_recorded_answers_are_not_a_trainable_policy(make_cfg, tmp_path):
     export = write_export(tmp_path / "export", p.to_dict())
     cfg = make_cfg("train", [f"train.data_dir={export}"])
     with pytest.raises(MissingProvenanceError, match=r"no source names a trainable calibrated policy.*train.override=\[model\]"):
-        resolve_policy(cfg.train, str(tmp_path / "cache"), convert=False)
+        resolve_policy(settings_of(cfg), convert=False)
     # an explicit model trains, with the uncalibrated settings, every one recorded as an override
     cfg = make_cfg("train", [f"train.data_dir={export}", "train.model=Qwen/Qwen3-0.6B", "train.override=[model]"])
-    pol = resolve_policy(cfg.train, str(tmp_path / "cache"), convert=False)
+    pol = resolve_policy(settings_of(cfg), convert=False)
     assert pol.model == "Qwen/Qwen3-0.6B" and pol.provenance is None
     assert (pol.group_size, pol.max_completion_length) == (8, 256)  # train.uncalibrated: thresholds.N, budget.L
     assert pol.overrides["model"] == {"calibrated": None, "used": "Qwen/Qwen3-0.6B"}
     assert pol.overrides["group_size"] == {"calibrated": None, "used": 8}
     # with nothing calibrated, an explicit value is taken as given (and recorded)
     cfg = make_cfg("train", [f"train.data_dir={export}", "train.model=Qwen/Qwen3-0.6B", "train.override=[model]", "train.group_size=4"])
-    assert resolve_policy(cfg.train, "c", convert=False).overrides["group_size"] == {"calibrated": None, "used": 4}
+    assert resolve_policy(settings_of(cfg), convert=False).overrides["group_size"] == {"calibrated": None, "used": 4}
 
 
 def test_an_export_from_before_provenance_names_both_fixes(make_cfg, tmp_path):
@@ -98,21 +98,21 @@ def test_an_export_from_before_provenance_names_both_fixes(make_cfg, tmp_path):
 def test_defaults_train_the_calibrated_policy_and_a_mismatch_is_refused(make_cfg, tmp_path):
     export = write_export(tmp_path / "export")
     base = [f"train.data_dir={export}"]
-    pol = resolve_policy(make_cfg("train", base).train, str(tmp_path / "cache"), convert=False)
+    pol = resolve_policy(settings_of(make_cfg("train", base)), convert=False)
     assert (pol.model, pol.group_size, pol.max_completion_length, pol.temperature, pol.top_p) == ("Qwen/Qwen3-1.7B", 8, 256, 1.0, 1.0)
     assert pol.overrides == {}
     # asking for the calibrated value is no mismatch
-    same = resolve_policy(make_cfg("train", base + ["train.group_size=8", "train.temperature=1"]).train, "c", convert=False)
+    same = resolve_policy(settings_of(make_cfg("train", base + ["train.group_size=8", "train.temperature=1"])), convert=False)
     assert same.overrides == {}
     for key, value, shown in (("temperature", "0.7", "0.7"), ("group_size", "16", "16"), ("max_completion_length", "512", "512"),
                               ("model", "Qwen/Qwen3-8B", "'Qwen/Qwen3-8B'"), ("top_k", "20", "20"),
                               ("chat_template_kwargs", "{enable_thinking: false}", '{"enable_thinking": false}')):
         with pytest.raises(ConfigError, match=rf"train.{key}={shown}: the data was calibrated with {key}=.*train.override=\[{key}\]"):
-            resolve_policy(make_cfg("train", base + [f"train.{key}={value}"]).train, "c", convert=False)
-    pol = resolve_policy(make_cfg("train", base + ["train.temperature=0.7", "train.override=[temperature]"]).train, "c", convert=False)
+            resolve_policy(settings_of(make_cfg("train", base + [f"train.{key}={value}"])), convert=False)
+    pol = resolve_policy(settings_of(make_cfg("train", base + ["train.temperature=0.7", "train.override=[temperature]"])), convert=False)
     assert pol.temperature == 0.7 and pol.overrides == {"temperature": {"calibrated": 1.0, "used": 0.7}}
     with pytest.raises(ConfigError, match=r"unknown key\(s\) \['temp'\]"):
-        resolve_policy(make_cfg("train", base + ["train.override=[temp]"]).train, "c", convert=False)
+        resolve_policy(settings_of(make_cfg("train", base + ["train.override=[temp]"])), convert=False)
     # the override reaches summary.json
     out = run(make_cfg("train", base + ["train.temperature=0.7", "train.override=[temperature]", "train.dry_run=true"]))
     assert json.loads((out / "summary.json").read_text())["overrides"] == {"temperature": {"calibrated": 1.0, "used": 0.7}}
@@ -124,8 +124,8 @@ def test_sources_calibrated_differently_are_refused_by_name(make_cfg, tmp_path):
                           {**HF_POLICY, "source": "synthesize_goose", "n": 16, "rows": 0})  # no rows: constrains nothing
     with pytest.raises(ConfigError, match=r"budget, temperature differ.*calibrate_live: .*L=256.*calibrate_difficulty: .*L=128.*"
                                           r"train.calibration=SOURCE"):
-        resolve_policy(make_cfg("train", [f"train.data_dir={export}"]).train, "c", convert=False)
-    pol = resolve_policy(make_cfg("train", [f"train.data_dir={export}", "train.calibration=calibrate_difficulty"]).train, "c",
+        resolve_policy(settings_of(make_cfg("train", [f"train.data_dir={export}"])), convert=False)
+    pol = resolve_policy(settings_of(make_cfg("train", [f"train.data_dir={export}", "train.calibration=calibrate_difficulty"])),
                          convert=False)
     assert (pol.max_completion_length, pol.temperature) == (128, 0.6)
     assert "calibrate_live" in pol.other_sources and "budget (256)" in pol.other_sources["calibrate_live"]
@@ -140,20 +140,20 @@ def test_a_gguf_policy_trains_its_converted_checkpoint(make_cfg, tmp_path):
                   "top_k": 40, "min_p": 0.05}
     export = write_export(tmp_path / "export", calibrated)
     cache = tmp_path / "cache"
-    pol = resolve_policy(make_cfg("train", [f"train.data_dir={export}"]).train, str(cache), convert=False)
+    pol = resolve_policy(settings_of(make_cfg("train", [f"train.data_dir={export}"])), convert=False)
     assert pol.model == str(cache / "hf" / file_sha256(gguf)[:16]) and pol.gguf == str(gguf)  # trainable_checkpoint's folder
     assert (pol.top_k, pol.min_p) == (40, 0.05)
     # the GGUF itself names the calibrated model; another file does not
-    same = resolve_policy(make_cfg("train", [f"train.data_dir={export}", f"train.model={gguf}"]).train, str(cache), convert=False)
+    same = resolve_policy(settings_of(make_cfg("train", [f"train.data_dir={export}", f"train.model={gguf}"])), convert=False)
     assert same.overrides == {}
     other = tmp_path / "other.gguf"
     other.write_bytes(b"GGUF other weights")
     with pytest.raises(ConfigError, match=r"train.model='.*other.gguf': the data was calibrated with model='sha256:"):
-        resolve_policy(make_cfg("train", [f"train.data_dir={export}", f"train.model={other}"]).train, str(cache), convert=False)
+        resolve_policy(settings_of(make_cfg("train", [f"train.data_dir={export}", f"train.model={other}"])), convert=False)
     # the calibrated file replaced by other weights: refused by hash
     moved = write_export(tmp_path / "moved", {**calibrated, "embedded": False, "model": str(other)})
     with pytest.raises(ConfigError, match=r"other.gguf is not the GGUF that calibrated calibrate"):
-        resolve_policy(make_cfg("train", [f"train.data_dir={moved}"]).train, str(cache), convert=False)
+        resolve_policy(settings_of(make_cfg("train", [f"train.data_dir={moved}"])), convert=False)
 
 
 def test_verl_command_carries_the_calibrated_sampling_and_template_args(make_cfg, tmp_path):
@@ -161,26 +161,27 @@ def test_verl_command_carries_the_calibrated_sampling_and_template_args(make_cfg
     export = write_export(tmp_path / "export", {**HF_POLICY, "reasoning_format": "think", "chat_template_kwargs": {"enable_thinking": False},
                                                 "top_k": 20, "temperature": 0.7, "top_p": 0.8, "budget": 512, "n": 4})
     cfg = make_cfg("train", [f"train.data_dir={export}"])
-    pairs = dict(verl_overrides(cfg))
+    pairs = dict(verl_overrides(settings_of(cfg)))
     assert pairs["actor_rollout_ref.model.path"] == "Qwen/Qwen3-1.7B"
     assert (pairs["actor_rollout_ref.rollout.n"], pairs["data.max_response_length"]) == (4, 512)
     assert (pairs["actor_rollout_ref.rollout.temperature"], pairs["actor_rollout_ref.rollout.top_p"]) == (0.7, 0.8)
     assert pairs["actor_rollout_ref.rollout.top_k"] == 20
     assert pairs["+data.apply_chat_template_kwargs"] == {"enable_thinking": False}  # "+": verl's default is {}
     assert override_problems(list(pairs.items()), trainer_config(verl_package_dir())) == []
-    argv = build_command(cfg)
+    argv = build_command(settings_of(cfg))
     arg = next(a for a in argv if a.startswith("+data.apply_chat_template_kwargs="))
     assert arg == "+data.apply_chat_template_kwargs={enable_thinking:false}"
     assert OverridesParser.create().parse_overrides([arg])[0].value() == {"enable_thinking": False}
     assert argv[-1] == "+reward.custom_reward_function.reward_kwargs.reasoning_format=think"
     # a policy key set in the verl recipe is refused: it comes from the calibration
     with pytest.raises(ConfigError, match=r"train.verl.actor_rollout_ref.rollout.temperature=0.5: mbs-train fills it"):
-        verl_overrides(make_cfg("train", [f"train.data_dir={export}", "train.verl.actor_rollout_ref.rollout.temperature=0.5"]))
+        verl_overrides(settings_of(make_cfg("train", [f"train.data_dir={export}",
+                                                      "train.verl.actor_rollout_ref.rollout.temperature=0.5"])))
     # llama.cpp's min-p has no verl key: a known difference, said out loud
     llama = write_export(tmp_path / "llama", {**HF_POLICY, "backend": "llamacpp", "model": str(gguf), "embedded": True,
                                               "model_sha256": file_sha256(gguf), "top_k": 40, "min_p": 0.05})
-    pol = resolve_policy(make_cfg("train", [f"train.data_dir={llama}"]).train, str(tmp_path / "c"), convert=False)
-    assert dict(verl_overrides(make_cfg("train", [f"train.data_dir={llama}"]), pol))["actor_rollout_ref.rollout.top_k"] == 40
+    pol = resolve_policy(settings_of(make_cfg("train", [f"train.data_dir={llama}"])), convert=False)
+    assert dict(verl_overrides(settings_of(make_cfg("train", [f"train.data_dir={llama}"])), pol))["actor_rollout_ref.rollout.top_k"] == 40
     assert "verl 0.9.1's rollout config has no min-p" in known_differences(pol)[0]
 
 

@@ -41,11 +41,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from omegaconf import DictConfig
-
 from mbs.calibration import calibrate_group
 from mbs.calibration.sampling import Group, Policy, RolloutWriter, draw
-from mbs.calibration.students import StudentSet
 from mbs.io import RunDir
 from mbs.llm import build_backend
 from mbs.llm.base import ChatRequest
@@ -70,6 +67,7 @@ from mbs.synth.goose.build import (
 from mbs.synth.goose.distractors import teacher_free_candidate
 from mbs.synth.goose.shortcuts import Auditor, audit_corpus, audit_report, enforce_audit
 from mbs.synth.goose.sources import MASK, Passage, has_reasoning, load_passages, segment
+from mbs.synth.settings import SynthSettings
 from mbs.verify.mcq import ANSWER_TYPE
 from mbs.verify.pool import GradingPool
 from mbs.verify.sources import data_source
@@ -83,7 +81,7 @@ log = logging.getLogger(__name__)
 # --------------------------------------------------------------------------------------
 
 
-def check_passage(p: Passage, gcfg: DictConfig) -> None:
+def check_passage(p: Passage, gcfg: Any) -> None:
     """Passage-level checks before any span is chosen.
 
     Raises:
@@ -171,7 +169,7 @@ class _Book:
         self.audit_shard.close()
 
 
-def build_teacher_free(todo: Sequence[Passage], gcfg: DictConfig, bounds: Bounds, seed: int, book: _Book, auditor: Auditor) -> None:
+def build_teacher_free(todo: Sequence[Passage], gcfg: Any, bounds: Bounds, seed: int, book: _Book, auditor: Auditor) -> None:
     """Teacher-free construction of every passage in ``todo`` (no LLM), audited and written as it goes."""
     for p in todo:
         try:
@@ -183,10 +181,13 @@ def build_teacher_free(todo: Sequence[Passage], gcfg: DictConfig, bounds: Bounds
             book.reject(p.id, "build", err)
 
 
-def _teacher(cfg: DictConfig) -> Any:
-    gcfg = cfg.goose
-    pool = cfg.teacher.pool
-    i = int(gcfg.teacher.index)
+def _teacher(pool: Any, index: Any) -> Any:
+    """The teacher-pool entry ``goose.teacher.index`` selects.
+
+    Raises:
+        ValueError: No such entry, or it is not a live teacher.
+    """
+    i = int(index)
     if not 0 <= i < len(pool):
         raise ValueError(f"goose.teacher.index={i}: teacher.pool has {len(pool)} teacher(s)")
     t = pool[i]
@@ -199,7 +200,7 @@ def _teacher(cfg: DictConfig) -> Any:
 
 
 def build_with_teacher(
-    todo: Sequence[Passage], cfg: DictConfig, bounds: Bounds, book: _Book, backends: dict[str, Any], auditor: Auditor
+    todo: Sequence[Passage], settings: SynthSettings, bounds: Bounds, book: _Book, backends: dict[str, Any], auditor: Auditor
 ) -> None:
     """LLM-teacher construction: optional passage extraction, then span masking and distractors.
 
@@ -214,12 +215,12 @@ def build_with_teacher(
         mbs.llm.BackendError: The teacher backend failed after its retries (decisions made so
             far are kept; the LLM cache keeps every finished completion).
     """
-    gcfg = cfg.goose
-    t = _teacher(cfg)
-    backend = build_backend(t.backend, cfg.paths.cache_dir)
-    meter = BackendMeter([(f"teacher:{t.name}", t.backend)], cfg.paths.cache_dir)
+    gcfg = settings.goose.node
+    t = _teacher(settings.teacher_pool, gcfg.teacher.index)
+    backend = build_backend(t.backend, settings.cache_dir)
+    meter = BackendMeter([(f"teacher:{t.name}", t.backend)], settings.cache_dir)
     attempts = max(1, int(gcfg.teacher.attempts))
-    seed = int(cfg.seed)
+    seed = settings.seed
 
     def request(messages: list[dict[str, str]], attempt: int) -> ChatRequest:
         return ChatRequest(
@@ -327,11 +328,11 @@ def problem_of(item: MCQ, origin: str, parents: Sequence[str]) -> Problem:
     )
 
 
-def _target_policy(cfg: DictConfig) -> Policy:
-    return StudentSet.from_cfg(cfg.students).live_target("the Goose filter")
+def _target_policy(settings: SynthSettings) -> Policy:
+    return settings.students.live_target("the Goose filter")
 
 
-def filter_budget(gcfg: DictConfig, policy: Policy | None) -> int | None:
+def filter_budget(gcfg: Any, policy: Policy | None) -> int | None:
     """The filter's response budget in tokens: ``goose.filter.budget``, or the student's own budget L when null.
 
     Raises:
@@ -347,7 +348,7 @@ def filter_budget(gcfg: DictConfig, policy: Policy | None) -> int | None:
 
 
 def difficulty_filter(
-    problems: Sequence[Problem], cfg: DictConfig, out: RunDir, backends: dict[str, Any], stats: Counter
+    problems: Sequence[Problem], settings: SynthSettings, out: RunDir, backends: dict[str, Any], stats: Counter
 ) -> tuple[dict[str, Calibration], list[Rollout], Policy]:
     """``goose.filter.n`` graded rollouts of the target student per item (Golden Goose, section 3).
 
@@ -362,11 +363,11 @@ def difficulty_filter(
         ValueError: The target student is not a live policy.
         mbs.llm.BackendError: The student backend failed after its retries (finished rollouts are kept).
     """
-    gcfg = cfg.goose
-    policy = _target_policy(cfg)
+    gcfg = settings.goose.node
+    policy = _target_policy(settings)
     budget, n = filter_budget(gcfg, policy), int(gcfg.filter.n)
-    templates = {"mcq": str(cfg.synth.templates.mcq)}  # the template export renders the items with
-    groups = [Group.of(p, budget, templates, cfg.verifier) for p in problems]
+    templates = {"mcq": settings.templates["mcq"]}  # the template export renders the items with
+    groups = [Group.of(p, budget, templates, settings.verifier) for p in problems]
     ids = {p.id for p in problems}
     shard = out.shard("rollouts", Rollout)
     done: dict[tuple, Rollout] = {}
@@ -374,14 +375,15 @@ def difficulty_filter(
         if r.problem_id in ids and r.policy == policy.name and r.budget == budget:
             done.setdefault(r.key, r)
     stats["rollouts_resumed"] += len(done)
-    meter = BackendMeter([(policy.name, policy.backend)], cfg.paths.cache_dir)
-    es = {"enabled": bool(cfg.synth.early_stop), "batch": int(cfg.synth.early_stop_batch), "decision": "band", "alpha": 0.5}
-    with GradingPool.from_config(cfg.verifier) as pool, shard:
+    sampling = settings.sampling
+    meter = BackendMeter([(policy.name, policy.backend)], sampling.cache_dir)
+    es = {"enabled": sampling.early_stop, "batch": sampling.early_stop_batch, "decision": "band", "alpha": 0.5}
+    with GradingPool.from_config(settings.verifier) as pool, shard:
         writer = RolloutWriter(pool, shard, done)
         try:
             drawn = draw(
-                policy, groups, n, writer, cfg.paths.cache_dir, temperature=float(cfg.synth.temperature),
-                top_p=float(cfg.synth.top_p), seed=int(cfg.seed), early_stop=es, stats=stats, desc="goose filter",
+                policy, groups, n, writer, sampling.cache_dir, temperature=sampling.temperature,
+                top_p=sampling.top_p, seed=sampling.seed, early_stop=es, stats=stats, desc="goose filter",
             )
         finally:
             writer.flush(wait=True)
@@ -434,8 +436,12 @@ def chance_goldilocks_share(k: int, n: int) -> float:
     return 1.0 - (1.0 - c) ** n - c**n
 
 
-def run(cfg: DictConfig, out: RunDir) -> dict[str, Any]:
+def run(settings: SynthSettings, out: RunDir) -> dict[str, Any]:
     """Build, validate and difficulty-filter Golden Goose items into ``out``.
+
+    Args:
+        settings: The run's settings (``method=goose``; ``settings.goose`` its own).
+        out: The run directory.
 
     Returns:
         The summary: ``passages`` (in), ``items_built``, ``rejected`` (counts by reason),
@@ -450,14 +456,14 @@ def run(cfg: DictConfig, out: RunDir) -> dict[str, Any]:
         mbs.data.DataError: Bad corpus input with ``goose.on_error=raise``.
         mbs.llm.BackendError: A backend failed after its retries (finished work is kept).
     """
-    gcfg = cfg.goose
-    auditor = Auditor(gcfg.audit, cfg.paths.cache_dir)
+    gcfg = settings.goose.node
+    auditor = Auditor(gcfg.audit, settings.cache_dir)
     if gcfg.audit.only:
-        return audit_corpus(cfg, out, auditor)
+        return audit_corpus(settings.goose, out, auditor)
     bounds = Bounds.from_cfg(gcfg)
-    seed = int(cfg.seed)
+    seed = settings.seed
     t0 = time.perf_counter()
-    passages, src_report = load_passages(gcfg, cfg.data.limit, cfg.shard.index, cfg.shard.count)
+    passages, src_report = load_passages(gcfg, settings.goose.data_limit, settings.inputs.shard_index, settings.inputs.shard_count)
     out.timings["load"] = time.perf_counter() - t0
     log.info("goose: %d passages from %s (%s)", len(passages), gcfg.source, "teacher-free" if gcfg.teacher_free else "teacher")
 
@@ -469,7 +475,7 @@ def run(cfg: DictConfig, out: RunDir) -> dict[str, Any]:
         if gcfg.teacher_free:
             build_teacher_free(todo, gcfg, bounds, seed, book, auditor)
         else:
-            build_with_teacher(todo, cfg, bounds, book, backends, auditor)
+            build_with_teacher(todo, settings, bounds, book, backends, auditor)
         flagged = enforce_audit(passages, gcfg, bounds, seed, book, auditor)
     finally:
         book.close()
@@ -487,7 +493,7 @@ def run(cfg: DictConfig, out: RunDir) -> dict[str, Any]:
     policy_name = None
     t2 = time.perf_counter()
     if gcfg.filter.enabled and problems:
-        cals, rollouts, policy = difficulty_filter(problems, cfg, out, backends, stats)
+        cals, rollouts, policy = difficulty_filter(problems, settings, out, backends, stats)
         policy_name = policy.name
     out.timings["filter"] = time.perf_counter() - t2
     filtered = bool(gcfg.filter.enabled)
@@ -514,7 +520,8 @@ def run(cfg: DictConfig, out: RunDir) -> dict[str, Any]:
     band_counts = {b: sum(1 for c in cals.values() if c.band == b) for b in BANDS}
     # with early stopping a group stops once it is settled, so the rollouts drawn over-sample
     # mixed groups; the first round (sample index < batch) is drawn for every item: unbiased
-    first = [r for r in rollouts if r.sample_index < int(cfg.synth.early_stop_batch)] if cfg.synth.early_stop else rollouts
+    sampling = settings.sampling
+    first = [r for r in rollouts if r.sample_index < sampling.early_stop_batch] if sampling.early_stop else rollouts
     accuracy = (sum(1 for r in first if r.reward == 1.0) / len(first)) if first else None
     origins = Counter(o.split(":")[0] if not o.startswith("perturb:") else o for it in items for o in it.distractor_origins)
     first_builds = [min(book.audits[p.id], key=lambda r: r["attempt"]) for p in passages if book.audits.get(p.id)]
@@ -550,9 +557,9 @@ def run(cfg: DictConfig, out: RunDir) -> dict[str, Any]:
         "filter": {
             "enabled": filtered,
             "policy": policy_name,
-            "budget": filter_budget(gcfg, _target_policy(cfg) if filtered else None),
+            "budget": filter_budget(gcfg, _target_policy(settings) if filtered else None),
             "n": int(gcfg.filter.n),
-            "early_stop": bool(cfg.synth.early_stop),
+            "early_stop": sampling.early_stop,
             "rollouts": len(rollouts),
             "rollouts_resumed": stats["rollouts_resumed"],
             "rollouts_saved_by_early_stopping": stats["rollouts_saved"],

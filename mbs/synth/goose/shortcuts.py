@@ -231,9 +231,15 @@ def corpus_items(gcfg: Any, limit: int | None = None) -> list[tuple[str, list[st
     return out
 
 
-def audit_corpus(cfg: Any, out: RunDir, auditor: Auditor) -> dict[str, Any]:
+def audit_corpus(goose: Any, out: RunDir, auditor: Auditor) -> dict[str, Any]:
     """Audit an existing MCQ corpus (``goose.audit.only=true``): ``audit.*.jsonl`` (one row per
     item: id, k, answer, each solver's credit and picks) and the summary.
+
+    Args:
+        goose: Golden Goose's settings (:class:`mbs.synth.settings.GooseSettings`: the ``goose``
+            node and ``data.limit``).
+        out: The run directory.
+        auditor: The shortcut solvers.
 
     Returns:
         The summary: ``audit_only``, ``items``, ``options`` (k, or the k values seen), ``audit``
@@ -241,7 +247,7 @@ def audit_corpus(cfg: Any, out: RunDir, auditor: Auditor) -> dict[str, Any]:
         items have different k) and ``audit_by_options`` (the same per k).
     """
     rows = []
-    for rid, opts, ans, stem in corpus_items(cfg.goose, cfg.data.limit):
+    for rid, opts, ans, stem in corpus_items(goose.node, goose.data_limit):
         r = auditor.row(opts, ans, stem)
         rows.append({"id": rid, "k": len(opts), "answer": LETTERS[ans] if ans < len(LETTERS) else ans, **r})
     out.shard("audit").rewrite(rows)
@@ -251,7 +257,7 @@ def audit_corpus(cfg: Any, out: RunDir, auditor: Auditor) -> dict[str, Any]:
     per_k = {str(k): audit_report(k, "report", rs, rs, rs) for k, rs in sorted(by_k.items())}
     return {
         "audit_only": True,
-        "source": str(cfg.goose.source),
+        "source": str(goose.node.source),
         "items": len(rows),
         "options": min(by_k) if len(by_k) == 1 else sorted(by_k),
         "audit": next(iter(per_k.values())) if len(per_k) == 1 else None,
