@@ -6,6 +6,7 @@ the composed config. The configs live in the repository's ``conf/`` folder.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import hydra
@@ -38,19 +39,20 @@ def _run(module: str, cfg: DictConfig, *args: object) -> None:
     message on stderr (once; the job log keeps it when the run was admitted) and exit status
     2, without a Python traceback. ``HYDRA_FULL_ERROR=1`` re-raises it, traceback included;
     any other exception is a bug and keeps its traceback. Hydra's files and log reach the run
-    directory only once the run is admitted there (:func:`mbs.launch.staged_outputs`)."""
+    directory only once the run is admitted there (:func:`mbs.stages.config.staged_hydra_outputs`)."""
     import importlib
     import logging
     import os
     import sys
 
     from mbs.errors import UserError
-    from mbs.launch import command_name, log_to_files, staged_outputs
+    from mbs.launch import command_name, log_to_files
     from mbs.redact import install_log_redaction
+    from mbs.stages.config import staged_hydra_outputs
 
     install_log_redaction()
     try:
-        with staged_outputs(cfg):
+        with staged_hydra_outputs(cfg):
             importlib.import_module(module).run(cfg, *args)
     except UserError as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
@@ -60,67 +62,43 @@ def _run(module: str, cfg: DictConfig, *args: object) -> None:
         raise SystemExit(2) from None
 
 
-@refuse_secrets
-@hydra.main(version_base="1.3", config_path=CONF, config_name="calibrate")
-def calibrate(cfg: DictConfig) -> None:
-    """mbs-calibrate: N rollouts per problem, pass rates, trap bands, hard seeds."""
-    _run("mbs.stages.calibrate", cfg)
+def _stage_entry(name: str, doc: str) -> Callable[[], None]:
+    """The console script of stage ``name``: composes ``conf/<name>.yaml`` (overrides from the
+    command line) and calls ``mbs.stages.<name>.run(cfg)`` through :func:`_run`; overrides
+    carrying a secret end it first (:func:`mbs.launch.refuse_secrets`).
+
+    Args:
+        name: The stage (its config and its module under ``mbs/stages/``).
+        doc: The entry point's docstring (``mbs-<name>: what it does``).
+    """
+
+    def main(cfg: DictConfig) -> None:
+        _run(f"mbs.stages.{name}", cfg)
+
+    main.__name__ = main.__qualname__ = name
+    main.__doc__ = doc
+    entry: Callable[[], None] = refuse_secrets(hydra.main(version_base="1.3", config_path=CONF, config_name=name)(main))
+    return entry
 
 
-@refuse_secrets
-@hydra.main(version_base="1.3", config_path=CONF, config_name="synthesize")
-def synthesize(cfg: DictConfig) -> None:
-    """mbs-synthesize: MagicBeanStalk (method=mbs), Golden Goose (method=goose) or direct prompting."""
-    _run("mbs.stages.synthesize", cfg)
-
-
-@refuse_secrets
-@hydra.main(version_base="1.3", config_path=CONF, config_name="export")
-def export(cfg: DictConfig) -> None:
-    """mbs-export: union, deduplicate and decontaminate sources into verl's parquet (train/val)."""
-    _run("mbs.stages.export", cfg)
-
-
-@refuse_secrets
-@hydra.main(version_base="1.3", config_path=CONF, config_name="train")
-def train(cfg: DictConfig) -> None:
-    """mbs-train: GRPO of the calibrated policy with verl or TRL (locally or on SLURM); train.dry_run prints the plan."""
-    _run("mbs.stages.train", cfg)
-
-
-@refuse_secrets
-@hydra.main(version_base="1.3", config_path=CONF, config_name="evaluate")
-def evaluate(cfg: DictConfig) -> None:
-    """mbs-evaluate: k samples per problem at each budget; avg@k, pass@k, table and figure."""
-    _run("mbs.stages.evaluate", cfg)
-
-
-@refuse_secrets
-@hydra.main(version_base="1.3", config_path=CONF, config_name="figures")
-def figures(cfg: DictConfig) -> None:
-    """mbs-figures: regenerate figures, tables and the report of run directories."""
-    _run("mbs.stages.figures", cfg)
-
-
-@refuse_secrets
-@hydra.main(version_base="1.3", config_path=CONF, config_name="pipeline")
-def pipeline(cfg: DictConfig) -> None:
-    """mbs-pipeline: the main job (calibrate -> synthesize -> export -> figures)."""
-    _run("mbs.stages.pipeline", cfg)
-
-
-@refuse_secrets
-@hydra.main(version_base="1.3", config_path=CONF, config_name="thesis")
-def thesis(cfg: DictConfig) -> None:
-    """mbs-thesis: Goldilocks, trapped and uncalibrated training sets trained with GRPO and measured on held-out problems."""
-    _run("mbs.stages.thesis", cfg)
-
-
-@refuse_secrets
-@hydra.main(version_base="1.3", config_path=CONF, config_name="merge")
-def merge(cfg: DictConfig) -> None:
-    """mbs-merge: union the shard run directories of a sharded stage (a SLURM array) into one run directory."""
-    _run("mbs.stages.merge", cfg)
+calibrate = _stage_entry("calibrate", "mbs-calibrate: N rollouts per problem, pass rates, trap bands, hard seeds.")
+synthesize = _stage_entry(
+    "synthesize", "mbs-synthesize: MagicBeanStalk (method=mbs), Golden Goose (method=goose) or direct prompting."
+)
+export = _stage_entry("export", "mbs-export: union, deduplicate and decontaminate sources into verl's parquet (train/val).")
+train = _stage_entry(
+    "train", "mbs-train: GRPO of the calibrated policy with verl or TRL (locally or on SLURM); train.dry_run prints the plan."
+)
+evaluate = _stage_entry("evaluate", "mbs-evaluate: k samples per problem at each budget; avg@k, pass@k, table and figure.")
+figures = _stage_entry("figures", "mbs-figures: regenerate figures, tables and the report of run directories.")
+pipeline = _stage_entry("pipeline", "mbs-pipeline: the main job (calibrate -> synthesize -> export -> figures).")
+thesis = _stage_entry(
+    "thesis",
+    "mbs-thesis: Goldilocks, trapped and uncalibrated training sets trained with GRPO and measured on held-out problems.",
+)
+merge = _stage_entry(
+    "merge", "mbs-merge: union the shard run directories of a sharded stage (a SLURM array) into one run directory."
+)
 
 
 @refuse_secrets
@@ -130,4 +108,4 @@ def serve(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
-    _run("mbs.service", cfg, OmegaConf.to_container(HydraConfig.get().launcher, resolve=True))
+    _run("mbs.stages.serve", cfg, OmegaConf.to_container(HydraConfig.get().launcher, resolve=True))

@@ -17,8 +17,8 @@ finished records, so nothing finished is recomputed or lost and nothing is dupli
 
 Guards (:class:`RunDirError` ends the command with exit status 2): a second process opening
 a run directory another one holds fails at once, naming the holder (host and pid); a run
-whose sampling config (seed, temperature, top_p, templates, policies: :data:`SAMPLING_KEYS`)
-differs from the one the directory's records were drawn with is refused unless
+whose sampling config (seed, temperature, top_p, templates, policies:
+:data:`mbs.stages.config.SAMPLING_KEYS`) differs from the one the directory's records were drawn with is refused unless
 ``resume.allow_config_change=true``. A run is *admitted* once it holds the lock and its
 sampling config is accepted; only then is anything in the directory changed: ``manifest.json``
 is removed (it marks a finished stage only), ``sampling.json`` recorded and the hooks of
@@ -29,7 +29,9 @@ before writing anything of its own, under :func:`restore_on_failure` (every ``mb
 (:meth:`Shard.rewrite`). The server's address (``base_url``) is not sampling config: the same
 model served elsewhere draws the same records.
 Every string written to ``config.yaml``, ``summary.json`` and ``manifest.json`` has its URLs
-redacted (:mod:`mbs.redact`).
+redacted (:mod:`mbs.redact`). Nothing here reads the config: the stage hands a run directory
+what it records of it, the sampling config and the text of ``config.yaml``
+(:func:`mbs.stages.config.open_run`).
 
 The readers at the bottom (:func:`read_summary`, :func:`read_records`, ...) are the public
 interface that ``analysis/`` and ``mbs-figures`` use; they never import stage internals.
@@ -46,49 +48,18 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from mbs.records import SCHEMA_VERSION, RecordError, from_dict, to_dict
 from mbs.redact import redact_obj
 from mbs.run_lock import RunDirError, RunLock
 from mbs.run_restore import StartSnapshot
-from mbs.validate import plain_config, select
 
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 SUMMARY = "summary.json"
 SAMPLING = "sampling.json"
-
-#: Per stage, the config keys (patterns, ``*``: any key or index) that decide what a record
-#: drawn into its run directory is; a resumed run must use the same values. Stages that draw
-#: nothing (export, figures, merge, train, pipeline: its steps have their own directories)
-#: have none. Operational keys (:data:`OPERATIONAL_KEYS`) may change between runs.
-SAMPLING_KEYS: dict[str, tuple[str, ...]] = {
-    "calibrate": (
-        "seed", "calibrate.temperature", "calibrate.top_p", "calibrate.templates",
-        "students.policies.*.name", "students.policies.*.source", "students.policies.*.model",
-        "students.policies.*.backend",
-    ),
-    "synthesize": (
-        "seed", "method", "synth", "students.policies", "teacher.pool", "thresholds",
-        "mbs.templates", "direct.templates", "goose.teacher.templates",
-    ),
-    "evaluate": ("seed", "eval.temperature", "eval.top_p", "eval.templates", "eval.models"),
-    "thesis": (
-        "thesis.data", "thesis.n", "thesis.budget", "thesis.temperature", "thesis.top_p", "thesis.heldout",
-        "thesis.set_size", "thesis.split_seed", "thesis.steps", "thesis.eval_every", "thesis.prompts_per_step",
-        "thesis.learning_rate", "thesis.beta", "thesis.loss_type", "thesis.eval_k", "backend", "answer_templates",
-    ),
-}
-
-#: Keys that change how or where, not what, a backend draws (never part of the sampling config;
-#: ``base_url``: where the model is served, not which model it is).
-OPERATIONAL_KEYS = frozenset(
-    {"base_url", "max_concurrency", "timeout_s", "max_retries", "n_threads", "n_batch", "api_key_env", "use_n", "gpu_memory_utilization",
-     "figures", "seeds_limit", "early_stop", "early_stop_batch"}
-)
-
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
     """Write ``data`` as pretty JSON to ``path`` via a temporary file and rename (never torn)."""
@@ -138,7 +109,7 @@ class Shard:
     def __init__(self, path: str | os.PathLike, record_type: type | None = None):
         self.path = Path(path)
         self.record_type = record_type
-        self._fh = None
+        self._fh: TextIO | None = None
 
     def read(self) -> list[Any]:
         """All complete records; a torn last line (killed mid-write) is cut off the file.
@@ -271,7 +242,7 @@ class RunDir:
     """A stage's output folder.
 
     Opening one takes the directory's lock (held while this object lives), checks the sampling
-    config when ``cfg`` is given (:meth:`check_sampling`), and only then, the run admitted,
+    config when ``sampling`` is given (:meth:`check_sampling`), and only then, the run admitted,
     runs the :func:`on_admit` hooks and removes ``manifest.json``. A refused open changes no
     file of the directory (the lock file's holder line is put back); under
     :func:`restore_on_failure` (every ``mbs-*`` command), neither does a start that fails
@@ -282,16 +253,21 @@ class RunDir:
         stage: Stage name written into the manifest.
         shard_index: This process's shard (files are named ``<name>.<index>-of-<count>.jsonl``).
         shard_count: Number of shards.
-        cfg: The stage's config: its sampling config is checked before the run is admitted
-            (``None``: checked later by :meth:`write_config`, after the manifest is gone).
+        sampling: The sampling config the records are drawn under, ``{dotted key: value}``
+            (:func:`mbs.stages.config.sampling_config`): checked before the run is admitted
+            (:meth:`check_sampling`; ``None``: not checked).
+        allow_config_change: A run whose sampling config differs from the recorded one keeps
+            the old records and draws the rest under the new values (``resume.allow_config_change``).
 
     Raises:
         RunDirError: Another process holds the directory (names its host and pid), or its
-            records were drawn under another sampling config (see :meth:`write_config`).
+            records were drawn under another sampling config and ``allow_config_change`` is
+            false (see :meth:`check_sampling`).
     """
 
     def __init__(
-        self, path: str | os.PathLike, stage: str, shard_index: int = 0, shard_count: int = 1, cfg: Any = None
+        self, path: str | os.PathLike, stage: str, shard_index: int = 0, shard_count: int = 1,
+        sampling: dict[str, Any] | None = None, allow_config_change: bool = False,
     ):
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
@@ -302,8 +278,8 @@ class RunDir:
         self.restored = False
         self._snapshot: StartSnapshot | None = None
         try:
-            if cfg is not None:
-                self.check_sampling(cfg)
+            if sampling is not None:
+                self.check_sampling(sampling, allow_config_change)
             if _GUARDS:  # under restore_on_failure: what a failing start must put back
                 self._snapshot = StartSnapshot(self.path)
             for hook in list(_ADMIT_HOOKS):
@@ -338,27 +314,24 @@ class RunDir:
         """The shard file of record set ``name`` for this process."""
         return Shard(self.path / f"{name}.{self.shard_index:05d}-of-{self.shard_count:05d}.jsonl", record_type)
 
-    def write_config(self, cfg: Any) -> None:
-        """Save the config (interpolations of environment variables are left unresolved, URLs
-        redacted) and git revision; record or check the sampling config (:data:`SAMPLING_KEYS`).
+    def write_config(self, config_yaml: str) -> None:
+        """Save the config and the git revision: ``config.yaml`` (``config_yaml``, the text the
+        stage renders: :func:`mbs.stages.config.config_yaml`) and ``git.json``."""
+        write_text_atomic(self.path / "config.yaml", config_yaml)
+        write_json_atomic(self.path / "git.json", git_revision())
+
+    def check_sampling(self, now: dict[str, Any], allow_config_change: bool = False) -> None:
+        """Write ``sampling.json`` while the directory holds no records; once it does, compare.
+
+        Args:
+            now: The sampling config, ``{dotted key: value}`` (empty: nothing is checked or written).
+            allow_config_change: Keep the old records when the values differ (a warning, and
+                ``sampling.json`` records both the new and the previous values).
 
         Raises:
             RunDirError: The directory's records were drawn under another sampling config and
-                ``resume.allow_config_change`` is not true (names each key, old and new value).
+                ``allow_config_change`` is false (names each key, old and new value).
         """
-        from omegaconf import OmegaConf
-
-        self.check_sampling(cfg)
-        text = OmegaConf.to_yaml(OmegaConf.create(redact_obj(OmegaConf.to_container(safe_resolved(cfg), resolve=False))))
-        write_text_atomic(self.path / "config.yaml", text)
-        write_json_atomic(self.path / "git.json", git_revision())
-
-    def check_sampling(self, cfg: Any) -> None:
-        """Write ``sampling.json`` while the directory holds no records; once it does, compare
-        (see :meth:`write_config`)."""
-        from omegaconf import OmegaConf
-
-        now = sampling_config(cfg, self.stage)
         if not now:
             return
         path = self.path / SAMPLING
@@ -367,9 +340,8 @@ class RunDir:
             before = read_json(path).get("config", {})
             diff = _diff(before, now)
             if diff:
-                allow = OmegaConf.select(cfg, "resume.allow_config_change", default=False)
                 listed = "; ".join(f"{k}: {_short(a)} -> {_short(b)}" for k, a, b in diff[:8])
-                if allow is not True:
+                if not allow_config_change:
                     raise RunDirError(
                         f"{self.path} holds records drawn under another sampling config ({listed}); "
                         "rerun with the recorded values, use another hydra.run.dir, or set "
@@ -436,29 +408,6 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     return path
 
 
-def sampling_config(cfg: Any, stage: str) -> dict[str, Any]:
-    """The values of ``stage``'s :data:`SAMPLING_KEYS` in ``cfg`` (resolved, URLs redacted,
-    operational keys dropped), flattened to ``{dotted key: value}``."""
-    plain = plain_config(cfg)
-    out: dict[str, Any] = {}
-    for pattern in SAMPLING_KEYS.get(stage, ()):
-        for key, value in select(plain, pattern):
-            _flatten(redact_obj(value), key, out)
-    return out
-
-
-def _flatten(node: Any, prefix: str, out: dict[str, Any]) -> None:
-    if isinstance(node, dict):
-        for k, v in node.items():
-            if k not in OPERATIONAL_KEYS:
-                _flatten(v, f"{prefix}.{k}", out)
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            _flatten(v, f"{prefix}.{i}", out)
-    elif node is None or isinstance(node, (str, int, float, bool)):  # not an unresolvable value
-        out[prefix] = node
-
-
 def _diff(before: dict[str, Any], now: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     missing = object()
     keys = sorted(set(before) | set(now))
@@ -475,33 +424,6 @@ def _diff(before: dict[str, Any], now: dict[str, Any]) -> list[tuple[str, Any, A
 def _short(value: Any) -> str:
     text = json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def safe_resolved(cfg: Any) -> Any:
-    """A resolved copy of ``cfg`` in which ``${oc.env:...}`` values stay as written.
-
-    mbs never puts secrets into configs (API keys are read from the environment variable a
-    config names), and this keeps a user's own ``${oc.env:...}`` out of saved files as well.
-    Values that cannot be resolved outside a Hydra run (``${hydra:...}``) stay as written.
-    """
-    from omegaconf import DictConfig, ListConfig, OmegaConf
-
-    def rec(node: Any, path: str) -> Any:
-        if isinstance(node, dict):
-            return {k: rec(v, f"{path}.{k}" if path else str(k)) for k, v in node.items()}
-        if isinstance(node, list):
-            return [rec(v, f"{path}[{i}]") for i, v in enumerate(node)]
-        if isinstance(node, str) and "${" in node and "oc.env" not in node:
-            try:
-                value = OmegaConf.select(cfg, path, throw_on_missing=False)
-            except Exception:  # noqa: BLE001 - e.g. ${hydra:...} outside a Hydra run
-                return node
-            if isinstance(value, (DictConfig, ListConfig)):
-                return rec(OmegaConf.to_container(value, resolve=False), path)
-            return value
-        return node
-
-    return OmegaConf.create(rec(OmegaConf.to_container(cfg, resolve=False), ""))
 
 
 # --------------------------------------------------------------------------------------

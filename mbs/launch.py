@@ -8,7 +8,8 @@ nothing of it.
   a ``sk-...`` value; :func:`mbs.redact.secret_override`) with exit status 2 before Hydra reads
   them, naming the key but never the value: Hydra would echo it in its own error message and
   write it into ``.hydra/``. Keys are read from the environment variable ``api_key_env`` names.
-* :func:`staged_outputs` keeps Hydra's files out of the run directory until a
+* :func:`staged_outputs` keeps Hydra's files (rendered at the stage boundary:
+  :func:`mbs.stages.config.staged_hydra_outputs`) out of the run directory until a
   :class:`mbs.io.RunDir` there admits the run (lock taken, sampling config accepted;
   :func:`mbs.io.on_admit`), so a refused start (a run directory in use, another sampling
   config, a bad config value) leaves an existing run directory exactly as it was. Hydra writes
@@ -28,13 +29,13 @@ from __future__ import annotations
 import functools
 import logging
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from mbs.io import on_admit, restore_on_failure, write_text_atomic
-from mbs.redact import redact_obj, secret_override
+from mbs.redact import secret_override
 
 #: Folder of the run directory receiving Hydra's ``config.yaml``, ``hydra.yaml`` and ``overrides.yaml``.
 HYDRA_SUBDIR = ".hydra"
@@ -99,7 +100,8 @@ class DeferredFileHandler(logging.FileHandler):
 
     def commit(self) -> None:
         """Write the held lines and open the file for every later record."""
-        with self.lock:
+        self.acquire()  # the handler's lock (logging.Handler.acquire)
+        try:
             if self._state == "open":
                 return
             held, self._held, self._state = self._held, [], "open"
@@ -108,16 +110,21 @@ class DeferredFileHandler(logging.FileHandler):
                     self.stream = self._open()
                 self.stream.write("".join(line + self.terminator for line in held))
                 self.flush()
+        finally:
+            self.release()
 
     def discard(self) -> None:
         """Drop the held lines and every later record (a refused run leaves no line in the file;
         after :meth:`commit`, the file is closed and its later lines dropped: a failed start
         whose directory :func:`mbs.io.restore_on_failure` puts back)."""
-        with self.lock:
+        self.acquire()
+        try:
             if self._state == "open" and self.stream is not None:
                 self.stream.close()
                 self.stream = None
             self._held, self._state = [], "dropped"
+        finally:
+            self.release()
 
 
 def deferred_handlers() -> list[DeferredFileHandler]:
@@ -134,38 +141,29 @@ def log_to_files(logger: logging.Logger, level: int, msg: str, *args: Any) -> No
             handler.handle(record)
 
 
-def write_hydra_files(cfg: Any, hydra_node: Any, run_dir: Path) -> None:
-    """Write ``.hydra/config.yaml`` (the task config as composed, unresolved), ``hydra.yaml``
-    and ``overrides.yaml`` into ``run_dir``, as Hydra would, with every URL redacted."""
-    from omegaconf import OmegaConf
+def write_hydra_files(run_dir: Path, files: Mapping[str, str]) -> None:
+    """Write Hydra's files into ``run_dir``'s :data:`HYDRA_SUBDIR`, each atomically, in order.
 
-    def dump(node: Any) -> str:
-        return OmegaConf.to_yaml(OmegaConf.create(redact_obj(node)))
-
+    Args:
+        run_dir: The run directory.
+        files: ``{file name: text}`` (``config.yaml``, ``hydra.yaml``, ``overrides.yaml``, as
+            :func:`mbs.stages.config.hydra_files` renders them, every URL redacted).
+    """
     folder = run_dir / HYDRA_SUBDIR
-    container = OmegaConf.to_container(cfg, resolve=False)
-    hydra = OmegaConf.to_container(hydra_node, resolve=False)
-    write_text_atomic(folder / "config.yaml", dump(container))
-    write_text_atomic(folder / "hydra.yaml", dump({"hydra": hydra}))
-    write_text_atomic(folder / "overrides.yaml", dump(list(hydra.get("overrides", {}).get("task", []))))
+    for name, text in files.items():
+        write_text_atomic(folder / name, text)
 
 
 @contextmanager
-def staged_outputs(cfg: Any) -> Iterator[None]:
-    """Hold Hydra's files and job log back from the run directory until a run is admitted.
-
-    Outside a Hydra run (tests calling a stage) it does nothing.
+def staged_outputs(output_dir: str | Path, hydra_files: Callable[[], Mapping[str, str]]) -> Iterator[None]:
+    """Hold Hydra's files and job log back from the run directory until a run is admitted there.
 
     Args:
-        cfg: The task config Hydra passed to the entry point.
+        output_dir: The Hydra run's output directory (``hydra.runtime.output_dir``).
+        hydra_files: Renders Hydra's files (see :func:`write_hydra_files`); called once, on
+            admission.
     """
-    from hydra.core.hydra_config import HydraConfig
-
-    if not HydraConfig.initialized():
-        yield
-        return
-    hydra_node = HydraConfig.get()
-    output = Path(hydra_node.runtime.output_dir).resolve()
+    output = Path(output_dir).resolve()
     admitted = False
 
     def admit(path: Path) -> None:
@@ -173,7 +171,7 @@ def staged_outputs(cfg: Any) -> Iterator[None]:
         if admitted or path.resolve() != output:
             return
         admitted = True
-        write_hydra_files(cfg, hydra_node, output)
+        write_hydra_files(output, hydra_files())
         for handler in deferred_handlers():
             handler.commit()
 

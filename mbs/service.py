@@ -565,34 +565,3 @@ def _cancel(run_dir: Path) -> None:
 
 def _tail(path: Path, chars: int = 3000) -> str:
     return path.read_text(errors="replace")[-chars:] if path.is_file() else ""
-
-
-def run(cfg: DictConfig, launcher: Mapping[str, Any] | None = None) -> Path:
-    """mbs-serve: ``service.action`` = start, stop or status for the service in ``cfg.out_dir``.
-
-    Args:
-        cfg: The ``serve`` config.
-        launcher: The ``hydra.launcher`` node the job is submitted with (the CLI passes the
-            composed one; ``None``: a local background process).
-
-    Returns:
-        The service's run directory.
-
-    Raises:
-        ServiceError: See :func:`start` and :func:`stop`; an unknown action.
-    """
-    logging.getLogger("mbs").setLevel(cfg.log_level)
-    run_dir = Path(cfg.out_dir)
-    action = str(cfg.service.action)
-    if action == "start":
-        state = start(spec_from_cfg(cfg.service), run_dir, launcher, local_gpus=int(cfg.service.local_gpus))
-        print(f"service ready at {state['base_url']} ({run_dir / STATE})")
-        print("point a stage at it with: " + " ".join(state["overrides"]))
-    elif action == "stop":
-        state = stop(run_dir, float(cfg.service.stop_timeout_s))
-        print(f"service {state.get('state', 'not found')}: {state.get('reason', '')}")
-    elif action == "status":
-        print(read_state(run_dir) or f"no service in {run_dir}")
-    else:
-        raise ServiceError(f"service.action={action!r}: valid values are start, stop, status")
-    return run_dir

@@ -1,40 +1,28 @@
-"""Range and type checks of every numeric and enumerated config value, at stage entry.
+"""The ranges and types of every numeric and enumerated config value: one table, :data:`RULES`.
 
-Each stage's ``run(cfg)`` calls :func:`validate_config` first; a bad value raises
-:class:`ConfigError` whose message names the key, the value given and the valid range, and the
-command line ends with that message and exit status 2 (``mbs/cli.py``), before any work or
-any file is written. The checks are one table (:data:`RULES`): a key pattern (``*`` matches
-any mapping key or list index) and a check. Keys a stage's config does not have are skipped,
-so one table serves every stage.
+Each stage's ``run(cfg)`` checks its config against the table first
+(:func:`mbs.stages.config.validate_config`); a bad value raises :class:`ConfigError` whose
+message names the key, the value given and the valid range, and the command line ends with
+that message and exit status 2 (``mbs/cli.py``), before any work or any file is written. A rule
+is a key pattern (``*`` matches any mapping key or list index) and a check (:class:`Num`,
+:class:`OneOf`, :class:`ListOf`). Keys a stage's config does not have are skipped, so one table
+serves every stage. Library code checks a value that comes from outside the config with
+:func:`check_value` (:data:`THRESHOLD_RANGES` also serves :class:`mbs.synth.settings.Thresholds`).
 
 Every bad value is reported at once (one :class:`ConfigError` naming each), and every backend
-node (``backend``, each student's, teacher's, judge's and evaluated model's) may hold only the
-arguments of the class its ``_target_`` names (plus ``label``): an unknown key such as
-``api_key`` is refused before anything is written, and the message never shows its value.
-
-Beyond single values, :func:`validate_config` checks what spans keys: ``shard.index`` is in
-``[0, shard.count)``, and a budget L (``calibrate.budgets``, a student's ``budget``, a
-teacher's ``max_tokens``, ``eval.budgets``) fits the context window of the backend that
-draws it where the window is known (``backend.n_ctx`` of llama.cpp, ``max_model_len`` of
-vLLM). llama.cpp reads ``max_tokens <= 0`` as "until the context is full", so a budget that
-is not positive would generate without bound.
+node (:data:`BACKEND_NODES`: ``backend``, each student's, teacher's, judge's and evaluated
+model's) may hold only the arguments of the class its ``_target_`` names (plus ``label`` and the
+other :data:`META_KEYS`).
 """
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import math
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 from mbs import errors
 from mbs.llm import NON_ARGS
-
-#: Marks a key that is absent from the config (the check is skipped).
-_ABSENT = object()
 
 
 class ConfigError(errors.ConfigError):
@@ -277,27 +265,6 @@ BACKEND_NODES = (
 META_KEYS = frozenset({"_target_", "_convert_", "_recursive_", "_partial_", "_args_", *NON_ARGS})
 
 
-def validate_config(cfg: Any) -> None:
-    """Check every value of ``cfg`` that :data:`RULES` covers, the cross-key rules and the keys
-    of every backend node (:data:`BACKEND_NODES`).
-
-    Args:
-        cfg: A composed stage config (``DictConfig``); keys it lacks are skipped.
-
-    Raises:
-        ConfigError: Every bad value, one line each: ``<key>=<value>: must be <valid range>``,
-            ``<key>: not a setting of <class> ...`` (the value of an unknown key is not shown).
-    """
-    plain = plain_config(cfg)
-    problems = [
-        _problem(key, value, check) for pattern, check in RULES for key, value in select(plain, pattern)
-    ]
-    problems += [_check_shard(plain), *_check_context_windows(plain), *_check_backend_keys(plain)]
-    problems = list(dict.fromkeys(p for p in problems if p))
-    if problems:
-        raise ConfigError(problems)
-
-
 def check_value(key: str, value: Any, check: Check) -> Any:
     """Check one value (used by library code for values that come from outside the config).
 
@@ -307,17 +274,14 @@ def check_value(key: str, value: Any, check: Check) -> Any:
     Raises:
         ConfigError: The value fails ``check`` (names ``key`` and the valid range).
     """
-    _check(key, value, check)
+    found = problem(key, value, check)
+    if found:
+        raise ConfigError(found)
     return value
 
 
-def _check(key: str, value: Any, check: Check) -> None:
-    problem = _problem(key, value, check)
-    if problem:
-        raise ConfigError(problem)
-
-
-def _problem(key: str, value: Any, check: Check) -> str | None:
+def problem(key: str, value: Any, check: Check) -> str | None:
+    """``<key>=<value>: must be <valid range>`` when ``value`` fails ``check``, else ``None``."""
     return None if check.check(value) else f"{key}={_show(value)}: must be {check.describe()}"
 
 
@@ -327,155 +291,3 @@ def _show(value: Any) -> str:
     if isinstance(value, str):
         return repr(value)
     return str(value)
-
-
-def _check_shard(cfg: Any) -> str | None:
-    index, count = _get(cfg, "shard.index"), _get(cfg, "shard.count")
-    if index is _ABSENT or count is _ABSENT:
-        return None
-    if isinstance(index, (int, float)) and isinstance(count, (int, float)) and not index < count:
-        return f"shard.index={index}: must be in [0, shard.count) = [0, {count})"
-    return None
-
-
-def _check_backend_keys(cfg: Any) -> Iterator[str]:
-    """Keys of a backend node that its class does not take (they would end the run later, in
-    the backend's constructor, after the config was written; an ``api_key`` would be written)."""
-    seen: list[Any] = []
-    for pattern in BACKEND_NODES:
-        for where, node in select(cfg, pattern):
-            if not isinstance(node, dict) or node in seen:  # a policy's ${backend}: checked once
-                continue
-            seen.append(node)
-            target = node.get("_target_")
-            params = _arguments(target)
-            if params is None:
-                continue
-            for key in node:
-                if key not in params and key not in META_KEYS:
-                    yield (f"{where}.{key}: not a setting of {target} (its settings: {', '.join(sorted(params))}; "
-                           "an API key is read from the environment variable named by api_key_env)")
-
-
-@lru_cache(maxsize=64)
-def _arguments(target: Any) -> frozenset[str] | None:
-    """The keyword arguments of the class ``target`` names (``None``: unknown, not importable
-    here, or it takes ``**kwargs``)."""
-    if not isinstance(target, str) or "." not in target:
-        return None
-    module, _, name = target.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module), name)
-        params = inspect.signature(cls).parameters.values()
-    except Exception:  # noqa: BLE001 - a missing extra or a bad _target_ fails where it is built
-        return None
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        return None
-    return frozenset(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
-
-
-def _check_context_windows(cfg: Any) -> Iterator[str]:
-    """Budgets L must fit the context window of the backend that draws them (where known)."""
-    calib = _get(cfg, "calibrate.budgets")
-    calib = calib if isinstance(calib, list) else _ABSENT  # a bad list is reported by its rule
-    # students draw rollouts in calibration and synthesis only (train, evaluate, export compose them unused)
-    students = _get(cfg, "students.policies") if "calibrate" in cfg or "synth" in cfg else _ABSENT
-    for name, pol in _items(students):
-        if not isinstance(pol, dict) or pol.get("source", "live") != "live":
-            continue
-        window = _window(pol.get("backend"))
-        if window is None:
-            continue
-        if calib is not _ABSENT:
-            for b in calib:
-                yield from _fits("calibrate.budgets", b, window, f"students.policies.{name}")
-        if pol.get("budget") is not None:
-            yield from _fits(f"students.policies.{name}.budget", pol["budget"], window, f"students.policies.{name}")
-    for i, pol in _items(_get(cfg, "teacher.pool") if "synth" in cfg else _ABSENT):
-        if isinstance(pol, dict) and pol.get("max_tokens"):
-            window = _window(pol.get("backend"))
-            if window is not None:
-                yield from _fits(f"teacher.pool.{i}.max_tokens", pol["max_tokens"], window, f"teacher.pool.{i}")
-    budgets = _get(cfg, "eval.budgets")
-    budgets = budgets if isinstance(budgets, list) else _ABSENT
-    for name, model in _items(_get(cfg, "eval.models")):
-        window = _window(model.get("backend")) if isinstance(model, dict) else None
-        if window is not None and budgets is not _ABSENT:
-            for b in budgets:
-                yield from _fits("eval.budgets", b, window, f"eval.models.{name}")
-
-
-def _window(backend: Any) -> int | None:
-    if not isinstance(backend, dict):
-        return None
-    for key in ("n_ctx", "max_model_len"):
-        value = backend.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
-
-
-def _fits(key: str, budget: Any, window: int, owner: str) -> Iterator[str]:
-    if isinstance(budget, (int, float)) and budget >= window:
-        yield (
-            f"{key}={budget}: must be < the context window of {owner} ({window} tokens, its backend's "
-            "n_ctx / max_model_len); the prompt and the budget L must fit in it together"
-        )
-
-
-# -- reading a config by pattern -----------------------------------------------------------
-
-
-def plain_config(cfg: Any) -> Any:
-    """A plain, resolved copy of ``cfg`` (``${hydra:...}`` and other unresolvable values stay strings)."""
-    from omegaconf import DictConfig, ListConfig
-
-    if not isinstance(cfg, (DictConfig, ListConfig)):
-        return cfg
-
-    def rec(node: Any) -> Any:
-        if isinstance(node, DictConfig):
-            return {k: _resolve(node, k, rec) for k in node}
-        if isinstance(node, ListConfig):
-            return [_resolve(node, i, rec) for i in range(len(node))]
-        return node
-
-    return rec(cfg)
-
-
-def _resolve(node: Any, key: Any, rec: Callable[[Any], Any]) -> Any:
-    try:
-        return rec(node[key])
-    except Exception:  # noqa: BLE001 - ${hydra:...} outside a run, missing ??? values, ...
-        return _ABSENT
-
-
-def _get(cfg: Any, key: str) -> Any:
-    hits = list(select(cfg, key))
-    return hits[0][1] if hits else _ABSENT
-
-
-def _items(node: Any) -> Iterator[tuple[Any, Any]]:
-    if isinstance(node, dict):
-        yield from node.items()
-    elif isinstance(node, list):
-        yield from enumerate(node)
-
-
-def select(cfg: Any, pattern: str) -> Iterator[tuple[str, Any]]:
-    """``(key, value)`` of every key of a :func:`plain_config` matching ``pattern`` (``*``: any
-    mapping key or list index) that is present and resolvable."""
-    root = cfg
-
-    def walk(node: Any, parts: list[str], path: str) -> Iterator[tuple[str, Any]]:
-        if not parts:
-            if node is not _ABSENT:
-                yield path, node
-            return
-        head, rest = parts[0], parts[1:]
-        for k, child in _items(node):
-            if head == "*" or str(k) == head:
-                yield from walk(child, rest, f"{path}.{k}" if path else str(k))
-
-    yield from walk(root, pattern.split("."), "")
-

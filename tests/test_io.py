@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from mbs.io import RunDir, Shard, read_manifest, read_records, safe_resolved
+from mbs.io import Shard, read_manifest, read_records
 from mbs.records import MCQ, Problem, RecordError, Rollout, TreeNode, from_dict, to_dict
+from mbs.stages.config import open_run, safe_resolved
 
 
 def test_records_round_trip():
@@ -51,8 +52,7 @@ def test_run_dir_manifest_last_and_config(tmp_path, monkeypatch):
 
     monkeypatch.setenv("SECRET_TOKEN", "s3cr3t")
     cfg = OmegaConf.create({"a": 1, "b": "${a}", "token": "${oc.env:SECRET_TOKEN}", "nested": {"c": "${b}"}})
-    rd = RunDir(tmp_path / "run", "test", 1, 4)
-    rd.write_config(cfg)
+    rd = open_run(cfg, tmp_path / "run", "test", 1, 4)
     text = (tmp_path / "run" / "config.yaml").read_text()
     assert "s3cr3t" not in text and "${oc.env:SECRET_TOKEN}" in text
     assert OmegaConf.create(text).nested.c == 1

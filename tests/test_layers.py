@@ -18,7 +18,7 @@ LAYERS: list[list[str]] = [
     # foundations: no mbs imports but each other
     ["mbs", "mbs.errors", "mbs.redact", "mbs.progress", "mbs.resources", "mbs.stats", "mbs.textmath",
      "mbs.reasoning", "mbs.prompts", "mbs.registry", "mbs.records"],
-    # run directories, configuration checks, LLM backends, the job launcher and the service
+    # run directories, the ranges of config values, LLM backends, the job launcher and the service
     ["mbs.llm", "mbs.validate", "mbs.io", "mbs.launch", "mbs.service"],
     # grading
     ["mbs.verify"],
@@ -39,18 +39,10 @@ LAYERS: list[list[str]] = [
     ["mbs.cli"],
 ]
 
-#: Functions below ``mbs/stages/`` that still take the whole config (issue 26, item 5: typed
-#: settings built at the stage boundary replace them). A function that no longer takes ``cfg``
-#: must leave this list, and none may join it.
-CFG_DEBT = {
-    "mbs/io.py:sampling_config", "mbs/io.py:safe_resolved",
-    "mbs/io.py:__init__", "mbs/io.py:write_config", "mbs/io.py:check_sampling",
-    "mbs/launch.py:write_hydra_files", "mbs/launch.py:staged_outputs",
-    "mbs/service.py:run",
-    "mbs/validate.py:validate_config", "mbs/validate.py:_check_shard", "mbs/validate.py:_check_backend_keys",
-    "mbs/validate.py:_check_context_windows", "mbs/validate.py:plain_config", "mbs/validate.py:_get",
-    "mbs/validate.py:select",
-}
+#: Functions below ``mbs/stages/`` that still take the whole config. Issue 26 emptied it (typed
+#: settings built at the stage boundary, ``mbs/stages/config.py`` for the config itself); none may
+#: join it.
+CFG_DEBT: set[str] = set()
 
 
 def _modules() -> dict[str, Path]:

@@ -24,7 +24,6 @@ from mbs.service import (
     executor_for,
     metric_sums,
     read_state,
-    run,
     server_command,
     service_url,
     spec_from_cfg,
@@ -32,6 +31,7 @@ from mbs.service import (
     stop,
 )
 from mbs.stages import calibrate
+from mbs.stages.serve import run
 
 FAKE_SERVER = Path(__file__).resolve().parent / "slurm" / "fake_openai.py"
 VLLM_METRICS = """\

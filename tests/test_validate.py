@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from mbs.validate import ConfigError, validate_config
+from mbs.stages.config import validate_config
+from mbs.validate import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -91,7 +92,8 @@ def test_every_experiment_validates(make_cfg, experiment):
 
 def _checked_keys(cfg) -> list[str]:
     """The keys of ``cfg`` that some rule of :data:`mbs.validate.RULES` checks."""
-    from mbs.validate import RULES, plain_config, select
+    from mbs.stages.config import plain_config, select
+    from mbs.validate import RULES
 
     plain = plain_config(cfg)
     return [key for pattern, _check in RULES for key, _value in select(plain, pattern)]

@@ -134,7 +134,7 @@ def describe_moves(by_difficulty: dict[str, Any] | None) -> list[str]:
             if len(keys) < 2:
                 continue
             lo, hi = per[keys[0]], per[keys[-1]]
-            changed = Counter()
+            changed: Counter[str] = Counter()
             for pair in (moves.get(lv, {}).get(policy, {}) or {}).values():
                 for k, v in pair.items():
                     a, _, z = k.partition("->")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -155,6 +155,14 @@ class BackendStats:
     seconds: float = 0.0
     retries: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def add_samples(self, comps: Iterable[Completion]) -> None:
+        """Count generated completions (not cache hits): :attr:`samples`, and their prompt and
+        completion tokens."""
+        for comp in comps:
+            self.samples += 1
+            self.prompt_tokens += comp.prompt_tokens
+            self.completion_tokens += comp.completion_tokens
 
     def as_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in self.__dict__.items() if k != "extra"}

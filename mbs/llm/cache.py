@@ -364,9 +364,7 @@ class CachedBackend:
             yield k
 
     def _count_and_store(self, req: ChatRequest, idx: int, comp: Completion, model_id: str, extra) -> None:
-        self.stats.samples += 1
-        self.stats.prompt_tokens += comp.prompt_tokens
-        self.stats.completion_tokens += comp.completion_tokens
+        self.stats.add_samples([comp])
         self._store(req, idx, comp, model_id, extra)
 
     def _store(self, req: ChatRequest, idx: int, comp: Completion, model_id: str, extra: dict[str, Any] | None) -> None:

@@ -420,10 +420,7 @@ class LlamaCppBackend:
             for comp in comps:
                 split_completion(comp, self.reasoning.format, count_tokens=count)
         with self._meta:
-            for comp in comps:
-                self.stats.samples += 1
-                self.stats.prompt_tokens += comp.prompt_tokens
-                self.stats.completion_tokens += comp.completion_tokens
+            self.stats.add_samples(comps)
         return comps
 
     def _prime(self, llm, req: ChatRequest) -> None:

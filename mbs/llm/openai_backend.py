@@ -390,9 +390,7 @@ class OpenAIBackend:
         with self._lock:
             self.stats.calls += 1
             self.stats.retries += int(getattr(raw, "retries_taken", 0) or 0)
-            self.stats.samples += len(comps)
-            self.stats.prompt_tokens += prompt_tokens * len(comps)
-            self.stats.completion_tokens += total_completion
+            self.stats.add_samples(comps)  # their completion tokens sum to the usage's total
         return comps
 
     def request_kwargs(self, req: ChatRequest, n: int, seed: int) -> dict[str, Any]:

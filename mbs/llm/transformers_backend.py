@@ -379,9 +379,7 @@ class TransformersBackend:
             if self.reasoning.format != "none":
                 split_completion(comp, self.reasoning.format, count_tokens=self._count)
             comps.append(comp)
-        self.stats.samples += len(comps)
-        self.stats.prompt_tokens += sum(c.prompt_tokens for c in comps)
-        self.stats.completion_tokens += sum(c.completion_tokens for c in comps)
+        self.stats.add_samples(comps)
         self.stats.seconds += dt
         return comps
 

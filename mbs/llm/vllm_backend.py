@@ -238,9 +238,7 @@ class VLLMBackend:
                 comps = completions_from_output(req, ro, self.reasoning.format, count, latency)
             except BackendError as err:
                 raise BackendError(f"vllm backend ({self.model}): {err}") from err
-            self.stats.samples += len(comps)
-            self.stats.prompt_tokens += sum(c.prompt_tokens for c in comps)
-            self.stats.completion_tokens += sum(c.completion_tokens for c in comps)
+            self.stats.add_samples(comps)
             out.append(comps)
         self.stats.calls += 1
         self.stats.seconds += dt

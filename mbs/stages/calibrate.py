@@ -27,11 +27,10 @@ from mbs.calibration.recorded import calibrate_recorded
 from mbs.calibration.run import CalibrationSettings, finalize
 from mbs.calibration.sampling import Group, Policy, RolloutWriter, draw
 from mbs.data import load_problems
-from mbs.io import RunDir
 from mbs.llm.meter import BackendMeter
 from mbs.records import Problem, Rollout
+from mbs.stages.config import open_run, validate_config
 from mbs.training.provenance import sampled_distributions
-from mbs.validate import validate_config
 from mbs.verify.pool import GradingPool
 
 log = logging.getLogger(__name__)
@@ -81,8 +80,7 @@ def run(cfg: DictConfig) -> Path:
     """
     validate_config(cfg)
     logging.getLogger("mbs").setLevel(cfg.log_level)
-    out = RunDir(cfg.out_dir, STAGE, cfg.shard.index, cfg.shard.count, cfg=cfg)
-    out.write_config(cfg)
+    out = open_run(cfg, cfg.out_dir, STAGE, cfg.shard.index, cfg.shard.count)
     out.record_distribution(sampled_distributions(cfg.students.policies, cfg.calibrate.temperature, cfg.calibrate.top_p))
     t0 = time.perf_counter()
     problems, report = load_problems(cfg.data, cfg.shard.index, cfg.shard.count)

@@ -31,11 +31,11 @@ from mbs.calibration.sampling import Group, Policy, RolloutWriter, draw
 from mbs.errors import ConfigError
 from mbs.evaluation import score
 from mbs.figures.evaluation import evaluation_figures
-from mbs.io import RunDir, write_text_atomic
+from mbs.io import write_text_atomic
 from mbs.llm import build_backend
 from mbs.records import Rollout
+from mbs.stages.config import open_run, validate_config
 from mbs.training.provenance import distribution_of
-from mbs.validate import validate_config
 from mbs.verify.pool import GradingPool
 
 log = logging.getLogger(__name__)
@@ -97,8 +97,7 @@ def run(cfg: DictConfig) -> Path:
     ecfg = cfg.eval
     budgets, k, ks = check_settings(cfg)
     models = models_from_cfg(ecfg.models)
-    out = RunDir(cfg.out_dir, STAGE, cfg=cfg)
-    out.write_config(cfg)
+    out = open_run(cfg, cfg.out_dir, STAGE)
     out.record_distribution({m.name: distribution_of(m.backend, ecfg.temperature, ecfg.top_p) for m in models})
     t0 = time.perf_counter()
     benches = load_benchmarks(ecfg.benchmarks, None if ecfg.limit is None else int(ecfg.limit))

@@ -43,10 +43,10 @@ from mbs.export.mix import quotas, take
 from mbs.export.prompt_length import PromptCounter, length_report
 from mbs.export.sources import Source
 from mbs.export.verl_schema import check_verl_rows, verl_row, write_parquet
-from mbs.io import RunDir, write_text_atomic
+from mbs.io import write_text_atomic
 from mbs.records import Problem
+from mbs.stages.config import open_run, validate_config
 from mbs.training.provenance import policy_block, provenance_of_run
-from mbs.validate import validate_config
 from mbs.verify.sources import verifier_for
 
 log = logging.getLogger(__name__)
@@ -70,8 +70,7 @@ def run(cfg: DictConfig) -> Path:
     validate_config(cfg)
     logging.getLogger("mbs").setLevel(cfg.log_level)
     ecfg = cfg.export
-    out = RunDir(cfg.out_dir, STAGE, cfg=cfg)
-    out.write_config(cfg)
+    out = open_run(cfg, cfg.out_dir, STAGE)
     t0 = time.perf_counter()
     sources = collect_sources(ecfg, cfg.data)
     check_templates(sources, ecfg.templates)

@@ -19,7 +19,7 @@ from mbs.errors import ConfigError
 from mbs.figures.compare import compare_runs
 from mbs.figures.report import render
 from mbs.io import MANIFEST, RunDir, write_text_atomic
-from mbs.validate import validate_config
+from mbs.stages.config import validate_config
 
 log = logging.getLogger(__name__)
 

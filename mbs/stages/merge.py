@@ -48,7 +48,7 @@ from mbs.shards import (
     merged_config,
     union_records,
 )
-from mbs.validate import validate_config
+from mbs.stages.config import open_run, validate_config
 
 log = logging.getLogger(__name__)
 
@@ -124,8 +124,7 @@ def merge(inputs: Sequence[str | Path], out_dir: str | Path) -> Path:
     shards = discover(inputs, exclude=out_path)
     stage, count = check_shards(shards)
     cfg = merged_config(shards, out_path)
-    out = RunDir(out_path, stage, 0, 1, cfg=cfg)  # admitted: the manifest of an earlier merge is gone
-    out.write_config(cfg)
+    out = open_run(cfg, out_path, stage)  # admitted: the manifest of an earlier merge is gone
     counts = union_records(shards, out)
     log.info("merged %d shards of %s into %s: %s", count, stage, out.path, counts)
     if stage in FINALIZERS:

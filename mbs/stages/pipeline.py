@@ -28,12 +28,12 @@ from omegaconf.errors import ConfigKeyError
 from mbs.errors import ConfigError
 from mbs.figures.report import render
 from mbs.figures.story import findings
-from mbs.io import RunDir, read_summary
+from mbs.io import read_summary
 from mbs.progress import StepProgress, format_seconds
 from mbs.stages import calibrate, evaluate, export, synthesize, train
+from mbs.stages.config import open_run, validate_config
 from mbs.training.launch import TrainError
 from mbs.training.provenance import MissingProvenanceError
-from mbs.validate import validate_config
 
 log = logging.getLogger(__name__)
 
@@ -172,8 +172,7 @@ def run(cfg: DictConfig) -> Path:
     """
     validate_config(cfg)
     logging.getLogger("mbs").setLevel(cfg.log_level)
-    out = RunDir(cfg.out_dir, STAGE, cfg=cfg)
-    out.write_config(cfg)
+    out = open_run(cfg, cfg.out_dir, STAGE)
     steps: dict[str, str] = {}
     pcfg = cfg.pipeline
     if pcfg.difficulty.enabled and pcfg.difficulty.data.loader == "reasoning_gym":  # bad levels fail now, not after CHAMP

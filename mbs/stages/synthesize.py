@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from mbs.calibration.students import StudentSet
 from mbs.errors import UnknownNameError
-from mbs.io import RunDir
+from mbs.stages.config import open_run, validate_config
 from mbs.synth.methods import METHODS, MethodSpec
 from mbs.synth.settings import (
     DirectSettings,
@@ -34,7 +34,6 @@ from mbs.synth.settings import (
     plain,
 )
 from mbs.training.provenance import sampled_distributions
-from mbs.validate import validate_config
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +85,7 @@ def run(cfg: DictConfig) -> Path:
     validate_config(cfg)
     logging.getLogger("mbs").setLevel(cfg.log_level)
     spec = method_spec(cfg.method)
-    out = RunDir(cfg.out_dir, STAGE, cfg.shard.index, cfg.shard.count, cfg=cfg)
-    out.write_config(cfg)
+    out = open_run(cfg, cfg.out_dir, STAGE, cfg.shard.index, cfg.shard.count)
     out.record_distribution(sampled_distributions(cfg.students.policies, cfg.synth.temperature, cfg.synth.top_p))
     settings = synth_settings(cfg)
     t0 = time.perf_counter()

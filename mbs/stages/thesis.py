@@ -48,16 +48,16 @@ from mbs.data import load_problems
 from mbs.errors import ConfigError
 from mbs.export.verl_schema import write_parquet
 from mbs.figures.report import render
-from mbs.io import RunDir, read_records, read_summary, write_json_atomic
+from mbs.io import read_records, read_summary, write_json_atomic
 from mbs.llm import close_all
 from mbs.records import Calibration, Rollout
 from mbs.stages import calibrate, train
+from mbs.stages.config import open_run, validate_config
 from mbs.stages.pipeline import export_runs, stage_node, sub_config
 from mbs.thesis import SETS, build_sets, split_heldout
 from mbs.thesis_summary import summarize
 from mbs.training.policy import resolve_policy
 from mbs.training.settings import TrainSettings
-from mbs.validate import validate_config
 from mbs.verify.pool import GradingPool
 
 log = logging.getLogger(__name__)
@@ -169,8 +169,7 @@ def run(cfg: DictConfig) -> Path:
         raise ConfigError("thesis.seeds is empty: name at least one seed")
     L, N, k = int(t.budget), int(t.n), int(t.eval_k)
     budgets = sorted({L, *(int(b) for b in t.extra_budgets)})
-    out = RunDir(cfg.out_dir, STAGE, cfg=cfg)
-    out.write_config(cfg)
+    out = open_run(cfg, cfg.out_dir, STAGE)
     root = out.path
     t0 = time.perf_counter()
     cal_dir = _calibrate_corpus(cfg, root)

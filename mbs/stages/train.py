@@ -36,7 +36,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from mbs.figures.forecast import train_figures
-from mbs.io import RunDir
+from mbs.stages.config import open_run, validate_config
 from mbs.training.engines import ENGINES, engine_for
 from mbs.training.launch import TrainError, check_data, job_env, run_logged
 from mbs.training.policy import resolve_policy
@@ -52,7 +52,6 @@ from mbs.training.verl_command import (
     reward_path,
     verl_overrides,
 )
-from mbs.validate import validate_config
 
 __all__ = [
     "ENGINES", "REWARD_KWARGS", "TrainError", "VerlJob", "build_command", "check_data", "flatten", "job_env",
@@ -89,8 +88,7 @@ def run(cfg: DictConfig) -> Path:
     logging.getLogger("mbs").setLevel(cfg.log_level)
     settings = settings_of(cfg)
     engine = engine_for(settings)
-    out = RunDir(cfg.out_dir, STAGE)
-    out.write_config(cfg)
+    out = open_run(cfg, cfg.out_dir, STAGE)
     policy = resolve_policy(settings, convert=not settings.dry_run)
     summary: dict[str, Any] = {"engine": settings.engine, "dry_run": settings.dry_run, "launcher": settings.launcher,
                                "policy": policy.summary(), "overrides": policy.overrides}

@@ -7,7 +7,7 @@ trainer (:mod:`mbs.training.trl_engine`), the policy resolution (:mod:`mbs.train
 the launcher (:mod:`mbs.training.launch`) read these values, never the config. Every value is
 plain (str, int, float, bool, None, dicts and tuples of them), so a job holding the settings
 pickles (submitit sends it to the cluster). The value checks of the keys are
-:func:`mbs.validate.validate_config`'s (run before the settings are built).
+:func:`mbs.stages.config.validate_config`'s (run before the settings are built).
 """
 
 from __future__ import annotations

@@ -82,12 +82,12 @@ _SEPARATOR = re.compile(r"[,;&]|\\q?quad|\\\\|\b(?:and|or)\b")
 _MAX_JOINED = 12
 
 
-def _joined_boxes(text: str, found: list[Box]) -> str:
+def _joined_boxes(text: str, found: list[Box]) -> str | None:
     """The last box's content, joined with the boxes before it that only separators and
     labels divide from it (an answer given as several boxes: ``1, 2, 3``; a label is kept,
     ``y_1 = ..., y_2 = ...``)."""
     chain = [found[-1]]
-    labels = [None]
+    labels: list[str | None] = [None]
     for prev in reversed(found[:-1]):
         if prev.content is None or not prev.content or len(chain) == _MAX_JOINED:
             break
@@ -102,7 +102,7 @@ def _joined_boxes(text: str, found: list[Box]) -> str:
         return found[-1].content
     first_label = _LABEL.search(text[max(0, chain[0].start - 20) : chain[0].start])
     labels[0] = first_label.group(1) if first_label and any(labels[1:]) else None
-    return ", ".join(f"{lab} = {b.content}" if lab else b.content for lab, b in zip(labels, chain))
+    return ", ".join(f"{lab} = {b.content}" if lab else str(b.content) for lab, b in zip(labels, chain))
 
 
 def _last_box(text: str) -> Extraction | None:

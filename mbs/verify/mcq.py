@@ -280,12 +280,12 @@ def _choice(text: str, n_options: int) -> tuple[str, str] | None:
     text = cut_runon(text.rsplit(_THINK_END, 1)[-1], _MARKER)
     strong = _strong_choices(text, letters)
     if strong:
-        pos, letter, source = max(strong)
+        pos, best, source = max(strong)
         correction = _CORRECTION.search(text, pos + 1)
         corrected = _last_sentence_letter(text[correction.start() :], letters) if correction else None
         if corrected:
             return corrected, "correction"
-        return letter, source
+        return best, source
     for marker in reversed(list(_WEAK_MARKER.finditer(text))):
         letter = _marked_letter(text, marker, letters)
         if letter:

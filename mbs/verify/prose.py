@@ -199,7 +199,8 @@ _RESTATES = re.compile(r"\b(?:which|that|i\.e\.)\s*$", re.IGNORECASE)
 
 def _complement(sentence: str, at: int) -> str | None:
     """The math right after a copula that ends at ``at`` (after filler words), or ``None``."""
-    start = _FILLER.match(sentence, at).end()
+    filler = _FILLER.match(sentence, at)  # (...)* always matches
+    start = filler.end() if filler else at
     if MATH_SPAN.match(sentence, start) is not None:
         return _span_answer(sentence[start:])
     runs = _math_runs(sentence[start:])

@@ -121,7 +121,8 @@ def boxes(text: str) -> list[Box]:
     out: list[Box] = []
     closing: dict[int, int] | None = None
     for box in _BOX.finditer(text):
-        i = _SPACES.match(text, box.end()).end()
+        spaces = _SPACES.match(text, box.end())  # \s* always matches
+        i = spaces.end() if spaces else box.end()
         if text.startswith("{", i):
             closing = _closing_braces(text) if closing is None else closing
             j = closing.get(i)

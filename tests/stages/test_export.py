@@ -23,6 +23,7 @@ from mbs.prompts import user_messages
 from mbs.records import Problem
 from mbs.rewards import compute_score
 from mbs.stages import calibrate
+from mbs.stages.config import open_run
 from mbs.stages.export import run
 from mbs.stages.pipeline import export_runs
 
@@ -75,8 +76,7 @@ def synth_problems(contaminated_text: str) -> list[Problem]:
 
 
 def make_synth_dir(path, problems, templates=None):
-    out = RunDir(path, "synthesize")
-    out.write_config(OmegaConf.create({"synth": {"templates": templates or {"math": "math_boxed_v1", "mcq": "mcq_letter_v1"}}}))
+    out = open_run(OmegaConf.create({"synth": {"templates": templates or {"math": "math_boxed_v1", "mcq": "mcq_letter_v1"}}}), path, "synthesize")
     with out.shard("problems", Problem) as sh:
         sh.append(problems)
     out.write_summary({"method": "mbs"})

@@ -9,8 +9,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from mbs.export.prompt_length import PER_MESSAGE, PromptCounter, length_report
-from mbs.io import RunDir, read_summary
+from mbs.io import read_summary
 from mbs.records import Problem
+from mbs.stages.config import open_run
 from mbs.stages.export import run as export
 from mbs.stages.train import TrainError, prompt_length, settings_of
 from mbs.stages.train import run as train
@@ -19,8 +20,7 @@ LONG = "A farmer plants beans along a fence and counts the pods of every vine in
 
 
 def make_run(path) -> str:
-    out = RunDir(path, "synthesize")
-    out.write_config(OmegaConf.create({"synth": {"templates": {"math": "math_boxed_v1", "mcq": "mcq_letter_v1"}}}))
+    out = open_run(OmegaConf.create({"synth": {"templates": {"math": "math_boxed_v1", "mcq": "mcq_letter_v1"}}}), path, "synthesize")
     problems = [Problem(id=f"s/{i}", data_source="mbs/math/s", prompt=text, ground_truth=str(i), parents=[f"seed{i}"])
                 for i, text in enumerate([LONG, "What is 2 + 3?", "Compute 2^10.", "What is 12 times 12?"])]
     with out.shard("problems", Problem) as sh:

@@ -13,8 +13,9 @@ import pytest
 from omegaconf import OmegaConf
 from support.verl_runtime import run_mbs, run_script
 
-from mbs.io import RunDir, read_summary
+from mbs.io import read_summary
 from mbs.records import Problem
+from mbs.stages.config import open_run
 
 pytestmark = pytest.mark.verl
 
@@ -27,8 +28,7 @@ LONG = [f"Field {i} holds {' '.join(f'{7 * i + j} rows of {11 * j + i} beans,' f
 
 def synth_run(path) -> str:
     """A synthesize run holding the short and long problems (distinct answers: no near-duplicates)."""
-    out = RunDir(path, "synthesize")
-    out.write_config(OmegaConf.create({"synth": {"templates": {"math": "math_boxed_v1", "mcq": "mcq_letter_v1"}}}))
+    out = open_run(OmegaConf.create({"synth": {"templates": {"math": "math_boxed_v1", "mcq": "mcq_letter_v1"}}}), path, "synthesize")
     problems = [Problem(id=f"s/{i}", data_source="mbs/math/s", prompt=text, ground_truth=str(100 + i), parents=[f"seed{i}"])
                 for i, text in enumerate(SHORT + LONG)]
     with out.shard("problems", Problem) as sh:
