@@ -16,6 +16,7 @@ string tables resolved by importlib::
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
@@ -46,7 +47,8 @@ class Registry(Generic[T]):
         """Register ``item`` under ``name`` and return it.
 
         Registering the same object again (a module imported twice, e.g. by path and by name,
-        or reloaded) is allowed when it has the same module and qualified name.
+        or reloaded) is allowed when it has the same module and qualified name (a spec: when
+        every field does, see :func:`_identity`).
 
         Raises:
             ValueError: ``name`` is empty or already taken by a different object.
@@ -104,9 +106,14 @@ class Registry(Generic[T]):
 
 
 def _identity(item: object) -> str:
-    """``module.qualname`` of a function or class, else its repr (to tell re-registration from a clash)."""
+    """What tells re-registering an object from a clash: ``module.qualname`` of a function or
+    class; for a dataclass instance (a spec such as a synthesis method's or an answer type's)
+    its type and the identity of every field, so two specs under one name are the same only
+    when all their fields are (functions by module and qualified name); else the repr."""
     module, qualname = getattr(item, "__module__", None), getattr(item, "__qualname__", None)
     if module and qualname:
         return f"{module}.{qualname}"
-    name = getattr(item, "name", None)
-    return f"{type(item).__module__}.{type(item).__qualname__}({name!r})" if name else repr(item)
+    if dataclasses.is_dataclass(item) and not isinstance(item, type):
+        parts = ", ".join(f"{f.name}={_identity(getattr(item, f.name))}" for f in dataclasses.fields(item))
+        return f"{type(item).__module__}.{type(item).__qualname__}({parts})"
+    return repr(item)

@@ -18,9 +18,9 @@ import textwrap
 import pyarrow.parquet as pq
 import pytest
 
-import mbs.prompts as prompts
-import mbs.rewards as rewards
-from mbs.io import read_manifest, read_records, read_summary
+from mbs import prompts
+from mbs import rewards
+from mbs.io import RunDirError, read_manifest, read_records, read_summary
 from mbs.records import Calibration, Problem
 from mbs.stages.calibrate import run as calibrate
 from mbs.stages.export import run as export
@@ -56,12 +56,15 @@ from mbs.figures.synthesis import synthesis_figures
 from mbs.records import Problem
 from mbs.synth.inputs import load_seeds
 from mbs.synth.methods import MethodSpec, register_method
+from mbs.verify.sources import data_source, origin_of
 
 
 def run(settings, out):
     seeds = load_seeds(settings.inputs)
-    problems = [Problem(id=s.id + "/echo", data_source=s.data_source + "-echo", prompt="Again: " + s.prompt,
-                        ground_truth=s.ground_truth, answer_type=s.answer_type, parents=[s.id]) for s in seeds]
+    prefix = settings.method_config.prefix  # its own config node (echo.prefix), read once by the stage
+    problems = [Problem(id=s.id + "/echo", data_source=data_source(s.answer_type, origin_of(s) + "-echo"),
+                        prompt=prefix + s.prompt, ground_truth=s.ground_truth, answer_type=s.answer_type,
+                        parents=[s.id]) for s in seeds]
     out.shard("problems", Problem).append(problems)
     return {"counts": {"problems": len(problems)}, "hard_seeds": len(seeds)}
 
@@ -145,11 +148,17 @@ def test_a_new_answer_type_from_its_own_module(plugins, make_cfg, tmp_path, monk
 
 def test_a_new_synthesis_method_from_its_own_module(plugins, make_cfg, tmp_path):
     cal = _calibrate(make_cfg, tmp_path)
-    out = synthesize(make_cfg("synthesize", ["method=echo", f"calibration_dir={cal}", "+answer_templates.word=word_boxed_v1"],
-                              out="syn"))
+    args = ["method=echo", f"calibration_dir={cal}", "+answer_templates.word=word_boxed_v1", "+echo.prefix='Again: '"]
+    out = synthesize(make_cfg("synthesize", args, out="syn"))
     s = read_summary(out)
     assert s["method"] == "echo" and s["hard_seeds"] == 1
     made = read_records(out, "problems", Problem)
-    assert [(p.id, p.prompt, p.parents) for p in made] == [("words/hard/echo", "Again: HARD: spell 56", ["words/hard"])]
+    assert [(p.id, p.prompt, p.parents, p.data_source) for p in made] == [
+        ("words/hard/echo", "Again: HARD: spell 56", ["words/hard"], "mbs/word/words-echo")]
     assert read_manifest(out)["counts"] == {"problems": 1}
     assert (out / "figures").is_dir()  # the spec's figures were drawn (or skipped, saying why)
+    # its own node is part of the sampling config (MethodSpec.sampling_keys, default: the node):
+    # resuming the same run directory under another prefix is refused, naming the key
+    assert json.loads((out / "sampling.json").read_text())["config"]["echo.prefix"] == "Again: "
+    with pytest.raises(RunDirError, match=r'echo\.prefix: "Again: " -> "Other: "'):
+        synthesize(make_cfg("synthesize", [*args[:-1], "+echo.prefix='Other: '"], out="syn"))

@@ -71,7 +71,9 @@ OPERATIONAL_KEYS = frozenset(
 # -- the run directory and the files that save the config ----------------------------------
 
 
-def open_run(cfg: Any, path: str | Path, stage: str, shard_index: int = 0, shard_count: int = 1) -> RunDir:
+def open_run(
+    cfg: Any, path: str | Path, stage: str, shard_index: int = 0, shard_count: int = 1, extra_keys: tuple[str, ...] = ()
+) -> RunDir:
     """Open ``stage``'s run directory for ``cfg`` and save the config there.
 
     The sampling config (:func:`sampling_config`) is checked before the run is admitted; then
@@ -83,6 +85,8 @@ def open_run(cfg: Any, path: str | Path, stage: str, shard_index: int = 0, shard
         stage: Stage name (picks the :data:`SAMPLING_KEYS`; written into the manifest).
         shard_index: This process's shard.
         shard_count: Number of shards.
+        extra_keys: Keys (patterns) added to the stage's :data:`SAMPLING_KEYS` (a synthesis
+            method's own, :attr:`mbs.synth.methods.MethodSpec.sampling_keys`).
 
     Returns:
         The admitted :class:`mbs.io.RunDir`.
@@ -91,7 +95,7 @@ def open_run(cfg: Any, path: str | Path, stage: str, shard_index: int = 0, shard
         mbs.run_lock.RunDirError: Another process holds the directory, or its records were drawn
             under another sampling config and ``resume.allow_config_change`` is not true.
     """
-    out = RunDir(path, stage, shard_index, shard_count, sampling=sampling_config(cfg, stage),
+    out = RunDir(path, stage, shard_index, shard_count, sampling=sampling_config(cfg, stage, extra_keys),
                  allow_config_change=allow_config_change(cfg))
     out.write_config(config_yaml(cfg))
     return out
@@ -113,12 +117,12 @@ def config_yaml(cfg: Any) -> str:
     return OmegaConf.to_yaml(OmegaConf.create(redact_obj(OmegaConf.to_container(safe_resolved(cfg), resolve=False))))
 
 
-def sampling_config(cfg: Any, stage: str) -> dict[str, Any]:
-    """The values of ``stage``'s :data:`SAMPLING_KEYS` in ``cfg`` (resolved, URLs redacted,
-    operational keys dropped), flattened to ``{dotted key: value}``."""
+def sampling_config(cfg: Any, stage: str, extra_keys: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The values of ``stage``'s :data:`SAMPLING_KEYS` and of ``extra_keys`` in ``cfg``
+    (resolved, URLs redacted, operational keys dropped), flattened to ``{dotted key: value}``."""
     plain = plain_config(cfg)
     out: dict[str, Any] = {}
-    for pattern in SAMPLING_KEYS.get(stage, ()):
+    for pattern in (*SAMPLING_KEYS.get(stage, ()), *extra_keys):
         for key, value in select(plain, pattern):
             _flatten(redact_obj(value), key, out)
     return out

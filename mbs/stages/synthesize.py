@@ -72,7 +72,7 @@ def synth_settings(cfg: DictConfig) -> SynthSettings:
         mbs=MbsSettings.from_cfg(cfg.mbs),
         direct=DirectSettings.from_cfg(cfg.direct),
         goose=GooseSettings.from_cfg(cfg.goose, cfg.data.limit),
-        method_config=OmegaConf.to_container(own, resolve=True) if isinstance(own, DictConfig) else own,
+        method_config=plain(own),
     )
 
 
@@ -85,9 +85,9 @@ def run(cfg: DictConfig) -> Path:
     validate_config(cfg)
     logging.getLogger("mbs").setLevel(cfg.log_level)
     spec = method_spec(cfg.method)
-    out = open_run(cfg, cfg.out_dir, STAGE, cfg.shard.index, cfg.shard.count)
+    settings = synth_settings(cfg)  # before the run directory: a bad value leaves nothing behind
+    out = open_run(cfg, cfg.out_dir, STAGE, cfg.shard.index, cfg.shard.count, extra_keys=spec.record_keys)
     out.record_distribution(sampled_distributions(cfg.students.policies, cfg.synth.temperature, cfg.synth.top_p))
-    settings = synth_settings(cfg)
     t0 = time.perf_counter()
     summary = spec.run(settings, out)
     out.timings["synthesize"] = time.perf_counter() - t0

@@ -43,6 +43,11 @@ class MethodSpec:
         figures: ``fn(run_dir, out_dir, formats, width) -> {"written", "skipped", ...}``.
         figures_in_summary: Its summary records what its figures wrote (Golden Goose's report
             reads it).
+        sampling_keys: Config keys (patterns, ``*``: any key) of its own settings that decide
+            what its records are, added to the stage's sampling config: a resumed run refuses
+            other values (:data:`mbs.stages.config.SAMPLING_KEYS`). ``None`` (the default): its
+            whole node ``<name>``. The built-in methods declare ``()``: the stage's keys
+            already hold what decides their records.
     """
 
     name: str
@@ -50,6 +55,12 @@ class MethodSpec:
     needs_seeds: bool
     figures: FigureFn
     figures_in_summary: bool = False
+    sampling_keys: tuple[str, ...] | None = None
+
+    @property
+    def record_keys(self) -> tuple[str, ...]:
+        """:attr:`sampling_keys`, its default (``(name,)``) filled in."""
+        return (self.name,) if self.sampling_keys is None else self.sampling_keys
 
 
 #: ``method`` name -> its spec.
@@ -65,6 +76,7 @@ def register_method(spec: MethodSpec) -> MethodSpec:
     return METHODS.add(spec.name, spec)
 
 
-register_method(MethodSpec("mbs", beanstalk.run, needs_seeds=True, figures=synthesis_figures))
-register_method(MethodSpec("direct", direct.run, needs_seeds=True, figures=synthesis_figures))
-register_method(MethodSpec("goose", goose.run, needs_seeds=False, figures=goose_figures, figures_in_summary=True))
+register_method(MethodSpec("mbs", beanstalk.run, needs_seeds=True, figures=synthesis_figures, sampling_keys=()))
+register_method(MethodSpec("direct", direct.run, needs_seeds=True, figures=synthesis_figures, sampling_keys=()))
+register_method(MethodSpec("goose", goose.run, needs_seeds=False, figures=goose_figures, figures_in_summary=True,
+                           sampling_keys=()))

@@ -394,7 +394,7 @@ class SynthSettings:
         students: The student set: its policies and the one target lookup
             (:meth:`~mbs.calibration.students.StudentSet.live_target`).
         mbs, direct, goose: The settings of each built-in method.
-        method_config: The selected method's own node (``cfg[method]``) as a plain mapping, for
+        method_config: The selected method's own node (``cfg[method]``), resolved and detached (:func:`plain`), for
             methods registered from outside (``None`` when there is none).
     """
 
