@@ -7,7 +7,6 @@ config (a parameter ``cfg``) except the ones listed in :data:`CFG_DEBT`, which o
 from __future__ import annotations
 
 import ast
-from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "mbs"
@@ -72,10 +71,10 @@ def _imports_of(mod: str, source: str, is_package: bool = False) -> set[str]:
         names: list[str] = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module:
+        elif isinstance(node, ast.ImportFrom):  # ``from .. import x``: x may be a module
             parts = mod.split(".")
             base = parts[: len(parts) - node.level + is_package] if node.level else []
-            names = [".".join([*base, node.module, a.name]) for a in node.names]
+            names = [".".join([*base, *([node.module] if node.module else []), a.name]) for a in node.names]
         for name in names:
             target = _resolve(name) if name.startswith("mbs") else None
             if target and target != mod:
@@ -150,18 +149,44 @@ def test_no_module_over_600_lines():
     assert long == {}
 
 
+#: Parameter names that hold a config (the whole one, or a saved run's).
+CONFIG_NAMES = frozenset({"cfg", "config", "conf"})
+
+#: Functions below ``mbs/stages/`` that read another run's saved ``config.yaml`` as data (a
+#: shard's, to union shards; an export source's, to find the policy it was calibrated with):
+#: not this run's config, so they may take one.
+SAVED_RUN_CONFIGS = {
+    "mbs/shards.py:_config_without_shard", "mbs/training/provenance.py:_run_config",
+    "mbs/training/provenance.py:_select", "mbs/training/provenance.py:_policy_node",
+    "mbs/training/provenance.py:_from_policy",
+}
+
+
+def _config_takers(source: str, rel: str) -> set[str]:
+    """``rel:function`` of every function of ``source`` with a parameter named like a config
+    (:data:`CONFIG_NAMES`, ``*args``/``**kwargs`` included), and ``rel:self.<name>`` where a
+    method keeps one on the instance."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            params = [*a.posonlyargs, *a.args, *a.kwonlyargs, *(v for v in (a.vararg, a.kwarg) if v)]
+            if any(x.arg in CONFIG_NAMES for x in params):
+                found.add(f"{rel}:{node.name}")
+        elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and node.attr in CONFIG_NAMES
+              and isinstance(node.value, ast.Name) and node.value.id == "self"):
+            found.add(f"{rel}:self.{node.attr}")
+    return found
+
+
 def _cfg_functions() -> set[str]:
     found = set()
     for path in ROOT.rglob("*.py"):
         rel = path.relative_to(ROOT.parent).as_posix()
         if rel.startswith("mbs/stages/") or rel == "mbs/cli.py":
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                a = node.args
-                if "cfg" in [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]:
-                    found.add(f"{rel}:{node.name}")
-    return found
+        found |= _config_takers(path.read_text(encoding="utf-8"), rel)
+    return found - SAVED_RUN_CONFIGS
 
 
 def test_no_new_cfg_parameter_below_the_stages():
@@ -172,6 +197,19 @@ def test_cfg_debt_list_is_current():
     assert sorted(CFG_DEBT - _cfg_functions()) == [], "these no longer take cfg: remove them from CFG_DEBT"
 
 
+def test_saved_run_config_list_is_current():
+    every = set()
+    for path in ROOT.rglob("*.py"):
+        every |= _config_takers(path.read_text(encoding="utf-8"), path.relative_to(ROOT.parent).as_posix())
+    assert sorted(SAVED_RUN_CONFIGS - every) == [], "these take no config any more: remove them from SAVED_RUN_CONFIGS"
+
+
+def test_the_config_check_sees_other_names_and_the_instance():
+    src = ("def a(cfg): ...\ndef b(config): ...\ndef c(x, **conf): ...\ndef d(settings): ...\n"
+           "class K:\n    def __init__(self, c):\n        self.cfg = c\n")
+    assert _config_takers(src, "m.py") == {"m.py:a", "m.py:b", "m.py:c", "m.py:self.cfg"}
+
+
 def test_the_checks_catch_an_upward_import_and_a_deferred_one():
     # verify/gold.py's old import of sampling.py, at the top and inside a function
     top = _imports_of("mbs.verify.gold", "from mbs.calibration.sampling import verifier_for\n")
@@ -179,3 +217,5 @@ def test_the_checks_catch_an_upward_import_and_a_deferred_one():
     assert top == deferred == {"mbs.calibration.sampling"}
     assert _upward({"mbs.verify.gold": top}) == ["mbs.verify.gold (layer 2) imports mbs.calibration.sampling (layer 4)"]
     assert _imports_of("mbs.verify", "from .registry import Grade\n", is_package=True) == {"mbs.verify.registry"}
+    assert _imports_of("mbs.verify.gold", "from ..calibration import sampling\n") == {"mbs.calibration.sampling"}
+    assert _imports_of("mbs.verify.gold", "from .. import calibration\n") == {"mbs.calibration"}
