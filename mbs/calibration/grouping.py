@@ -54,6 +54,20 @@ class _OnDisk:
         self._db = _connect()
         self._db.execute(schema)
 
+    def _insert(self, sql: str, rows: Iterable[tuple]) -> int:
+        """Run ``sql`` (an ``INSERT``) over ``rows``, :data:`CHUNK` rows per ``executemany``
+        (bounded memory: the rows are streamed).
+
+        Returns:
+            The number of rows read from ``rows``.
+        """
+        n = 0
+        it = iter(rows)
+        while chunk := list(itertools.islice(it, CHUNK)):
+            self._db.executemany(sql, chunk)
+            n += len(chunk)
+        return n
+
     def close(self) -> None:
         """Drop the database (its temporary file goes with it)."""
         self._db.close()
@@ -151,17 +165,11 @@ class RolloutIndex(_OnDisk):
         Returns:
             The number of rollouts read from ``rollouts`` (duplicates included).
         """
-        sql = "INSERT OR REPLACE INTO r VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-        n = 0
-        it = iter(rollouts)
-        while chunk := [
-            (r.policy, RECORDED if r.budget is None else int(r.budget), r.problem_id, int(r.sample_index),
-             r.reward, r.finish_reason, int(r.completion_tokens), r.reason)
-            for r in itertools.islice(it, CHUNK)
-        ]:
-            self._db.executemany(sql, chunk)
-            n += len(chunk)
-        return n
+        return self._insert(
+            "INSERT OR REPLACE INTO r VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            ((r.policy, RECORDED if r.budget is None else int(r.budget), r.problem_id, int(r.sample_index),
+              r.reward, r.finish_reason, int(r.completion_tokens), r.reason) for r in rollouts),
+        )
 
     def __len__(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM r").fetchone()[0])
@@ -226,14 +234,11 @@ class BandTable(_OnDisk):
 
     def add(self, calibrations: Iterable[Any]) -> None:
         """Add :class:`~mbs.records.Calibration` records (streamed)."""
-        sql = "INSERT OR REPLACE INTO c VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-        it = iter(calibrations)
-        while chunk := [
-            (c.policy, budget_key(c.budget), c.problem_id, c.band, int(bool(c.usable)), float(c.pass_rate), int(c.n),
-             int(c.truncated), int(bool(c.early_stopped)))
-            for c in itertools.islice(it, CHUNK)
-        ]:
-            self._db.executemany(sql, chunk)
+        self._insert(
+            "INSERT OR REPLACE INTO c VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            ((c.policy, budget_key(c.budget), c.problem_id, c.band, int(bool(c.usable)), float(c.pass_rate), int(c.n),
+              int(c.truncated), int(bool(c.early_stopped))) for c in calibrations),
+        )
 
     def summary(self) -> dict[str, Any]:
         """The dictionary :func:`mbs.calibration.trap_summary` returns (see there)."""
