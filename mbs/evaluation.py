@@ -11,12 +11,18 @@ For one problem, draw n samples at a budget L and count the c correct ones:
 
 A benchmark score is the mean over problems. Ungraded samples (reward ``None``) count as
 wrong, as in training (:func:`mbs.rewards.compute_score`).
+
+``mbs-evaluate`` (:mod:`mbs.stages.evaluate`) keeps the rollouts of a resumed run with
+:func:`resumable`, scores every model, benchmark and budget with :func:`results_table` and counts
+the rollouts with :func:`rollout_counts`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections import defaultdict
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -134,3 +140,73 @@ def score(groups: Iterable[Sequence[Rollout]], ks: Sequence[int]) -> Score:
         truncated=sum(1 for r in all_rollouts if r.finish_reason == "length"),
         completion_tokens_mean=float(np.mean([r.completion_tokens for r in all_rollouts])),
     )
+
+
+def resumable(
+    rollouts: Iterable[Rollout], problem_ids: Collection[str], policies: Collection[str], budgets: Collection[int]
+) -> dict[tuple, Rollout]:
+    """The rollouts of a resumed evaluation that it keeps: those of a problem, model and budget
+    it evaluates, the first of each :attr:`mbs.records.Rollout.key`.
+
+    Args:
+        rollouts: The rollouts read back from the run's shard, in file order.
+        problem_ids: The ids of the problems evaluated.
+        policies: The names of the models evaluated.
+        budgets: The budgets L evaluated, in tokens.
+
+    Returns:
+        Rollout key -> rollout (file order).
+    """
+    done: dict[tuple, Rollout] = {}
+    for r in rollouts:
+        if r.problem_id in problem_ids and r.policy in policies and r.budget in budgets:
+            done.setdefault(r.key, r)
+    return done
+
+
+def results_table(
+    rollouts: Iterable[Rollout],
+    models: Sequence[str],
+    benchmarks: Mapping[str, Sequence[str]],
+    budgets: Sequence[int],
+    ks: Sequence[int],
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """The score of every model on every benchmark at every budget (:func:`score`).
+
+    Args:
+        rollouts: Every rollout of the evaluation.
+        models: Model names (the rollouts' ``policy``), in report order.
+        benchmarks: Benchmark key -> the ids of its problems, in report order.
+        budgets: Budgets L in tokens.
+        ks: The k of each pass@k.
+
+    Returns:
+        ``results[model][benchmark][str(L)]`` = :meth:`Score.as_dict` (samples in sample order).
+
+    Raises:
+        ValueError: A problem without samples at some budget, or a k above its samples (:func:`score`).
+    """
+    by_group: dict[tuple, list[Rollout]] = defaultdict(list)
+    for r in rollouts:
+        by_group[(r.policy, r.budget, r.problem_id)].append(r)
+    results: dict[str, dict[str, dict[str, Any]]] = {}
+    for model in models:
+        results[model] = {}
+        for key, ids in benchmarks.items():
+            results[model][key] = {
+                str(L): score([sorted(by_group[(model, L, i)], key=lambda r: r.sample_index) for i in ids], ks).as_dict()
+                for L in budgets
+            }
+    return results
+
+
+def rollout_counts(rollouts: Sequence[Rollout], resumed: int) -> dict[str, int]:
+    """Rollouts drawn, resumed (read back from an earlier run), ungraded and truncated (finish
+    reason ``length``), and their completion tokens in all."""
+    return {
+        "drawn": len(rollouts),
+        "resumed": resumed,
+        "ungraded": sum(1 for r in rollouts if r.reward is None),
+        "truncated": sum(1 for r in rollouts if r.finish_reason == "length"),
+        "completion_tokens": sum(r.completion_tokens for r in rollouts),
+    }

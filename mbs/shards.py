@@ -5,7 +5,9 @@ with ``config.yaml``, its record files ``<name>.<index>-of-<count>.jsonl`` and, 
 ``manifest.json``. :func:`discover` finds them, :func:`check_shards` checks that they are the
 finished shards of one run (one config, each index once), and :func:`union_records` writes every
 record set as one file, refusing a record identity that occurs in two shards. ``mbs-merge``
-(:mod:`mbs.stages.merge`) then recomputes what the stage derives from its records.
+(:mod:`mbs.stages.merge`) then recomputes what the stage derives from its records: a calibration
+with :func:`finalize_calibration`, any other stage with :func:`finalize_generic`; and
+:func:`record_merged_from` names the shards in the merged manifest.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import json
 import logging
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,8 +24,11 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from mbs.calibration.grouping import SeenKeys
+from mbs.calibration.run import CalibrationSettings, finalize
+from mbs.data import load_problem_shards
 from mbs.errors import UserError
-from mbs.io import MANIFEST, RunDir, Shard, read_json
+from mbs.io import MANIFEST, RunDir, Shard, read_json, read_records, shard_files, write_json_atomic
+from mbs.records import Rollout
 
 log = logging.getLogger(__name__)
 
@@ -298,3 +303,75 @@ def merge_backend_usage(usages: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 else:
                     acc.setdefault(k, v)
     return out
+
+
+def finalize_calibration(
+    out: RunDir, settings: CalibrationSettings, data: DictConfig, shards: Sequence[ShardDir]
+) -> Path:
+    """Recompute a calibration from the union of its shards' rollouts (already in ``out``).
+
+    The problems are loaded again exactly as each shard loaded them (:func:`mbs.data.load_problem_shards`:
+    the data read once and split as ``load_problems`` with each shard's index and count), then
+    :func:`mbs.calibration.run.finalize` derives calibrations, hard seeds, the summary, figures
+    and the manifest, as a single process does.
+
+    Args:
+        out: The merged run directory, holding the union of the shards' records.
+        settings: The calibration settings of the shards' config.
+        data: The shards' ``data`` config node.
+        shards: The merged shards (their summaries and manifests are summed).
+
+    Returns:
+        The merged run directory.
+
+    Raises:
+        MergeError: A rollout of a problem no shard loaded (the data changed since the run).
+    """
+    problems, reports = [], []
+    for ps, report in load_problem_shards(data, shards[0].count):  # the data read once, not once per shard
+        problems.extend(ps)
+        reports.append(report.as_dict())
+    ids = {p.id for p in problems}
+    conditioned = read_records(out.path, "conditioned", Rollout)  # recorded answers under hints: a few thousand
+    stray = {r.problem_id for r in conditioned} - ids
+
+    def rollouts() -> Iterator[Rollout]:  # streamed into finalize, which writes nothing before the end
+        for path in shard_files(out.path, "rollouts"):
+            for r in Shard(path, Rollout).iter():
+                if r.problem_id not in ids:
+                    stray.add(r.problem_id)
+                yield r
+        if stray:
+            raise MergeError(f"rollouts of problems the shards' data config no longer loads: {sorted(stray)[:5]} (data changed?)")
+
+    summaries = [s.summary for s in shards]
+    stats = {
+        "resumed": sum(int(x.get("rollouts", {}).get("resumed", 0)) for x in summaries),
+        "rollouts_saved": sum(int(x.get("rollouts", {}).get("saved_by_early_stopping", 0)) for x in summaries),
+    }
+    backends = merge_backend_usage([s.manifest.get("backends", {}) for s in shards if s.manifest])
+    return finalize(
+        out, settings, problems, rollouts(), conditioned, stats=stats, backends=backends,
+        load_report=merge_load_reports(reports),
+    )
+
+
+def finalize_generic(out: RunDir, counts: dict[str, int], shards: Sequence[ShardDir]) -> Path:
+    """For stages without a finalizer: the shards' summaries side by side, and a manifest of
+    ``counts`` (record set -> records, :func:`union_records`)."""
+    out.write_summary({"shards": {str(s.index): s.summary for s in sorted(shards, key=lambda s: s.index)}})
+    out.write_manifest(counts)
+    return out.path
+
+
+def record_merged_from(out: RunDir, shards: Sequence[ShardDir]) -> None:
+    """Add ``merged_from`` (each shard's folder, index and count, by index) to ``out``'s manifest.
+
+    Raises:
+        FileNotFoundError: ``out`` has no manifest yet (its finalizer did not run).
+    """
+    manifest = read_json(out.path / MANIFEST)
+    manifest["merged_from"] = [
+        {"dir": str(s.path), "index": s.index, "count": s.count} for s in sorted(shards, key=lambda s: s.index)
+    ]
+    write_json_atomic(out.path / MANIFEST, manifest)

@@ -1,4 +1,4 @@
-"""The thesis experiment's pure parts: the training sets, the statistics and the table (issue 28).
+"""The thesis experiment's library parts: the training sets, the sampler, the statistics and the table (issue 28).
 
 Both source papers rest on one claim: a problem teaches a GRPO policy only when its rollouts
 disagree (a group whose rewards are all equal has zero advantage everywhere: the zero-advantage
@@ -17,7 +17,9 @@ the experiment; this module decides what it trains on and what its numbers are:
 * :func:`zero_std_counts`: the observed zero-std group share of a set's training steps, with its
   Wilson interval, to put beside the calibration's forecast (:mod:`mbs.training.forecast`);
 * :func:`migration`: which training problems moved band after training;
-* :func:`results_table`: the final accuracies, intervals and tests as Markdown and LaTeX.
+* :func:`results_table`: the final accuracies, intervals and tests as Markdown and LaTeX;
+* :class:`Sampler`: draws the evaluation and re-calibration rollouts of a named policy into a
+  shard, skipping what a resumed run holds (the only part here that calls a backend).
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
+from mbs.calibration.sampling import Group, Policy, RolloutWriter, draw
 from mbs.errors import ConfigError
+from mbs.llm import close_all
 from mbs.records import BANDS, Calibration, Rollout
 from mbs.stats import bootstrap_mean, share
 
@@ -261,3 +265,36 @@ def results_table(summary: Mapping[str, Any]) -> dict[str, dict[str, str]]:
     ptex = ("\\begin{tabular}{lrrrrr}\n\\toprule\n" + " & ".join(phead) + " \\\\\n\\midrule\n"
             + "".join(" & ".join(c.replace("_", "\\_") for c in r) + " \\\\\n" for r in prow) + "\\bottomrule\n\\end{tabular}\n")
     return {"final": {"md": md, "tex": tex}, "paired": {"md": pmd, "tex": ptex}}
+
+
+class Sampler:
+    """Draws k samples per group for a named policy into a shard, skipping what is done.
+
+    Args:
+        writer: Grades and writes the rollouts (``writer.done``: those already in the shard).
+        cache_dir: The LLM cache folder.
+        temperature: Sampling temperature.
+        top_p: Nucleus sampling mass, in (0, 1].
+    """
+
+    def __init__(self, writer: RolloutWriter, cache_dir: str, temperature: float, top_p: float):
+        self.writer, self.cache_dir, self.temperature, self.top_p = writer, cache_dir, temperature, top_p
+
+    def done(self, name: str, groups: Sequence[Group], k: int) -> bool:
+        """Whether policy ``name`` has all ``k`` samples of every group of ``groups``."""
+        return all((g.id, name, g.budget, i) in self.writer.done for g in groups for i in range(k))
+
+    def __call__(self, name: str, backend: dict[str, Any], groups: list[Group], k: int, seed: int) -> None:
+        """Draw what is missing of ``k`` samples per group for policy ``name`` on ``backend``
+        (a backend config node), flush the grading, and close the backend (one checkpoint in
+        memory at a time).
+
+        Raises:
+            mbs.llm.BackendError: The backend failed after its retries (finished work is kept).
+        """
+        if self.done(name, groups, k):
+            return
+        draw(Policy(name=name, source="live", backend=backend), groups, k, self.writer, self.cache_dir,
+             temperature=self.temperature, top_p=self.top_p, seed=int(seed), desc=name)
+        self.writer.flush(wait=True)
+        close_all()  # one checkpoint in memory at a time

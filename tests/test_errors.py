@@ -38,7 +38,7 @@ def test_stage_errors_share_the_user_error_base():
     from mbs.records import RecordError
     from mbs.service import ServiceError
     from mbs.shards import MergeError
-    from mbs.stages.train import TrainError
+    from mbs.training.launch import TrainError
     from mbs.verify import UnknownVerifierError
 
     for cls in (DataError, SourceError, SchemaError, BackendError, RecordError, ServiceError, MergeError, TrainError,

@@ -1,8 +1,9 @@
-"""A calibration run's derived outputs, from its graded rollouts (shared by ``mbs-calibrate``
+"""A calibration run: drawing every policy's rollouts (:func:`draw_policies`, ``mbs-calibrate``)
+and its derived outputs from the graded rollouts (:func:`finalize`, shared by ``mbs-calibrate``
 and ``mbs-merge``): calibrations, hard seeds, ``summary.json``, figures and ``manifest.json``.
 
-Everything here is a pure function of the rollouts, so rerunning (or merging the rollout shards
-of several processes and finalising once) gives identical files.
+The derived outputs are a pure function of the rollouts, so rerunning (or merging the rollout
+shards of several processes and finalising once) gives identical files.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ from omegaconf import DictConfig
 from mbs.calibration import calibrate_group, settled, trap_summary
 from mbs.calibration.difficulty import difficulty_fields
 from mbs.calibration.grouping import RolloutIndex
-from mbs.calibration.recorded import recorded_report
-from mbs.calibration.sampling import Policy
+from mbs.calibration.recorded import calibrate_recorded, recorded_report
+from mbs.calibration.sampling import Group, Policy, RolloutWriter, draw
 from mbs.calibration.students import StudentSet
 from mbs.data.champ import gold_report
 from mbs.errors import ConfigError
 from mbs.figures.calibration import calibration_figures
 from mbs.io import RunDir
+from mbs.llm.meter import BackendMeter
 from mbs.records import Calibration, Problem, Rollout, reason_kind
 from mbs.verify.gold import ungradable_golds
 from mbs.verify.rules import extraction_report
@@ -184,6 +186,61 @@ class _EarlyStopTally:
             "batch": self.batch,
             "decision": self.decision,
         }
+
+
+def draw_policies(
+    settings: CalibrationSettings,
+    problems: Sequence[Problem],
+    writer: RolloutWriter,
+    cond_writer: RolloutWriter,
+    *,
+    templates: Any,
+    cache_dir: str | None,
+    temperature: float,
+    top_p: float,
+    seed: int,
+    early_stop: Any,
+    stats: Counter,
+) -> dict[str, Any]:
+    """Draw and grade the rollouts of every policy of ``settings`` (live or recorded).
+
+    A live policy gets ``settings.n`` rollouts per (problem, budget), drawn, graded and written
+    by :func:`mbs.calibration.sampling.draw`; a recorded one its dataset answers
+    (:func:`mbs.calibration.recorded.calibrate_recorded`, hint settings into ``cond_writer``).
+
+    Args:
+        settings: The calibration settings (policies, budgets L in tokens, N, the verifier node).
+        problems: The problems to calibrate.
+        writer: Writes the graded rollouts (skips those in ``writer.done``).
+        cond_writer: Writes recorded answers under hint / partial-solution settings.
+        templates: The ``calibrate.templates`` node (answer type -> prompt template).
+        cache_dir: The LLM cache folder.
+        temperature: Sampling temperature.
+        top_p: Nucleus sampling mass, in (0, 1].
+        seed: The run's seed (sample ``i`` of a group is seeded by it and ``i``).
+        early_stop: The ``calibrate.early_stop`` node (see :func:`mbs.calibration.sampling.draw`).
+        stats: Counters of the drawing phase (rollouts saved by early stopping), updated.
+
+    Returns:
+        Per live policy, its backend usage over the run (:class:`mbs.llm.meter.BackendMeter`).
+
+    Raises:
+        mbs.llm.BackendError: A backend failed after its retries (finished work is kept).
+    """
+    backends: dict[str, Any] = {}
+    verifier = settings.verifier
+    for policy in settings.policies:
+        if policy.source == "recorded":
+            calibrate_recorded(policy, problems, writer, cond_writer, verifier.path)
+            continue
+        meter = BackendMeter([(policy.name, policy.backend)], cache_dir)
+        groups = [Group.of(p, L, templates, verifier) for L in settings.budgets for p in problems]
+        draw(
+            policy, groups, settings.n, writer, cache_dir, temperature=temperature, top_p=top_p, seed=seed,
+            early_stop=early_stop, stats=stats, desc=f"calibrate {policy.name}",
+        )
+        backends.update(meter.report())
+    return backends
 
 
 def finalize(

@@ -1,6 +1,6 @@
 """Building an export: its sources, the cleaning (unverifiable, duplicates, benchmark overlaps)
-and the train/validation split by problem family; ``mbs-export`` (:mod:`mbs.stages.export`)
-mixes the result and writes verl's parquet.
+and the train/validation split by problem family; :mod:`mbs.export.assemble` mixes the result
+into verl's rows, which ``mbs-export`` (:mod:`mbs.stages.export`) writes.
 """
 
 from __future__ import annotations

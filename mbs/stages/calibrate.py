@@ -18,17 +18,14 @@ import logging
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Sequence
 
 from omegaconf import DictConfig
 
 from mbs.calibration.grouping import GroupOutcomes
-from mbs.calibration.recorded import calibrate_recorded
-from mbs.calibration.run import CalibrationSettings, finalize
-from mbs.calibration.sampling import Group, Policy, RolloutWriter, draw
+from mbs.calibration.run import CalibrationSettings, draw_policies, finalize
+from mbs.calibration.sampling import RolloutWriter
 from mbs.data import load_problems
-from mbs.llm.meter import BackendMeter
-from mbs.records import Problem, Rollout
+from mbs.records import Rollout
 from mbs.stages.config import open_run, validate_config
 from mbs.training.provenance import sampled_distributions
 from mbs.verify.pool import GradingPool
@@ -36,36 +33,6 @@ from mbs.verify.pool import GradingPool
 log = logging.getLogger(__name__)
 
 STAGE = "calibrate"
-
-
-def _draw_all(
-    policies: Sequence[Policy],
-    problems: Sequence[Problem],
-    budgets: Sequence[int],
-    ccfg: DictConfig,
-    cfg: DictConfig,
-    writer: RolloutWriter,
-    stats: Counter,
-    cond_writer: RolloutWriter,
-    backends: dict[str, Any],
-) -> None:
-    """Draw and grade the rollouts of every policy (live or recorded); record backend usage.
-
-    A live policy gets N rollouts per (problem, budget), drawn, graded and written by
-    :func:`mbs.calibration.sampling.draw`; a recorded one its dataset answers.
-    """
-    for policy in policies:
-        if policy.source == "recorded":
-            calibrate_recorded(policy, problems, writer, cond_writer, cfg.verifier.path)
-            continue
-        meter = BackendMeter([(policy.name, policy.backend)], cfg.paths.cache_dir)
-        groups = [Group.of(p, L, ccfg.templates, cfg.verifier) for L in budgets for p in problems]
-        draw(
-            policy, groups, int(ccfg.n), writer, cfg.paths.cache_dir,
-            temperature=float(ccfg.temperature), top_p=float(ccfg.top_p), seed=int(cfg.seed),
-            early_stop=ccfg.early_stop, stats=stats, desc=f"calibrate {policy.name}",
-        )
-        backends.update(meter.report())
 
 
 def run(cfg: DictConfig) -> Path:
@@ -112,13 +79,16 @@ def run(cfg: DictConfig) -> Path:
     cond_done = {r.key: r for r in cond_shard.read() if r.problem_id in by_id}
     resumed = len(done)
     stats: Counter = Counter()
-    backends: dict[str, Any] = {}
     t1 = time.perf_counter()
     with GradingPool.from_config(cfg.verifier) as pool, shard, cond_shard:
         writer = RolloutWriter(pool, shard, done)
         cond_writer = RolloutWriter(pool, cond_shard, cond_done)
         try:
-            _draw_all(policies, problems, budgets, ccfg, cfg, writer, stats, cond_writer, backends)
+            backends = draw_policies(
+                settings, problems, writer, cond_writer, templates=ccfg.templates, cache_dir=cfg.paths.cache_dir,
+                temperature=float(ccfg.temperature), top_p=float(ccfg.top_p), seed=int(cfg.seed),
+                early_stop=ccfg.early_stop, stats=stats,
+            )
         finally:  # a failing backend must not lose gradings already under way
             writer.flush(wait=True)
             cond_writer.flush(wait=True)

@@ -8,7 +8,8 @@ Every model of ``eval.models`` samples ``eval.k`` responses per problem of every
 ``eval.benchmarks`` (:mod:`mbs.benchmarks`; at most ``eval.limit`` problems each) at every
 budget of ``eval.budgets``, with the calibration prompt templates, through
 :func:`mbs.calibration.sampling.draw` (LLM cache, grading pool with hard timeouts, resume from the
-rollout shard). Scores are avg@k and the unbiased pass@k (:mod:`mbs.evaluation`).
+rollout shard). Scores are avg@k and the unbiased pass@k (:mod:`mbs.evaluation`, which also
+keeps a resumed run's rollouts and tabulates the scores).
 
 Writes into ``out_dir``: ``rollouts.*.jsonl`` (one :class:`~mbs.records.Rollout` per sample),
 ``summary.json`` (``results[model][benchmark][budget]`` = {problems, samples, avg, pass_at,
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +30,10 @@ from omegaconf import DictConfig
 from mbs.benchmarks import load_benchmarks
 from mbs.calibration.sampling import Group, Policy, RolloutWriter, draw
 from mbs.errors import ConfigError
-from mbs.evaluation import score
+from mbs.evaluation import results_table, resumable, rollout_counts
 from mbs.figures.evaluation import evaluation_figures
 from mbs.io import write_text_atomic
-from mbs.llm import build_backend
+from mbs.llm.meter import BackendMeter
 from mbs.records import Rollout
 from mbs.stages.config import open_run, validate_config
 from mbs.training.provenance import distribution_of
@@ -103,51 +104,30 @@ def run(cfg: DictConfig) -> Path:
     benches = load_benchmarks(ecfg.benchmarks, None if ecfg.limit is None else int(ecfg.limit))
     out.timings["load"] = time.perf_counter() - t0
     problems = [p for b in benches for p in b.problems]
-    ids = {p.id for p in problems}
     log.info("evaluating %d models on %d problems x budgets %s, k=%d", len(models), len(problems), budgets, k)
 
     shard = out.shard("rollouts", Rollout)
-    names = {m.name for m in models}
-    done: dict[tuple, Rollout] = {}
-    for r in shard.read():
-        if r.problem_id in ids and r.policy in names and r.budget in budgets:
-            done.setdefault(r.key, r)
+    done = resumable(shard.read(), {p.id for p in problems}, {m.name for m in models}, budgets)
     resumed = len(done)
-    backends: dict[str, dict[str, Any]] = {}
+    backends: dict[str, Any] = {}
     t1 = time.perf_counter()
     with GradingPool.from_config(cfg.verifier) as pool, shard:
         writer = RolloutWriter(pool, shard, done)
         try:
             for model in models:
-                backend = build_backend(model.backend, cfg.paths.cache_dir)
-                before = backend.stats.as_dict()
+                meter = BackendMeter([(model.name, model.backend)], cfg.paths.cache_dir)
                 groups = [Group.of(p, L, ecfg.templates, cfg.verifier) for L in budgets for p in problems]
                 draw(
                     model, groups, k, writer, cfg.paths.cache_dir, temperature=float(ecfg.temperature),
                     top_p=float(ecfg.top_p), seed=int(cfg.seed), desc=f"evaluate {model.name}",
                 )
-                after = backend.stats.as_dict()
-                keys = ("calls", "samples", "cache_hits", "prompt_tokens", "completion_tokens", "seconds")
-                backends[model.name] = {key: after[key] - before[key] for key in keys}
-                backends[model.name]["model_id"] = backend.model_id
+                backends.update(meter.report())
         finally:
             writer.flush(wait=True)
     out.timings["rollouts"] = time.perf_counter() - t1
 
-    by_group: dict[tuple, list[Rollout]] = defaultdict(list)
-    for r in done.values():
-        by_group[(r.policy, r.budget, r.problem_id)].append(r)
-    results: dict[str, dict[str, dict[str, Any]]] = {}
-    for model in models:
-        results[model.name] = {}
-        for b in benches:
-            results[model.name][b.key] = {
-                str(L): score(
-                    [sorted(by_group[(model.name, L, p.id)], key=lambda r: r.sample_index) for p in b.problems], ks
-                ).as_dict()
-                for L in budgets
-            }
     rollouts = list(done.values())
+    results = results_table(rollouts, [m.name for m in models], {b.key: [p.id for p in b.problems] for b in benches}, budgets, ks)
     summary = {
         "models": [m.name for m in models],
         "benchmarks": {b.key: {"name": b.name, "problems": len(b.problems), "data": b.report.as_dict()} for b in benches},
@@ -158,13 +138,7 @@ def run(cfg: DictConfig) -> Path:
         "top_p": float(ecfg.top_p),
         "templates": dict(ecfg.templates),
         "results": results,
-        "rollouts": {
-            "drawn": len(rollouts),
-            "resumed": resumed,
-            "ungraded": sum(1 for r in rollouts if r.reward is None),
-            "truncated": sum(1 for r in rollouts if r.finish_reason == "length"),
-            "completion_tokens": sum(r.completion_tokens for r in rollouts),
-        },
+        "rollouts": rollout_counts(rollouts, resumed),
         "backends": backends,
     }
     out.write_summary(summary)

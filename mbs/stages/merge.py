@@ -19,8 +19,9 @@ The merge checks, before writing anything:
 
 It then writes every record set as one file ``<name>.00000-of-00001.jsonl``, so the merged
 folder looks exactly like a single-process run, and recomputes what is derived from the
-records with the stage's own code (calibration: :func:`mbs.calibration.run.finalize`, which
-writes calibrations, hard seeds, ``summary.json``, figures and ``manifest.json``). The merge is
+records with the stage's own code (calibration: :func:`mbs.shards.finalize_calibration`, through
+:func:`mbs.calibration.run.finalize`, which writes calibrations, hard seeds, ``summary.json``,
+figures and ``manifest.json``). The merge is
 idempotent: every output file is rewritten in full, record files left by an earlier merge are
 removed first, and ``manifest.json`` (written last) marks a merge that finished.
 """
@@ -28,24 +29,23 @@ removed first, and ``manifest.json`` (written last) marks a merge that finished.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from omegaconf import DictConfig
 
-from mbs.calibration.run import CalibrationSettings, finalize
-from mbs.data import load_problem_shards
-from mbs.io import MANIFEST, RunDir, Shard, read_json, read_records, shard_files, write_json_atomic
-from mbs.records import Rollout
+from mbs.calibration.run import CalibrationSettings
+from mbs.io import RunDir
 from mbs.registry import Registry
 from mbs.shards import (
     MergeError,
     ShardDir,
     check_shards,
     discover,
-    merge_backend_usage,
-    merge_load_reports,
+    finalize_calibration,
+    finalize_generic,
     merged_config,
+    record_merged_from,
     union_records,
 )
 from mbs.stages.config import open_run, validate_config
@@ -56,55 +56,18 @@ log = logging.getLogger(__name__)
 # Finalizers: recompute what a stage derives from its records, with the stage's own code
 # --------------------------------------------------------------------------------------
 
-#: Stage name -> ``fn(out, cfg, shards)`` writing the derived files, summary and manifest.
+#: Stage name -> ``fn(out, cfg, shards)`` writing the derived files, summary and manifest. The
+#: registry stays with the stage: each entry reads the merged config (its settings and data
+#: node) and hands typed values to the library finalizer of :mod:`mbs.shards`.
 FINALIZERS: Registry[Callable[[RunDir, DictConfig, Sequence[ShardDir]], Path]] = Registry("merge finalizer")
 
 
 @FINALIZERS.register("calibrate")
-def finalize_calibration(out: RunDir, cfg: DictConfig, shards: Sequence[ShardDir]) -> Path:
-    """Recompute a calibration from the union of its shards' rollouts.
-
-    The problems are loaded again exactly as each shard loaded them (:func:`mbs.data.load_problem_shards`:
-    the data read once and split as ``load_problems`` with each shard's index and count), then :func:`mbs.calibration.run.finalize` derives
-    calibrations, hard seeds, the summary, figures and the manifest, as a single process does.
-
-    Raises:
-        MergeError: A rollout of a problem no shard loaded (the data changed since the run).
-    """
-    problems, reports = [], []
-    for ps, report in load_problem_shards(cfg.data, shards[0].count):  # the data read once, not once per shard
-        problems.extend(ps)
-        reports.append(report.as_dict())
-    ids = {p.id for p in problems}
-    conditioned = read_records(out.path, "conditioned", Rollout)  # recorded answers under hints: a few thousand
-    stray = {r.problem_id for r in conditioned} - ids
-
-    def rollouts() -> Iterator[Rollout]:  # streamed into finalize, which writes nothing before the end
-        for path in shard_files(out.path, "rollouts"):
-            for r in Shard(path, Rollout).iter():
-                if r.problem_id not in ids:
-                    stray.add(r.problem_id)
-                yield r
-        if stray:
-            raise MergeError(f"rollouts of problems the shards' data config no longer loads: {sorted(stray)[:5]} (data changed?)")
-
-    summaries = [s.summary for s in shards]
-    stats = {
-        "resumed": sum(int(x.get("rollouts", {}).get("resumed", 0)) for x in summaries),
-        "rollouts_saved": sum(int(x.get("rollouts", {}).get("saved_by_early_stopping", 0)) for x in summaries),
-    }
-    backends = merge_backend_usage([s.manifest.get("backends", {}) for s in shards if s.manifest])
-    return finalize(
-        out, CalibrationSettings.from_cfg(cfg.calibrate, cfg.students, cfg.verifier), problems, rollouts(), conditioned,
-        stats=stats, backends=backends, load_report=merge_load_reports(reports),
-    )
-
-
-def _finalize_generic(out: RunDir, counts: dict[str, int], shards: Sequence[ShardDir]) -> Path:
-    """For stages without a finalizer: the shards' summaries side by side, and a manifest."""
-    out.write_summary({"shards": {str(s.index): s.summary for s in sorted(shards, key=lambda s: s.index)}})
-    out.write_manifest(counts)
-    return out.path
+def _finalize_calibration(out: RunDir, cfg: DictConfig, shards: Sequence[ShardDir]) -> Path:
+    """A calibration's finalizer: its settings and data node from the merged config, then
+    :func:`mbs.shards.finalize_calibration`."""
+    settings = CalibrationSettings.from_cfg(cfg.calibrate, cfg.students, cfg.verifier)
+    return finalize_calibration(out, settings, cfg.data, shards)
 
 
 def merge(inputs: Sequence[str | Path], out_dir: str | Path) -> Path:
@@ -130,12 +93,8 @@ def merge(inputs: Sequence[str | Path], out_dir: str | Path) -> Path:
     if stage in FINALIZERS:
         FINALIZERS.get(stage)(out, cfg, shards)
     else:
-        _finalize_generic(out, counts, shards)
-    manifest = read_json(out.path / MANIFEST)
-    manifest["merged_from"] = [
-        {"dir": str(s.path), "index": s.index, "count": s.count} for s in sorted(shards, key=lambda s: s.index)
-    ]
-    write_json_atomic(out.path / MANIFEST, manifest)
+        finalize_generic(out, counts, shards)
+    record_merged_from(out, shards)
     return out.path
 
 

@@ -43,7 +43,7 @@ from typing import Any
 import pyarrow.parquet as pq
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from mbs.calibration.sampling import Group, Policy, RolloutWriter, draw
+from mbs.calibration.sampling import Group, RolloutWriter
 from mbs.data import load_problems
 from mbs.errors import ConfigError
 from mbs.export.verl_schema import write_parquet
@@ -54,7 +54,7 @@ from mbs.records import Calibration, Rollout
 from mbs.stages import calibrate, train
 from mbs.stages.config import open_run, validate_config
 from mbs.stages.pipeline import export_runs, stage_node, sub_config
-from mbs.thesis import SETS, build_sets, split_heldout
+from mbs.thesis import SETS, Sampler, build_sets, split_heldout
 from mbs.thesis_summary import summarize
 from mbs.training.policy import resolve_policy
 from mbs.training.settings import TrainSettings
@@ -113,28 +113,12 @@ def _backend(cfg: DictConfig, model: str, label: str, top_k: int | None, min_p: 
     return node
 
 
-class _Sampler:
-    """Draws k samples per group for a named policy into a shard, skipping what is done."""
-
-    def __init__(self, cfg: DictConfig, writer: RolloutWriter):
-        self.cfg, self.writer = cfg, writer
-
-    def done(self, name: str, groups: list[Group], k: int) -> bool:
-        return all((g.id, name, g.budget, i) in self.writer.done for g in groups for i in range(k))
-
-    def __call__(self, name: str, backend: dict[str, Any], groups: list[Group], k: int, seed: int) -> None:
-        if self.done(name, groups, k):
-            return
-        t = self.cfg.thesis
-        draw(Policy(name=name, source="live", backend=backend), groups, k, self.writer, str(self.cfg.paths.cache_dir),
-             temperature=float(t.temperature), top_p=float(t.top_p), seed=int(seed), desc=name)
-        self.writer.flush(wait=True)
-        close_all()  # one checkpoint in memory at a time
-
-
 def _write_sets(export_dir: Path, root: Path, sets: dict[str, list[str]], heldout: list[str]) -> dict[str, Path]:
     """``sets/<set>/train.parquet`` (the export's rows of the set) and the export's ``summary.json``
-    (its ``policy`` block: the provenance ``mbs-train`` trains from); ``sets/heldout.json``."""
+    (its ``policy`` block: the provenance ``mbs-train`` trains from); ``sets/heldout.json``.
+
+    Writing the run's set folders is this stage's output (and :mod:`mbs.thesis`, below
+    :mod:`mbs.export` in the layers, cannot write verl parquet), so it stays here."""
     rows = {r["extra_info"]["id"]: r for r in pq.read_table(export_dir / "train.parquet").to_pylist()}
     summary = read_summary(export_dir)
     out = {}
@@ -197,8 +181,9 @@ def run(cfg: DictConfig) -> Path:
     trained: dict[str, Any] = {}
     with GradingPool.from_config(cfg.verifier) as pool_, out.shard("eval_rollouts", Rollout) as es, \
             out.shard("recal_rollouts", Rollout) as rs:
-        ev = _Sampler(cfg, RolloutWriter(pool_, es, {r.key: r for r in es.read()}))
-        rc = _Sampler(cfg, RolloutWriter(pool_, rs, {r.key: r for r in rs.read()}))
+        cache, temperature, top_p = str(cfg.paths.cache_dir), float(t.temperature), float(t.top_p)
+        ev = Sampler(RolloutWriter(pool_, es, {r.key: r for r in es.read()}), cache, temperature, top_p)
+        rc = Sampler(RolloutWriter(pool_, rs, {r.key: r for r in rs.read()}), cache, temperature, top_p)
         for seed in seeds:  # seed-major: a run stopped early has every set for its first seeds
             base_be = _backend(cfg, base, "base", policy.top_k, policy.min_p)
             for b in budgets:

@@ -37,27 +37,9 @@ from omegaconf import DictConfig
 
 from mbs.figures.forecast import train_figures
 from mbs.stages.config import open_run, validate_config
-from mbs.training.engines import ENGINES, engine_for
-from mbs.training.launch import TrainError, check_data, job_env, run_logged
+from mbs.training.engines import engine_for
 from mbs.training.policy import resolve_policy
 from mbs.training.settings import TrainSettings
-from mbs.training.verl_command import (
-    REWARD_KWARGS,
-    VerlJob,
-    build_command,
-    flatten,
-    override_value,
-    prompt_length,
-    reward_kwargs_overrides,
-    reward_path,
-    verl_overrides,
-)
-
-__all__ = [
-    "ENGINES", "REWARD_KWARGS", "TrainError", "VerlJob", "build_command", "check_data", "flatten", "job_env",
-    "override_value", "prompt_length", "reward_kwargs_overrides", "reward_path", "run", "run_logged", "settings_of",
-    "verl_overrides",
-]
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +58,7 @@ def run(cfg: DictConfig) -> Path:
         The run directory.
 
     Raises:
-        TrainError: No ``train.data_dir``, missing parquet files, an unknown engine or launcher,
+        mbs.training.launch.TrainError: No ``train.data_dir``, missing parquet files, an unknown engine or launcher,
             or a training job that exited with an error (names the log file or job id).
         mbs.errors.ConfigError: A ``train.*`` value that differs from the calibrated policy
             without ``train.override`` (names both values), or sources calibrated differently

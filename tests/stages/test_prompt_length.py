@@ -13,8 +13,10 @@ from mbs.io import read_summary
 from mbs.records import Problem
 from mbs.stages.config import open_run
 from mbs.stages.export import run as export
-from mbs.stages.train import TrainError, prompt_length, settings_of
 from mbs.stages.train import run as train
+from mbs.stages.train import settings_of
+from mbs.training.launch import TrainError
+from mbs.training.verl_command import prompt_length
 
 LONG = "A farmer plants beans along a fence and counts the pods of every vine in every row. " * 12 + "How many pods?"
 

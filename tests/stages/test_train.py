@@ -22,7 +22,9 @@ from support.verl import VERL_VERSION, override_problems, source, trainer_config
 from mbs.errors import InputNotFoundError
 from mbs.io import read_summary
 from mbs.rewards import compute_score
-from mbs.stages.train import TrainError, build_command, override_value, run, settings_of, verl_overrides
+from mbs.stages.train import run, settings_of
+from mbs.training.launch import TrainError
+from mbs.training.verl_command import build_command, override_value, verl_overrides
 
 
 @pytest.fixture(scope="module")
@@ -192,8 +194,8 @@ def test_slurm_launch(make_cfg, data_dir, stub_verl, tmp_path):
 
 def test_reasoning_format_reaches_the_reward_through_verls_reward_kwargs(make_cfg, data_dir, tmp_path, monkeypatch):
     """A thinking policy: verl decodes the whole response, the reward grades only the final answer."""
-    from mbs.stages.train import REWARD_KWARGS, reward_kwargs_overrides
     from mbs.training.policy import resolve_policy
+    from mbs.training.verl_command import REWARD_KWARGS, reward_kwargs_overrides
     from mbs.validate import ConfigError
 
     src = source(verl_package_dir(), "trainer/ppo/reward.py")
@@ -258,7 +260,7 @@ def test_trl_engine_dry_run_and_submitit_launch(make_cfg, data_dir, monkeypatch,
     s = read_summary(out)
     assert s["job_id"] and s["result"] == {"steps": 2, "final": f"{out}/final"}
     assert seen == {"model": "Qwen/Qwen3-1.7B", "out": str(out), "data": str(data_dir)}
-    from mbs.stages.train import ENGINES
+    from mbs.training.engines import ENGINES
     from mbs.validate import ConfigError
 
     assert set(ENGINES) == {"verl", "trl"}

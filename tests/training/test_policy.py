@@ -16,7 +16,7 @@ from support.verl import override_problems, trainer_config, verl_package_dir
 from mbs.errors import ConfigError
 from mbs.llm.hf_checkpoint import file_sha256
 from mbs.llm.llamacpp import embedded_model_path
-from mbs.stages.train import build_command, run, settings_of, verl_overrides
+from mbs.stages.train import run, settings_of
 from mbs.training.checkpoints import (
     COMPLETE,
     drop_after,
@@ -33,7 +33,7 @@ from mbs.training.provenance import (
     provenance_of_run,
 )
 from mbs.training.trl_engine import Reward, batch_sizes, last_checkpoint
-from mbs.training.verl_command import known_differences
+from mbs.training.verl_command import build_command, known_differences, verl_overrides
 
 
 def _run_dir(make_cfg, tmp_path, name: str, overrides: list[str], summary: dict) -> Path:

@@ -8,10 +8,11 @@ import pickle
 
 from support.exports import write_export
 
-from mbs.stages.train import settings_of, verl_overrides
+from mbs.stages.train import settings_of
 from mbs.training.policy import resolve_policy
 from mbs.training.settings import TrainSettings
 from mbs.training.trl_engine import TrlJob
+from mbs.training.verl_command import verl_overrides
 
 
 def test_settings_are_the_resolved_train_node_and_pickle_with_the_trl_job(make_cfg, tmp_path):
