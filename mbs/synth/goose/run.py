@@ -64,7 +64,7 @@ from mbs.synth.goose.build import (
     validate,
 )
 from mbs.synth.goose.distractors import teacher_free_candidate
-from mbs.synth.goose.settings import Bounds, FilterSettings, GooseSettings
+from mbs.synth.goose.settings import Bounds, GooseSettings
 from mbs.synth.goose.shortcuts import Auditor, audit_corpus, audit_report, enforce_audit
 from mbs.synth.goose.sources import MASK, Passage, has_reasoning, load_passages, segment
 from mbs.synth.settings import SynthSettings
@@ -180,24 +180,6 @@ def build_teacher_free(todo: Sequence[Passage], goose: GooseSettings, seed: int,
             book.reject(p.id, "build", err)
 
 
-def _teacher(pool: Any, index: int) -> Any:
-    """The teacher-pool entry ``goose.teacher.index`` selects.
-
-    Raises:
-        ValueError: No such entry, or it is not a live teacher.
-    """
-    i = index
-    if not 0 <= i < len(pool):
-        raise ValueError(f"goose.teacher.index={i}: teacher.pool has {len(pool)} teacher(s)")
-    t = pool[i]
-    if t.source != "live" or t.backend is None:
-        raise ValueError(
-            f"goose.teacher.index={i} selects teacher {t.name!r} (source {t.source}); the Goose teacher path needs a "
-            "live teacher (or set goose.teacher_free=true)"
-        )
-    return t
-
-
 def build_with_teacher(
     todo: Sequence[Passage], settings: SynthSettings, book: _Book, backends: dict[str, Any], auditor: Auditor
 ) -> None:
@@ -216,7 +198,7 @@ def build_with_teacher(
     """
     goose = settings.goose
     bounds = goose.bounds
-    t = _teacher(settings.teacher_pool, goose.teacher.index)
+    t = goose.teacher.entry(settings.teacher_pool)
     backend = build_backend(t.backend, settings.cache_dir)
     meter = BackendMeter([(f"teacher:{t.name}", t.backend)], settings.cache_dir)
     attempts = max(1, goose.teacher.attempts)
@@ -332,21 +314,6 @@ def _target_policy(settings: SynthSettings) -> Policy:
     return settings.students.live_target("the Goose filter")
 
 
-def filter_budget(filt: FilterSettings, policy: Policy | None) -> int | None:
-    """The filter's response budget in tokens: ``goose.filter.budget``, or the student's own budget L when null.
-
-    Raises:
-        ValueError: Neither is set.
-    """
-    if filt.budget is not None:
-        return filt.budget
-    if policy is None:
-        return None
-    if policy.budget is None:
-        raise ValueError(f"goose.filter.budget is null and student {policy.name!r} has no budget L (students.policies.*.budget)")
-    return int(policy.budget)
-
-
 def difficulty_filter(
     problems: Sequence[Problem], settings: SynthSettings, out: RunDir, backends: dict[str, Any], stats: Counter
 ) -> tuple[dict[str, Calibration], list[Rollout], Policy]:
@@ -364,7 +331,7 @@ def difficulty_filter(
         mbs.llm.BackendError: The student backend failed after its retries (finished rollouts are kept).
     """
     policy = _target_policy(settings)
-    budget, n = filter_budget(settings.goose.filter, policy), settings.goose.filter.n
+    budget, n = settings.goose.filter.response_budget(policy), settings.goose.filter.n
     templates = {"mcq": settings.templates["mcq"]}  # the template export renders the items with
     groups = [Group.of(p, budget, templates, settings.verifier) for p in problems]
     ids = {p.id for p in problems}
@@ -556,7 +523,7 @@ def run(settings: SynthSettings, out: RunDir) -> dict[str, Any]:
         "filter": {
             "enabled": filtered,
             "policy": policy_name,
-            "budget": filter_budget(goose.filter, _target_policy(settings) if filtered else None),
+            "budget": goose.filter.response_budget(_target_policy(settings) if filtered else None),
             "n": goose.filter.n,
             "early_stop": sampling.early_stop,
             "rollouts": len(rollouts),

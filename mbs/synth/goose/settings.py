@@ -21,6 +21,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from mbs.calibration.sampling import Policy
 from mbs.validate import RULES, Check, ConfigError, OneOf, check_value
 
 #: Option letters the ``mcq`` verifier grades (``goose.options`` is at most their count).
@@ -242,6 +243,26 @@ class TeacherSettings:
             mask_template=str(node.templates.mask),
         )
 
+    def entry(self, pool: Any) -> Any:
+        """The entry of ``teacher.pool`` that :attr:`index` selects.
+
+        Args:
+            pool: The ``teacher.pool`` entries (resolved; ``name``, ``source``, ``backend``).
+
+        Raises:
+            ValueError: No such entry, or it is not a live teacher.
+        """
+        i = self.index
+        if not 0 <= i < len(pool):
+            raise ValueError(f"goose.teacher.index={i}: teacher.pool has {len(pool)} teacher(s)")
+        t = pool[i]
+        if t.source != "live" or t.backend is None:
+            raise ValueError(
+                f"goose.teacher.index={i} selects teacher {t.name!r} (source {t.source}); the Goose teacher path needs a "
+                "live teacher (or set goose.teacher_free=true)"
+            )
+        return t
+
 
 @dataclass(frozen=True)
 class FilterSettings:
@@ -270,6 +291,23 @@ class FilterSettings:
             n=int(_ruled("goose.filter.n", node.n)),
             budget=None if budget is None else int(budget),
         )
+
+    def response_budget(self, policy: Policy | None) -> int | None:
+        """The filter's response budget in tokens: :attr:`budget`, or the student's own budget L when that is null.
+
+        Args:
+            policy: The target student (``None``: no filter runs; then ``None`` unless :attr:`budget` is set).
+
+        Raises:
+            ValueError: Neither is set.
+        """
+        if self.budget is not None:
+            return self.budget
+        if policy is None:
+            return None
+        if policy.budget is None:
+            raise ValueError(f"goose.filter.budget is null and student {policy.name!r} has no budget L (students.policies.*.budget)")
+        return int(policy.budget)
 
 
 @dataclass(frozen=True)
