@@ -97,14 +97,14 @@ class SourceSettings:
     """
 
     name: str
-    path: str | None = None
-    text_field: str = "text"
-    id_field: str | None = None
-    split: str | None = "train"
-    patterns: tuple[str, ...] = ("*.txt", "*.md")
-    segment: str = "none"
-    origin: str = ""
-    on_error: str = "raise"
+    path: str | None
+    text_field: str
+    id_field: str | None
+    split: str | None
+    patterns: tuple[str, ...]
+    segment: str
+    origin: str
+    on_error: str
     champ: ChampSettings = ChampSettings()
     group: Any = None
 
@@ -159,27 +159,27 @@ class Bounds:
     recoverable_overlap: float = 0.8
 
     @classmethod
-    def from_cfg(cls, gcfg: Any) -> Bounds:
+    def from_cfg(cls, node: Any) -> Bounds:
         """Bounds from the ``goose`` config node.
 
         Raises:
             ConfigError: ``goose.options`` outside 2..10, inverted length bounds, or a span share
                 outside [0, 1] (names the key).
         """
-        k = int(_ruled("goose.options", gcfg.options))
+        k = int(_ruled("goose.options", node.options))
         if not 2 <= k <= len(LETTERS):
             raise ConfigError(f"goose.options={k}: must be between 2 and {len(LETTERS)} (letters A-J)")
-        lo, hi = float(gcfg.distractors.length_ratio_min), float(gcfg.distractors.length_ratio_max)
+        lo, hi = float(node.distractors.length_ratio_min), float(node.distractors.length_ratio_max)
         if not 0 < lo <= 1 <= hi:
             raise ConfigError(f"goose.distractors.length_ratio_min/max = {lo}/{hi}: need 0 < min <= 1 <= max")
         return cls(
             options=k,
-            min_span_chars=int(gcfg.span.min_chars),
-            max_span_share=float(_ruled("goose.span.max_share", gcfg.span.max_share)),
+            min_span_chars=int(node.span.min_chars),
+            max_span_share=float(_ruled("goose.span.max_share", node.span.max_share)),
             ratio_min=lo,
             ratio_max=hi,
-            recoverable_chars=int(gcfg.span.recoverable_chars),
-            recoverable_overlap=float(_ruled("goose.span.recoverable_overlap", gcfg.span.recoverable_overlap)),
+            recoverable_chars=int(node.span.recoverable_chars),
+            recoverable_overlap=float(_ruled("goose.span.recoverable_overlap", node.span.recoverable_overlap)),
         )
 
 
@@ -200,19 +200,19 @@ class StepSettings:
     design: str = "grid"
 
     @classmethod
-    def from_cfg(cls, gcfg: Any) -> StepSettings:
+    def from_cfg(cls, node: Any) -> StepSettings:
         """From the ``goose`` node.
 
         Raises:
             ConfigError: ``goose.distractors.design`` not one of :data:`DESIGNS`.
         """
-        design = str(gcfg.distractors.design)
+        design = str(node.distractors.design)
         if not OneOf(DESIGNS).check(design):
             raise ConfigError(f"goose.distractors.design={design!r}: must be {OneOf(DESIGNS).describe()}")
         return cls(
-            min_steps=int(gcfg.span.min_steps),
-            max_steps=int(gcfg.span.max_steps),
-            wrong_steps_max=int(gcfg.distractors.wrong_steps_max),
+            min_steps=int(node.span.min_steps),
+            max_steps=int(node.span.max_steps),
+            wrong_steps_max=int(node.distractors.wrong_steps_max),
             design=design,
         )
 
