@@ -162,3 +162,45 @@ def test_a_new_synthesis_method_from_its_own_module(plugins, make_cfg, tmp_path)
     assert json.loads((out / "sampling.json").read_text())["config"]["echo.prefix"] == "Again: "
     with pytest.raises(RunDirError, match=r'echo\.prefix: "Again: " -> "Other: "'):
         synthesize(make_cfg("synthesize", [*args[:-1], "+echo.prefix='Other: '"], out="syn"))
+
+
+# a new Golden Goose source: passages from its own keys (goose.shop.*), read from SourceSettings.group
+SHOP_SOURCE = '''
+from mbs.synth.goose.sources import Passage, register_source, segment
+
+
+@register_source("shop")
+def shop(source, report):
+    own = source.group  # its own group goose.shop, resolved by the stage
+    for i in range(int(own.count)):
+        a, b, c = 3 + i, 7 + 2 * i, 11 + i
+        text = (f"A shop sells {a} {own.item} at {b} dollars each and we want the total cost.\\n"
+                f"Since each one costs {b} dollars, {a} of them cost {a}*{b}={a * b} dollars.\\n"
+                f"Then a delivery fee of {c} dollars is added, so we get {a * b}+{c}={a * b + c} dollars.\\n"
+                f"Therefore the total cost is {a * b + c} dollars.")
+        yield Passage(id=f"{source.origin}/{i}", text=text, origin=source.origin,
+                      steps=segment(text, source.segment), where=f"shop item {i}")
+'''
+
+
+def test_a_new_goose_source_from_its_own_module(make_cfg, tmp_path, monkeypatch):
+    from mbs.synth.goose.sources import SOURCES
+
+    monkeypatch.setattr(SOURCES, "_items", dict(SOURCES._items))
+    code = tmp_path / "plugins"
+    code.mkdir()
+    (code / "toy_shop_source.py").write_text(textwrap.dedent(SHOP_SOURCE))
+    monkeypatch.syspath_prepend(str(code))
+    importlib.import_module("toy_shop_source")
+    try:
+        args = ["method=goose", "goose.source=shop", "goose.segment=lines", "goose.teacher_free=true",
+                "goose.filter.enabled=false", "goose.audit.policy=report", "+goose.shop.count=3",
+                "+goose.shop.item=pens", "synth.figures=false", "verifier.workers=0"]
+        out = synthesize(make_cfg("synthesize", args, out="shop"))
+    finally:
+        importlib.sys.modules.pop("toy_shop_source", None)
+    s = read_summary(out)
+    assert s["source"] == "shop" and s["passages"] == 3 and s["items_built"] == 3
+    items = read_records(out, "items")
+    assert [it["source_id"] for it in items] == ["shop/0", "shop/1", "shop/2"]
+    assert all(it["data_source"] == "mbs/mcq/goose-shop" and "pens" in it["question"] for it in items)

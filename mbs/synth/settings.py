@@ -21,6 +21,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from mbs.calibration.students import StudentSet
 from mbs.errors import ConfigError
+from mbs.synth.goose.settings import GooseSettings
 from mbs.validate import COUNT, TEMPERATURE, TOP_P, Check, Num, OneOf
 from mbs.validate import THRESHOLD_RANGES as RANGES
 
@@ -351,30 +352,6 @@ class DirectSettings:
             cost_match_on=str(checked("direct.cost_match_on", node.cost_match_on, COST_ON)),
             cost_match_max_variants=int(node.cost_match_max_variants),
         )
-
-
-@dataclass(frozen=True)
-class GooseSettings:
-    """Golden Goose's settings (``goose.*``, ``data.limit``).
-
-    Attributes:
-        node: The ``goose`` node, resolved (:func:`plain`): read by the Goose builders
-            (:class:`~mbs.synth.goose.build.Bounds`, sources, distractors, the audit).
-        data_limit: At most this many passages (``data.limit``; ``None``: all).
-    """
-
-    node: Any
-    data_limit: int | None
-
-    @classmethod
-    def from_cfg(cls, node: Any, data_limit: Any) -> GooseSettings:
-        """From the ``goose`` node and ``data.limit``.
-
-        Raises:
-            ConfigError: ``data.limit`` out of its range.
-        """
-        limit = checked("data.limit", data_limit, SEEDS_LIMIT)
-        return cls(node=plain(node), data_limit=None if limit is None else int(limit))
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from mbs.synth.goose.distractors import (
     step_order_variants,
     teacher_free_candidate,
 )
+from mbs.synth.goose.settings import StepSettings
 from mbs.synth.goose.sources import MASK, Passage, champ_passage
 from mbs.verify import grade
 
@@ -42,6 +43,7 @@ GOOSE = OmegaConf.create(
     }
 )
 BOUNDS = Bounds.from_cfg(GOOSE)
+STEPS = StepSettings.from_cfg(GOOSE)
 
 TEXT = (
     "We count the pairs. There are 12 boys and 8 girls in the class. "
@@ -141,8 +143,8 @@ def test_too_few_distractors_is_rejected():
 def test_champ_teacher_free_item():
     raw = load_raw()
     p = champ_passage("P_Combinatorics_1", raw["problems"]["P_Combinatorics_1"], raw, concepts=True, wrong_steps=True)
-    c1 = teacher_free_candidate(p, GOOSE, BOUNDS, seed=0)
-    c2 = teacher_free_candidate(p, GOOSE, BOUNDS, seed=0)
+    c1 = teacher_free_candidate(p, STEPS, BOUNDS, seed=0)
+    c2 = teacher_free_candidate(p, STEPS, BOUNDS, seed=0)
     assert (c1.start, c1.end, c1.distractors) == (c2.start, c2.end, c2.distractors)
     # the span is a run of whole solution steps, and one of them carries a concept/hint link
     starts = [s for s, _ in p.steps]

@@ -9,6 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from mbs.data import DataError
+from mbs.synth.goose.settings import SourceSettings
 from mbs.synth.goose.sources import has_reasoning, load_passages, segment
 
 BASE = {
@@ -19,7 +20,7 @@ BASE = {
 
 
 def gcfg(**kw):
-    return OmegaConf.merge(OmegaConf.create(BASE), OmegaConf.create(kw))
+    return SourceSettings.from_cfg(OmegaConf.merge(OmegaConf.create(BASE), OmegaConf.create(kw)))
 
 
 def test_champ_passages():

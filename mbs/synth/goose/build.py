@@ -39,10 +39,8 @@ from typing import Any
 
 from mbs.records import MCQ
 from mbs.synth.goose import replies
+from mbs.synth.goose.settings import LETTERS, Bounds
 from mbs.synth.goose.sources import MASK, Passage
-
-#: Option letters the ``mcq`` verifier grades.
-LETTERS = "ABCDEFGHIJ"
 
 #: Every rejection reason, with what it means (summary ``rejected`` counts use these names).
 REASONS = {
@@ -86,54 +84,6 @@ class Rejected(Exception):
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
         self.detail = detail
-
-
-@dataclass(frozen=True)
-class Bounds:
-    """Validation bounds (``goose.span`` and ``goose.distractors``).
-
-    Attributes:
-        options: Options per item k (2..10).
-        min_span_chars: Shortest span in characters.
-        max_span_share: Longest span as a share of the passage length (characters).
-        ratio_min: Shortest distractor / answer length (characters).
-        ratio_max: Longest distractor / answer length (characters).
-        recoverable_chars: A span sentence at least this long (normalised characters) must not
-            reappear verbatim in the remaining text.
-        recoverable_overlap: The longest run the span shares with the remaining text must be
-            shorter than this share of the span (normalised characters).
-    """
-
-    options: int = 9
-    min_span_chars: int = 20
-    max_span_share: float = 0.5
-    ratio_min: float = 0.5
-    ratio_max: float = 2.0
-    recoverable_chars: int = 24
-    recoverable_overlap: float = 0.8
-
-    @classmethod
-    def from_cfg(cls, gcfg: Any) -> Bounds:
-        """Bounds from the ``goose`` config node.
-
-        Raises:
-            ValueError: ``goose.options`` outside 2..10 or inverted length bounds.
-        """
-        k = int(gcfg.options)
-        if not 2 <= k <= len(LETTERS):
-            raise ValueError(f"goose.options={k}: must be between 2 and {len(LETTERS)} (letters A-J)")
-        lo, hi = float(gcfg.distractors.length_ratio_min), float(gcfg.distractors.length_ratio_max)
-        if not 0 < lo <= 1 <= hi:
-            raise ValueError(f"goose.distractors.length_ratio_min/max = {lo}/{hi}: need 0 < min <= 1 <= max")
-        return cls(
-            options=k,
-            min_span_chars=int(gcfg.span.min_chars),
-            max_span_share=float(gcfg.span.max_share),
-            ratio_min=lo,
-            ratio_max=hi,
-            recoverable_chars=int(gcfg.span.recoverable_chars),
-            recoverable_overlap=float(gcfg.span.recoverable_overlap),
-        )
 
 
 @dataclass

@@ -14,10 +14,10 @@ import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from mbs.synth.goose.build import Bounds, Candidate, Rejected, normalise, seeded_rng, validate
 from mbs.synth.goose.grid import grid_distractors, passage_numbers
+from mbs.synth.goose.settings import StepSettings
 from mbs.synth.goose.sources import Passage
 
 # --------------------------------------------------------------------------------------
@@ -354,7 +354,7 @@ def candidate_spans(passage: Passage, min_steps: int, max_steps: int, bounds: Bo
     return [(i, j) for i, j, _ in out]
 
 
-def teacher_free_candidate(passage: Passage, gcfg: Any, bounds: Bounds, seed: int, attempt: int = 0) -> Candidate:
+def teacher_free_candidate(passage: Passage, steps: StepSettings, bounds: Bounds, seed: int, attempt: int = 0) -> Candidate:
     """Build a validated teacher-free candidate for a step-segmented passage.
 
     Tries the step ranges of :func:`candidate_spans` in order and keeps the first whose
@@ -362,7 +362,7 @@ def teacher_free_candidate(passage: Passage, gcfg: Any, bounds: Bounds, seed: in
 
     Args:
         passage: The passage.
-        gcfg: The ``goose`` config node.
+        steps: Spans and distractors (``goose.span.min_steps``/``max_steps``, ``goose.distractors``).
         bounds: Validation bounds.
         seed: The run's base seed.
         attempt: Rebuild attempt of the shortcut audit (0: first build); later attempts draw
@@ -374,7 +374,7 @@ def teacher_free_candidate(passage: Passage, gcfg: Any, bounds: Bounds, seed: in
     """
     rng = seeded_rng("goose-span", seed, passage.id)
     reasons: dict[str, list[Rejected]] = {}
-    for i, j in candidate_spans(passage, int(gcfg.span.min_steps), int(gcfg.span.max_steps), bounds, rng):
+    for i, j in candidate_spans(passage, steps.min_steps, steps.max_steps, bounds, rng):
         assert passage.steps is not None
         start, end = passage.steps[i][0], passage.steps[j - 1][1]
         rel = [(s - start, e - start) for s, e in passage.steps[i:j]]
@@ -382,7 +382,7 @@ def teacher_free_candidate(passage: Passage, gcfg: Any, bounds: Bounds, seed: in
             drng = seeded_rng("goose-distractors", seed, passage.id, i, j, *([attempt] if attempt else []))
             distractors, origins = make_distractors(
                 passage.text[start:end], rel, passage.wrong_steps, bounds.options - 1, bounds, drng,
-                int(gcfg.distractors.wrong_steps_max), str(gcfg.distractors.design), passage.text,
+                steps.wrong_steps_max, steps.design, passage.text,
             )
             cand = Candidate(passage, start, end, distractors, origins)
             validate(cand, bounds)

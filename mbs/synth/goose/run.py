@@ -52,7 +52,6 @@ from mbs.records import BANDS, MCQ, Calibration, Problem, Rollout
 from mbs.stats import share
 from mbs.synth.goose.build import (
     LETTERS,
-    Bounds,
     Candidate,
     Rejected,
     assemble,
@@ -65,6 +64,7 @@ from mbs.synth.goose.build import (
     validate,
 )
 from mbs.synth.goose.distractors import teacher_free_candidate
+from mbs.synth.goose.settings import Bounds, GooseSettings
 from mbs.synth.goose.shortcuts import Auditor, audit_corpus, audit_report, enforce_audit
 from mbs.synth.goose.sources import MASK, Passage, has_reasoning, load_passages, segment
 from mbs.synth.settings import SynthSettings
@@ -75,13 +75,12 @@ from mbs.verify.sources import data_source
 log = logging.getLogger(__name__)
 
 
-
 # --------------------------------------------------------------------------------------
 # Passages and candidates
 # --------------------------------------------------------------------------------------
 
 
-def check_passage(p: Passage, gcfg: Any) -> None:
+def check_passage(p: Passage, goose: GooseSettings) -> None:
     """Passage-level checks before any span is chosen.
 
     Raises:
@@ -90,9 +89,9 @@ def check_passage(p: Passage, gcfg: Any) -> None:
     """
     if MASK in p.text:
         raise Rejected("passage_has_mask", f"{p.id} contains {MASK}")
-    if len(p.text) < int(gcfg.min_passage_chars):
-        raise Rejected("passage_too_short", f"{len(p.text)} < {gcfg.min_passage_chars} characters")
-    if gcfg.require_reasoning and not has_reasoning(p.text):
+    if len(p.text) < goose.min_passage_chars:
+        raise Rejected("passage_too_short", f"{len(p.text)} < {goose.min_passage_chars} characters")
+    if goose.require_reasoning and not has_reasoning(p.text):
         raise Rejected("no_reasoning", f"{p.id} shows no reasoning markers")
 
 
@@ -169,38 +168,20 @@ class _Book:
         self.audit_shard.close()
 
 
-def build_teacher_free(todo: Sequence[Passage], gcfg: Any, bounds: Bounds, seed: int, book: _Book, auditor: Auditor) -> None:
+def build_teacher_free(todo: Sequence[Passage], goose: GooseSettings, seed: int, book: _Book, auditor: Auditor) -> None:
     """Teacher-free construction of every passage in ``todo`` (no LLM), audited and written as it goes."""
     for p in todo:
         try:
-            check_passage(p, gcfg)
-            cand = teacher_free_candidate(p, gcfg, bounds, seed)
+            check_passage(p, goose)
+            cand = teacher_free_candidate(p, goose.steps, goose.bounds, seed)
             book.audited(p.id, 0, auditor.candidate(cand))
             book.accept(cand)
         except Rejected as err:
             book.reject(p.id, "build", err)
 
 
-def _teacher(pool: Any, index: Any) -> Any:
-    """The teacher-pool entry ``goose.teacher.index`` selects.
-
-    Raises:
-        ValueError: No such entry, or it is not a live teacher.
-    """
-    i = int(index)
-    if not 0 <= i < len(pool):
-        raise ValueError(f"goose.teacher.index={i}: teacher.pool has {len(pool)} teacher(s)")
-    t = pool[i]
-    if t.source != "live" or t.backend is None:
-        raise ValueError(
-            f"goose.teacher.index={i} selects teacher {t.name!r} (source {t.source}); the Goose teacher path needs a "
-            "live teacher (or set goose.teacher_free=true)"
-        )
-    return t
-
-
 def build_with_teacher(
-    todo: Sequence[Passage], settings: SynthSettings, bounds: Bounds, book: _Book, backends: dict[str, Any], auditor: Auditor
+    todo: Sequence[Passage], settings: SynthSettings, book: _Book, backends: dict[str, Any], auditor: Auditor
 ) -> None:
     """LLM-teacher construction: optional passage extraction, then span masking and distractors.
 
@@ -215,11 +196,12 @@ def build_with_teacher(
         mbs.llm.BackendError: The teacher backend failed after its retries (decisions made so
             far are kept; the LLM cache keeps every finished completion).
     """
-    gcfg = settings.goose.node
-    t = _teacher(settings.teacher_pool, gcfg.teacher.index)
+    goose = settings.goose
+    bounds = goose.bounds
+    t = goose.teacher.entry(settings.teacher_pool)
     backend = build_backend(t.backend, settings.cache_dir)
     meter = BackendMeter([(f"teacher:{t.name}", t.backend)], settings.cache_dir)
-    attempts = max(1, int(gcfg.teacher.attempts))
+    attempts = max(1, goose.teacher.attempts)
     seed = settings.seed
 
     def request(messages: list[dict[str, str]], attempt: int) -> ChatRequest:
@@ -229,8 +211,8 @@ def build_with_teacher(
         )
 
     ready: list[Passage] = []
-    if gcfg.extract:
-        reqs = [request(user_messages(gcfg.teacher.templates.extract, text=p.text), 0) for p in todo]
+    if goose.extract:
+        reqs = [request(user_messages(goose.teacher.extract_template, text=p.text), 0) for p in todo]
         extracted: dict[int, Passage] = {}
         for ri, comps in backend.generate_iter(reqs):
             p = todo[ri]
@@ -239,8 +221,8 @@ def build_with_teacher(
                 clean = parse_extract_reply(comps[0].text)
                 if clean is None:
                     raise Rejected("no_passage", f"teacher found no passage in {p.id}")
-                q = Passage(id=p.id, text=clean, origin=p.origin, steps=segment(clean, str(gcfg.segment)), parents=p.parents, where=p.where)
-                check_passage(q, gcfg)
+                q = Passage(id=p.id, text=clean, origin=p.origin, steps=segment(clean, goose.source.segment), parents=p.parents, where=p.where)
+                check_passage(q, goose)
                 extracted[ri] = q
             except Rejected as err:
                 book.reject(p.id, "extract", err)
@@ -248,7 +230,7 @@ def build_with_teacher(
     else:
         for p in todo:
             try:
-                check_passage(p, gcfg)
+                check_passage(p, goose)
                 ready.append(p)
             except Rejected as err:
                 book.reject(p.id, "passage", err)
@@ -257,7 +239,7 @@ def build_with_teacher(
     pending = ready
     for attempt in range(attempts):
         reqs = [
-            request(user_messages(gcfg.teacher.templates.mask, n_distractors=str(k - 1), n_options=str(k), passage=p.text), attempt)
+            request(user_messages(goose.teacher.mask_template, n_distractors=str(k - 1), n_options=str(k), passage=p.text), attempt)
             for p in pending
         ]
         retry: dict[int, Passage] = {}
@@ -332,21 +314,6 @@ def _target_policy(settings: SynthSettings) -> Policy:
     return settings.students.live_target("the Goose filter")
 
 
-def filter_budget(gcfg: Any, policy: Policy | None) -> int | None:
-    """The filter's response budget in tokens: ``goose.filter.budget``, or the student's own budget L when null.
-
-    Raises:
-        ValueError: Neither is set.
-    """
-    if gcfg.filter.budget is not None:
-        return int(gcfg.filter.budget)
-    if policy is None:
-        return None
-    if policy.budget is None:
-        raise ValueError(f"goose.filter.budget is null and student {policy.name!r} has no budget L (students.policies.*.budget)")
-    return int(policy.budget)
-
-
 def difficulty_filter(
     problems: Sequence[Problem], settings: SynthSettings, out: RunDir, backends: dict[str, Any], stats: Counter
 ) -> tuple[dict[str, Calibration], list[Rollout], Policy]:
@@ -363,9 +330,8 @@ def difficulty_filter(
         ValueError: The target student is not a live policy.
         mbs.llm.BackendError: The student backend failed after its retries (finished rollouts are kept).
     """
-    gcfg = settings.goose.node
     policy = _target_policy(settings)
-    budget, n = filter_budget(gcfg, policy), int(gcfg.filter.n)
+    budget, n = settings.goose.filter.response_budget(policy), settings.goose.filter.n
     templates = {"mcq": settings.templates["mcq"]}  # the template export renders the items with
     groups = [Group.of(p, budget, templates, settings.verifier) for p in problems]
     ids = {p.id for p in problems}
@@ -452,31 +418,31 @@ def run(settings: SynthSettings, out: RunDir) -> dict[str, Any]:
 
     Raises:
         KeyError: Unknown ``goose.source``.
-        ValueError: Bad ``goose`` settings (option count, length bounds, teacher, student).
+        ValueError: The teacher or the student the settings select cannot serve (index, source, budget).
         mbs.data.DataError: Bad corpus input with ``goose.on_error=raise``.
         mbs.llm.BackendError: A backend failed after its retries (finished work is kept).
     """
-    gcfg = settings.goose.node
-    auditor = Auditor(gcfg.audit, settings.cache_dir)
-    if gcfg.audit.only:
-        return audit_corpus(settings.goose, out, auditor)
-    bounds = Bounds.from_cfg(gcfg)
+    goose = settings.goose
+    auditor = Auditor(goose.audit, settings.cache_dir)
+    if goose.audit.only:
+        return audit_corpus(goose, out, auditor)
+    bounds = goose.bounds
     seed = settings.seed
     t0 = time.perf_counter()
-    passages, src_report = load_passages(gcfg, settings.goose.data_limit, settings.inputs.shard_index, settings.inputs.shard_count)
+    passages, src_report = load_passages(goose.source, goose.data_limit, settings.inputs.shard_index, settings.inputs.shard_count)
     out.timings["load"] = time.perf_counter() - t0
-    log.info("goose: %d passages from %s (%s)", len(passages), gcfg.source, "teacher-free" if gcfg.teacher_free else "teacher")
+    log.info("goose: %d passages from %s (%s)", len(passages), goose.source.name, "teacher-free" if goose.teacher_free else "teacher")
 
     backends: dict[str, Any] = {}
     book = _Book(out)
     todo = [p for p in passages if not book.decided(p.id)]
     t1 = time.perf_counter()
     try:
-        if gcfg.teacher_free:
-            build_teacher_free(todo, gcfg, bounds, seed, book, auditor)
+        if goose.teacher_free:
+            build_teacher_free(todo, goose, seed, book, auditor)
         else:
-            build_with_teacher(todo, settings, bounds, book, backends, auditor)
-        flagged = enforce_audit(passages, gcfg, bounds, seed, book, auditor)
+            build_with_teacher(todo, settings, book, backends, auditor)
+        flagged = enforce_audit(passages, goose, seed, book, auditor)
     finally:
         book.close()
     out.timings["build"] = time.perf_counter() - t1
@@ -492,11 +458,11 @@ def run(settings: SynthSettings, out: RunDir) -> dict[str, Any]:
     rollouts: list[Rollout] = []
     policy_name = None
     t2 = time.perf_counter()
-    if gcfg.filter.enabled and problems:
+    filtered = goose.filter.enabled
+    if filtered and problems:
         cals, rollouts, policy = difficulty_filter(problems, settings, out, backends, stats)
         policy_name = policy.name
     out.timings["filter"] = time.perf_counter() - t2
-    filtered = bool(gcfg.filter.enabled)
     kept_ids = {i for i, c in cals.items() if c.band == "goldilocks"} if filtered else {it.id for it in items}
     out.shard("calibrations", Calibration).rewrite([cals[it.id] for it in items if it.id in cals])
     audits = {it.id: auditor.row(it.options, LETTERS.index(it.answer), it.masked_passage) for it in items}
@@ -531,9 +497,9 @@ def run(settings: SynthSettings, out: RunDir) -> dict[str, Any]:
     )
     audit.update(flagged=flagged, alpha=auditor.alpha)
     summary: dict[str, Any] = {
-        "source": str(gcfg.source),
-        "teacher_free": bool(gcfg.teacher_free),
-        "extract": bool(gcfg.extract),
+        "source": goose.source.name,
+        "teacher_free": goose.teacher_free,
+        "extract": goose.extract,
         "options": k,
         "passages": len(passages),
         "items_built": len(items),
@@ -557,8 +523,8 @@ def run(settings: SynthSettings, out: RunDir) -> dict[str, Any]:
         "filter": {
             "enabled": filtered,
             "policy": policy_name,
-            "budget": filter_budget(gcfg, _target_policy(settings) if filtered else None),
-            "n": int(gcfg.filter.n),
+            "budget": goose.filter.response_budget(_target_policy(settings) if filtered else None),
+            "n": goose.filter.n,
             "early_stop": sampling.early_stop,
             "rollouts": len(rollouts),
             "rollouts_resumed": stats["rollouts_resumed"],
@@ -575,7 +541,7 @@ def run(settings: SynthSettings, out: RunDir) -> dict[str, Any]:
             "chance": 1.0 / k,
             "accuracy_over_chance": (accuracy * k) if accuracy is not None else None,
             "items_above_chance": (sum(1 for c in cals.values() if c.pass_rate > 1.0 / k) / n_filtered) if n_filtered else None,
-            "chance_goldilocks_share": chance_goldilocks_share(k, int(gcfg.filter.n)),
+            "chance_goldilocks_share": chance_goldilocks_share(k, goose.filter.n),
         },
         "sources": src_report.as_dict(),
         "counts": {

@@ -15,38 +15,35 @@ from typing import Any
 from mbs.data import DataError, records_hf_disk, records_jsonl, records_parquet
 from mbs.io import RunDir
 from mbs.synth.goose.audit import Solver, accuracy_table, audit_row, select_solvers
-from mbs.synth.goose.build import LETTERS, Bounds, Candidate, Rejected, mask
+from mbs.synth.goose.build import LETTERS, Candidate, Rejected, mask
 from mbs.synth.goose.distractors import teacher_free_candidate
+from mbs.synth.goose.settings import AuditSettings, GooseSettings, SourceSettings
 from mbs.synth.goose.sources import Passage
-
-POLICIES = ("reject", "rebuild", "report")
 
 
 class Auditor:
     """The audit of one run (``goose.audit``).
 
     Args:
-        acfg: The ``goose.audit`` config node.
+        audit: The audit settings (``goose.audit``; the policy checked when they were read).
         cache_dir: ``paths.cache_dir`` (the LM solver's score cache).
         extra: More solvers ``{name: solver}`` (tests pass a fake LM here).
 
     Raises:
-        ValueError: Unknown policy or solver name.
+        ValueError: Unknown solver name.
     """
 
-    def __init__(self, acfg: Any, cache_dir: str | None = None, extra: dict[str, Solver] | None = None):
-        self.policy = str(acfg.policy)
-        if self.policy not in POLICIES:
-            raise ValueError(f"goose.audit.policy={self.policy!r}: valid values are {', '.join(POLICIES)}")
-        self.rebuilds = int(acfg.rebuilds) if self.policy == "rebuild" else 0
-        self.alpha = float(acfg.alpha)
+    def __init__(self, audit: AuditSettings, cache_dir: str | None = None, extra: dict[str, Solver] | None = None):
+        self.policy = audit.policy
+        self.rebuilds = audit.rebuilds if self.policy == "rebuild" else 0
+        self.alpha = audit.alpha
         more = dict(extra or {})
-        if acfg.lm.enabled and "lm_choices_only" not in more:
+        if audit.lm_enabled and "lm_choices_only" not in more:
             from mbs.synth.goose.lm_audit import CachedLMSolver, llama_scorer
 
-            scorer, model_id = llama_scorer(acfg.lm.model_path)
+            scorer, model_id = llama_scorer(audit.lm_model_path)
             more["lm_choices_only"] = CachedLMSolver(scorer, model_id, cache_dir)
-        self.solvers = select_solvers(list(acfg.solvers or []), more)
+        self.solvers = select_solvers(list(audit.solvers), more)
 
     def row(self, options: Sequence[str], answer: int, stem: str) -> dict[str, Any]:
         """:func:`mbs.synth.goose.audit.audit_row` with this run's solvers."""
@@ -86,7 +83,7 @@ def upper_tail(z: float) -> float:
     return 0.5 * math.erfc(z / math.sqrt(2))
 
 
-def enforce_audit(passages: Sequence[Passage], gcfg: Any, bounds: Bounds, seed: int, book: Any, auditor: Auditor) -> list[str]:
+def enforce_audit(passages: Sequence[Passage], goose: GooseSettings, seed: int, book: Any, auditor: Auditor) -> list[str]:
     """Apply ``goose.audit.policy`` to the built items.
 
     The policy acts on the solvers that are significantly more accurate than chance on this
@@ -97,8 +94,7 @@ def enforce_audit(passages: Sequence[Passage], gcfg: Any, bounds: Bounds, seed: 
 
     Args:
         passages: The run's passages.
-        gcfg: The ``goose`` config node.
-        bounds: Validation bounds.
+        goose: Golden Goose's settings (``teacher_free``, its bounds and teacher-free steps).
         seed: The run's base seed.
         book: The run's decisions (:class:`mbs.synth.goose.run._Book`: ``candidates``, ``audits``,
             ``audited``, ``accept``, ``reject``).
@@ -109,6 +105,7 @@ def enforce_audit(passages: Sequence[Passage], gcfg: Any, bounds: Bounds, seed: 
     """
     ids = [p.id for p in passages]
     first = [min(book.audits[i], key=lambda r: r["attempt"]) for i in ids if book.audits.get(i)]
+    bounds = goose.bounds
     flagged = auditor.flagged(first, bounds.options)
     if auditor.policy == "report" or not flagged:
         return flagged
@@ -119,10 +116,10 @@ def enforce_audit(passages: Sequence[Passage], gcfg: Any, bounds: Bounds, seed: 
         row = max(book.audits[pid], key=lambda r: r["attempt"])
         hits = [s for s in row["answered"] if s in flagged]
         attempt = row["attempt"]
-        while hits and gcfg.teacher_free and auditor.policy == "rebuild" and attempt < auditor.rebuilds:
+        while hits and goose.teacher_free and auditor.policy == "rebuild" and attempt < auditor.rebuilds:
             attempt += 1
             try:
-                cand = teacher_free_candidate(by_id[pid], gcfg, bounds, seed, attempt)
+                cand = teacher_free_candidate(by_id[pid], goose.steps, bounds, seed, attempt)
             except Rejected:
                 continue
             row = auditor.candidate(cand)
@@ -181,10 +178,15 @@ def _answer_index(value: Any, options: Sequence[str], where: str, field: str) ->
     raise DataError(f"{where}: field {field!r} = {value!r} is neither a letter A-{LETTERS[len(options) - 1]}, an index nor an option text")
 
 
-def corpus_items(gcfg: Any, limit: int | None = None) -> list[tuple[str, list[str], int, str]]:
+def corpus_items(source: SourceSettings, audit: AuditSettings, limit: int | None = None) -> list[tuple[str, list[str], int, str]]:
     """``(id, options, answer index, stem)`` of each record of an MCQ corpus (``goose.source`` jsonl,
     parquet or hf_disk at ``goose.path``; fields ``goose.audit.options_field`` / ``answer_field`` /
     ``stem_field``, id ``goose.id_field`` or the record's position).
+
+    Args:
+        source: The source settings (``name``, ``path``, ``split``, ``id_field``, ``on_error``).
+        audit: The audit settings (the record fields).
+        limit: At most this many items (``data.limit``; ``None``: all).
 
     Raises:
         DataError: A missing path, an unsupported source, or a bad record (names the file, the
@@ -192,20 +194,19 @@ def corpus_items(gcfg: Any, limit: int | None = None) -> list[tuple[str, list[st
     """
     from pathlib import Path
 
-    src = str(gcfg.source)
+    src = source.name
     readers = {"jsonl": records_jsonl, "parquet": records_parquet}
-    if gcfg.path is None:
+    if source.path is None:
         raise DataError("goose.audit.only: set goose.path to the MCQ corpus")
-    path = Path(str(gcfg.path)).expanduser()
+    path = Path(source.path).expanduser()
     if not path.exists():
         raise DataError(f"goose.path: {path} does not exist")
     if src == "hf_disk":
-        records = records_hf_disk(path, gcfg.split, "goose.split")
+        records = records_hf_disk(path, source.split, "goose.split")
     elif src in readers:
         records = readers[src](path)
     else:
         raise DataError(f"goose.audit.only: goose.source={src!r}; an MCQ corpus is read from jsonl, parquet or hf_disk")
-    a = gcfg.audit
     out = []
     for i, (where, rec) in enumerate(records):
         try:
@@ -213,31 +214,30 @@ def corpus_items(gcfg: Any, limit: int | None = None) -> list[tuple[str, list[st
                 raise rec
             if not isinstance(rec, dict):
                 raise DataError(f"{where}: expected an object, got {type(rec).__name__}")
-            opts = rec.get(a.options_field)
+            opts = rec.get(audit.options_field)
             if not isinstance(opts, list) or len(opts) < 2 or not all(isinstance(o, str) for o in opts):
-                raise DataError(f"{where}: field {a.options_field!r} (goose.audit.options_field) must be a list of >= 2 strings")
-            if a.answer_field not in rec:
-                raise DataError(f"{where}: missing field {a.answer_field!r} (goose.audit.answer_field)")
-            ans = _answer_index(rec[a.answer_field], opts, where, str(a.answer_field))
-            stem = rec.get(a.stem_field) if a.stem_field else ""
+                raise DataError(f"{where}: field {audit.options_field!r} (goose.audit.options_field) must be a list of >= 2 strings")
+            if audit.answer_field not in rec:
+                raise DataError(f"{where}: missing field {audit.answer_field!r} (goose.audit.answer_field)")
+            ans = _answer_index(rec[audit.answer_field], opts, where, audit.answer_field)
+            stem = rec.get(audit.stem_field) if audit.stem_field else ""
             stem = stem.split("Options:")[0] if isinstance(stem, str) else ""
-            rid = str(rec.get(gcfg.id_field)) if gcfg.id_field and rec.get(gcfg.id_field) is not None else str(i)
+            rid = str(rec.get(source.id_field)) if source.id_field and rec.get(source.id_field) is not None else str(i)
             out.append((rid, list(opts), ans, stem))
         except DataError:
-            if gcfg.on_error != "skip":
+            if source.on_error != "skip":
                 raise
         if limit is not None and len(out) >= int(limit):
             break
     return out
 
 
-def audit_corpus(goose: Any, out: RunDir, auditor: Auditor) -> dict[str, Any]:
+def audit_corpus(goose: GooseSettings, out: RunDir, auditor: Auditor) -> dict[str, Any]:
     """Audit an existing MCQ corpus (``goose.audit.only=true``): ``audit.*.jsonl`` (one row per
     item: id, k, answer, each solver's credit and picks) and the summary.
 
     Args:
-        goose: Golden Goose's settings (:class:`mbs.synth.settings.GooseSettings`: the ``goose``
-            node and ``data.limit``).
+        goose: Golden Goose's settings (the source, the audit's record fields and ``data.limit``).
         out: The run directory.
         auditor: The shortcut solvers.
 
@@ -247,7 +247,7 @@ def audit_corpus(goose: Any, out: RunDir, auditor: Auditor) -> dict[str, Any]:
         items have different k) and ``audit_by_options`` (the same per k).
     """
     rows = []
-    for rid, opts, ans, stem in corpus_items(goose.node, goose.data_limit):
+    for rid, opts, ans, stem in corpus_items(goose.source, goose.audit, goose.data_limit):
         r = auditor.row(opts, ans, stem)
         rows.append({"id": rid, "k": len(opts), "answer": LETTERS[ans] if ans < len(LETTERS) else ans, **r})
     out.shard("audit").rewrite(rows)
@@ -257,7 +257,7 @@ def audit_corpus(goose: Any, out: RunDir, auditor: Auditor) -> dict[str, Any]:
     per_k = {str(k): audit_report(k, "report", rs, rs, rs) for k, rs in sorted(by_k.items())}
     return {
         "audit_only": True,
-        "source": str(goose.node.source),
+        "source": goose.source.name,
         "items": len(rows),
         "options": min(by_k) if len(by_k) == 1 else sorted(by_k),
         "audit": next(iter(per_k.values())) if len(per_k) == 1 else None,

@@ -16,6 +16,11 @@ item (Golden Goose, "Constructing MCQs from unverifiable text"). Sources are reg
 Corpus passages are cut into steps by ``goose.segment`` (``lines``, ``sentences``, or ``none``:
 only the LLM-teacher path can mask them). Bad input raises :class:`mbs.data.DataError` naming
 the file, line or row and field; with ``goose.on_error=skip`` the record is counted instead.
+
+A source is ``fn(source: SourceSettings, report: SourceReport) -> iterator of Passage``
+(:class:`~mbs.synth.goose.settings.SourceSettings`: the typed source keys, and the source's own
+group ``goose.<name>`` as :attr:`~mbs.synth.goose.settings.SourceSettings.group` for a source
+registered from outside).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from typing import Any
 from mbs.data import DataError, in_shard, records_hf_disk, records_jsonl, records_parquet, unwrap
 from mbs.data.champ import convert_gold, load_raw, problem_from_raw
 from mbs.registry import Registry
+from mbs.synth.goose.settings import SEGMENTS, SourceSettings
 
 #: Placeholder that replaces the removed span (Golden Goose writes ``[MASK]``).
 MASK = "[MASK]"
@@ -81,21 +87,21 @@ class SourceReport:
         return {"read": self.read, "skipped": self.skipped, "errors": self.errors[:50]}
 
 
-SourceFn = Callable[[Any, SourceReport], Iterator[Passage]]
-#: ``goose.source`` name -> ``fn(goose_cfg, report) -> iterator of Passage``.
+SourceFn = Callable[[SourceSettings, SourceReport], Iterator[Passage]]
+#: ``goose.source`` name -> ``fn(source settings, report) -> iterator of Passage``.
 SOURCES: Registry[SourceFn] = Registry("Golden Goose source")
 
 
 def register_source(name: str) -> Callable[[SourceFn], SourceFn]:
-    """Decorator adding ``fn(goose_cfg, report) -> iterator of Passage`` to :data:`SOURCES`."""
+    """Decorator adding ``fn(source: SourceSettings, report) -> iterator of Passage`` to :data:`SOURCES`."""
     return SOURCES.register(name)
 
 
-def load_passages(gcfg: Any, limit: int | None = None, shard_index: int = 0, shard_count: int = 1) -> tuple[list[Passage], SourceReport]:
+def load_passages(source: SourceSettings, limit: int | None = None, shard_index: int = 0, shard_count: int = 1) -> tuple[list[Passage], SourceReport]:
     """Read, shard and limit the passages of ``goose.source``.
 
     Args:
-        gcfg: The ``goose`` config node.
+        source: The source settings (``goose.source`` and its keys).
         limit: Keep the first ``limit`` passages of this shard (``data.limit``; ``None``: all).
         shard_index: This process's shard.
         shard_count: Number of shards (passages are assigned by a stable hash of their id).
@@ -107,18 +113,18 @@ def load_passages(gcfg: Any, limit: int | None = None, shard_index: int = 0, sha
         KeyError: Unknown ``goose.source`` (lists the valid ones).
         DataError: Bad input with ``goose.on_error=raise``, a missing path, or an empty corpus.
     """
-    name = str(gcfg.source)
+    name = source.name
     if name not in SOURCES:
         raise KeyError(f"goose.source={name!r} is not a registered source; valid: {SOURCES.names()}")
-    if gcfg.on_error not in ("raise", "skip"):
-        raise DataError(f"goose.on_error={gcfg.on_error!r}: valid values are raise, skip")
+    if source.on_error not in ("raise", "skip"):
+        raise DataError(f"goose.on_error={source.on_error!r}: valid values are raise, skip")
     report = SourceReport()
     out: list[Passage] = []
     seen: set[str] = set()
-    for p in SOURCES.get(name)(gcfg, report):
+    for p in SOURCES.get(name)(source, report):
         report.read += 1
         if p.id in seen:
-            _bad(gcfg, report, DataError(f"{p.where}: duplicate passage id {p.id!r} (goose.id_field)"))
+            _bad(source, report, DataError(f"{p.where}: duplicate passage id {p.id!r} (goose.id_field)"))
             continue
         seen.add(p.id)
         if in_shard(p.id, shard_index, shard_count):
@@ -128,8 +134,8 @@ def load_passages(gcfg: Any, limit: int | None = None, shard_index: int = 0, sha
     return out, report
 
 
-def _bad(gcfg: Any, report: SourceReport, err: DataError) -> None:
-    if gcfg.on_error == "raise":
+def _bad(source: SourceSettings, report: SourceReport, err: DataError) -> None:
+    if source.on_error == "raise":
         raise err
     report.skipped += 1
     report.errors.append(str(err))
@@ -166,7 +172,7 @@ def segment(text: str, how: str) -> list[tuple[int, int]] | None:
         return None
     seps = {"lines": r"\n+", "sentences": r"(?<=[.!?])\s+|\n+"}
     if how not in seps:
-        raise ValueError(f"goose.segment={how!r}: valid values are none, lines, sentences")
+        raise ValueError(f"goose.segment={how!r}: valid values are {', '.join(SEGMENTS)}")
     pieces, start = [], 0
     for m in re.finditer(seps[how], text):
         pieces.append((start, m.start()))
@@ -247,15 +253,16 @@ def champ_passage(pid: str, raw_problem: dict[str, Any], raw: dict[str, Any], co
 
 
 @register_source("champ")
-def _champ(gcfg: Any, report: SourceReport) -> Iterator[Passage]:
+def _champ(source: SourceSettings, report: SourceReport) -> Iterator[Passage]:
     raw = load_raw()
+    champ = source.champ
     for pid, p in raw["problems"].items():
-        if not gcfg.champ.include_unverifiable and convert_gold(p.get("_answer") or "").answer_type != "math":
+        if not champ.include_unverifiable and convert_gold(p.get("_answer") or "").answer_type != "math":
             continue
         try:
-            yield champ_passage(pid, p, raw, bool(gcfg.champ.concepts), bool(gcfg.champ.wrong_steps))
+            yield champ_passage(pid, p, raw, champ.concepts, champ.wrong_steps)
         except DataError as err:
-            _bad(gcfg, report, err)
+            _bad(source, report, err)
 
 
 # --------------------------------------------------------------------------------------
@@ -263,20 +270,16 @@ def _champ(gcfg: Any, report: SourceReport) -> Iterator[Passage]:
 # --------------------------------------------------------------------------------------
 
 
-def _path(gcfg: Any) -> Path:
-    if gcfg.path is None:
-        raise DataError(f"goose.source={gcfg.source}: set goose.path to the corpus file or folder")
-    path = Path(str(gcfg.path)).expanduser()
+def _path(source: SourceSettings) -> Path:
+    if source.path is None:
+        raise DataError(f"goose.source={source.name}: set goose.path to the corpus file or folder")
+    path = Path(source.path).expanduser()
     if not path.exists():
         raise DataError(f"goose.path: {path} does not exist")
     return path
 
 
-def _origin(gcfg: Any) -> str:
-    return str(gcfg.origin or gcfg.source)
-
-
-def passage_from_record(rec: Any, index: int, where: str, gcfg: Any) -> Passage:
+def passage_from_record(rec: Any, index: int, where: str, source: SourceSettings) -> Passage:
     """Map one corpus record onto a :class:`Passage` (``goose.text_field``, ``goose.id_field``).
 
     Raises:
@@ -284,70 +287,70 @@ def passage_from_record(rec: Any, index: int, where: str, gcfg: Any) -> Passage:
             field missing (the message names ``where`` and the field).
     """
     if not isinstance(rec, dict):
-        raise DataError(f"{where}: expected an object with field {gcfg.text_field!r}, got {type(rec).__name__}")
-    text = rec.get(gcfg.text_field)
-    if gcfg.text_field not in rec:
-        raise DataError(f"{where}: missing field {gcfg.text_field!r} (goose.text_field)")
+        raise DataError(f"{where}: expected an object with field {source.text_field!r}, got {type(rec).__name__}")
+    text = rec.get(source.text_field)
+    if source.text_field not in rec:
+        raise DataError(f"{where}: missing field {source.text_field!r} (goose.text_field)")
     if not isinstance(text, str) or not text.strip():
-        raise DataError(f"{where}: field {gcfg.text_field!r} (goose.text_field) must be a non-empty string")
-    if gcfg.id_field is not None:
-        if rec.get(gcfg.id_field) is None:
-            raise DataError(f"{where}: missing field {gcfg.id_field!r} (goose.id_field)")
-        rid = str(rec[gcfg.id_field])
+        raise DataError(f"{where}: field {source.text_field!r} (goose.text_field) must be a non-empty string")
+    if source.id_field is not None:
+        if rec.get(source.id_field) is None:
+            raise DataError(f"{where}: missing field {source.id_field!r} (goose.id_field)")
+        rid = str(rec[source.id_field])
     else:
         rid = str(index)
     text = text.strip()
-    origin = _origin(gcfg)
-    return Passage(id=f"{origin}/{rid}", text=text, origin=origin, steps=segment(text, str(gcfg.segment)), where=where)
+    origin = source.origin
+    return Passage(id=f"{origin}/{rid}", text=text, origin=origin, steps=segment(text, source.segment), where=where)
 
 
-def _from_records(records: Iterator[tuple[str, Any]], gcfg: Any, report: SourceReport, source: str) -> Iterator[Passage]:
+def _from_records(records: Iterator[tuple[str, Any]], source: SourceSettings, report: SourceReport, what: str) -> Iterator[Passage]:
     seen = 0
     for i, (where, rec) in enumerate(records):
         seen += 1
         try:
-            yield passage_from_record(unwrap(rec), i, where, gcfg)
+            yield passage_from_record(unwrap(rec), i, where, source)
         except DataError as err:
-            _bad(gcfg, report, err)
+            _bad(source, report, err)
     if seen == 0:
-        raise DataError(f"{source}: no records (empty corpus)")
+        raise DataError(f"{what}: no records (empty corpus)")
 
 
 @register_source("jsonl")
-def _jsonl(gcfg: Any, report: SourceReport) -> Iterator[Passage]:
-    path = _path(gcfg)
-    yield from _from_records(records_jsonl(path), gcfg, report, str(path))
+def _jsonl(source: SourceSettings, report: SourceReport) -> Iterator[Passage]:
+    path = _path(source)
+    yield from _from_records(records_jsonl(path), source, report, str(path))
 
 
 @register_source("parquet")
-def _parquet(gcfg: Any, report: SourceReport) -> Iterator[Passage]:
-    path = _path(gcfg)
-    yield from _from_records(records_parquet(path), gcfg, report, str(path))
+def _parquet(source: SourceSettings, report: SourceReport) -> Iterator[Passage]:
+    path = _path(source)
+    yield from _from_records(records_parquet(path), source, report, str(path))
 
 
 @register_source("hf_disk")
-def _hf_disk(gcfg: Any, report: SourceReport) -> Iterator[Passage]:
-    path = _path(gcfg)
-    yield from _from_records(records_hf_disk(path, gcfg.split, "goose.split"), gcfg, report, str(path))
+def _hf_disk(source: SourceSettings, report: SourceReport) -> Iterator[Passage]:
+    path = _path(source)
+    yield from _from_records(records_hf_disk(path, source.split, "goose.split"), source, report, str(path))
 
 
 @register_source("text_dir")
-def _text_dir(gcfg: Any, report: SourceReport) -> Iterator[Passage]:
-    root = _path(gcfg)
+def _text_dir(source: SourceSettings, report: SourceReport) -> Iterator[Passage]:
+    root = _path(source)
     if not root.is_dir():
         raise DataError(f"goose.path: {root} is not a folder (goose.source=text_dir)")
-    files = sorted({p for pattern in gcfg.patterns for p in root.rglob(str(pattern)) if p.is_file()})
+    files = sorted({p for pattern in source.patterns for p in root.rglob(pattern) if p.is_file()})
     if not files:
-        raise DataError(f"{root}: no files match goose.patterns={list(gcfg.patterns)}")
-    origin = _origin(gcfg)
+        raise DataError(f"{root}: no files match goose.patterns={list(source.patterns)}")
+    origin = source.origin
     for path in files:
         rel = path.relative_to(root).as_posix()
         try:
             text = path.read_text(encoding="utf-8").strip()
         except UnicodeDecodeError as err:
-            _bad(gcfg, report, DataError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})"))
+            _bad(source, report, DataError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})"))
             continue
         if not text:
-            _bad(gcfg, report, DataError(f"{path}: empty file"))
+            _bad(source, report, DataError(f"{path}: empty file"))
             continue
-        yield Passage(id=f"{origin}/{rel}", text=text, origin=origin, steps=segment(text, str(gcfg.segment)), where=str(path))
+        yield Passage(id=f"{origin}/{rel}", text=text, origin=origin, steps=segment(text, source.segment), where=str(path))
