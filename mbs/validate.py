@@ -179,6 +179,12 @@ RULES: tuple[tuple[str, Check], ...] = (
     ("mbs.grounding.top_k", COUNT),
     ("direct.n_variants", COUNT),
     ("direct.cost_match_on", OneOf(("all_tokens", "teacher_tokens"))),
+    ("direct.cost_match_max_variants", COUNT),
+    ("direct.max_chars", COUNT),
+    ("direct.max_answer_chars", COUNT),
+    ("mbs.trace_context", OneOf(("solution", "reasoning"))),
+    ("mbs.restate_similarity", SHARE),
+    ("mbs.grounding.retriever", OneOf(("tfidf", "embedding"))),
     ("goose.options", Num(integer=True, lo=2)),
     ("goose.filter.n", COUNT),
     ("goose.filter.budget", Num(integer=True, lo=1, nullable=True)),  # null: the student's budget L
@@ -255,6 +261,9 @@ RULES: tuple[tuple[str, Check], ...] = (
     ("resume.allow_config_change", OneOf((True, False))),
 )
 
+#: The rule of each key of :data:`RULES` (for :func:`check_rule`).
+_RULE_OF: dict[str, Check] = dict(RULES)
+
 
 #: Config nodes that are backends (built with their ``_target_``).
 BACKEND_NODES = (
@@ -278,6 +287,20 @@ def check_value(key: str, value: Any, check: Check) -> Any:
     if found:
         raise ConfigError(found)
     return value
+
+
+def check_rule(key: str, value: Any) -> Any:
+    """Check one value against the rule :data:`RULES` holds for exactly ``key`` (the typed
+    settings' range checks: each range is written once, here).
+
+    Returns:
+        ``value`` unchanged.
+
+    Raises:
+        ConfigError: The value fails the rule (names ``key`` and the valid range).
+        KeyError: No rule is written for ``key`` (a bug: add it to :data:`RULES`).
+    """
+    return check_value(key, value, _RULE_OF[key])
 
 
 def problem(key: str, value: Any, check: Check) -> str | None:

@@ -3,9 +3,10 @@
 ``mbs-synthesize`` builds one :class:`SynthSettings` from the composed config
 (:func:`mbs.stages.synthesize.synth_settings`) and hands it to the method; nothing below the stage
 reads the config itself. Each class reads its own config node (``from_cfg``) and checks each value it
-reads against its range (:mod:`mbs.validate`), raising :class:`~mbs.errors.ConfigError` that
+reads against its rule (:func:`mbs.validate.check_rule`: each range is written once, in
+:data:`mbs.validate.RULES`), raising :class:`~mbs.errors.ConfigError` that
 names the key. Nodes a builder elsewhere reads as a whole (a backend, the teacher pool, the
-verifier, the ``goose`` node) are held resolved and detached from the config (:func:`plain`).
+verifier) are held resolved and detached from the config (:func:`plain`).
 
 :class:`Thresholds` holds MagicBeanStalk's thresholds (seed paper, "MagicBeanStalk"; defaults in
 ``conf/thresholds/paper.yaml``): the tree's size (K, D), the tries at each stage (N_t, N_d,
@@ -20,26 +21,8 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from mbs.calibration.students import StudentSet
-from mbs.errors import ConfigError
 from mbs.synth.goose.settings import GooseSettings
-from mbs.validate import COUNT, TEMPERATURE, TOP_P, Check, Num, OneOf
-from mbs.validate import THRESHOLD_RANGES as RANGES
-
-#: ``synth.seeds_limit``: null (every seed) or a count >= 0.
-SEEDS_LIMIT = Num(integer=True, lo=0, nullable=True)
-#: ``direct.cost_match_on``: the costs a cost-matched baseline can match.
-COST_ON = OneOf(("all_tokens", "teacher_tokens"))
-
-
-def checked(key: str, value: Any, check: Check) -> Any:
-    """``value`` when it passes ``check``.
-
-    Raises:
-        ConfigError: It does not (the message names ``key`` and the range).
-    """
-    if not check.check(value):
-        raise ConfigError(f"{key}={value!r}: must be {check.describe()}")
-    return value
+from mbs.validate import check_rule
 
 
 def plain(node: Any) -> Any:
@@ -79,9 +62,7 @@ class Thresholds:
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            value = getattr(self, f.name)
-            if not RANGES[f.name].check(value):
-                raise ConfigError(f"thresholds.{f.name}={value!r}: must be {RANGES[f.name].describe()}")
+            check_rule(f"thresholds.{f.name}", getattr(self, f.name))
 
     @classmethod
     def from_cfg(cls, node: Any) -> Thresholds:
@@ -121,11 +102,11 @@ class Sampling:
             ConfigError: A value out of its range (names the key).
         """
         return cls(
-            temperature=float(checked("synth.temperature", synth.temperature, TEMPERATURE)),
-            top_p=float(checked("synth.top_p", synth.top_p, TOP_P)),
+            temperature=float(check_rule("synth.temperature", synth.temperature)),
+            top_p=float(check_rule("synth.top_p", synth.top_p)),
             early_stop=bool(synth.early_stop),
-            early_stop_batch=int(checked("synth.early_stop_batch", synth.early_stop_batch, COUNT)),
-            seed=int(checked("seed", seed, Num(integer=True))),
+            early_stop_batch=int(check_rule("synth.early_stop_batch", synth.early_stop_batch)),
+            seed=int(check_rule("seed", seed)),
             cache_dir=None if cache_dir is None else str(cache_dir),
         )
 
@@ -153,11 +134,11 @@ class SeedInputs:
         Raises:
             ConfigError: A value out of its range (names the key).
         """
-        limit = checked("synth.seeds_limit", synth.seeds_limit, SEEDS_LIMIT)
+        limit = check_rule("synth.seeds_limit", synth.seeds_limit)
         return cls(
             calibration_dir=str(calibration_dir) if calibration_dir else None,
-            shard_index=int(checked("shard.index", shard.index, Num(integer=True, lo=0))),
-            shard_count=int(checked("shard.count", shard.count, COUNT)),
+            shard_index=int(check_rule("shard.index", shard.index)),
+            shard_count=int(check_rule("shard.count", shard.count)),
             seeds_limit=None if limit is None else int(limit),
         )
 
@@ -184,8 +165,8 @@ class CandidateChecks:
             ConfigError: A value out of its range (names the key).
         """
         return cls(
-            max_chars=int(checked(f"{key}.max_chars", node.max_chars, COUNT)),
-            max_answer_chars=int(checked(f"{key}.max_answer_chars", node.max_answer_chars, COUNT)),
+            max_chars=int(check_rule(f"{key}.max_chars", node.max_chars)),
+            max_answer_chars=int(check_rule(f"{key}.max_answer_chars", node.max_answer_chars)),
             self_reference=tuple(str(p) for p in node.self_reference),
         )
 
@@ -269,7 +250,7 @@ class Grounding:
         return cls(
             enabled=bool(node.enabled), corpus=None if node.corpus is None else str(node.corpus),
             text_field=str(node.text_field), id_field=None if node.id_field is None else str(node.id_field),
-            top_k=int(checked("mbs.grounding.top_k", node.top_k, COUNT)), retriever=str(node.retriever),
+            top_k=int(check_rule("mbs.grounding.top_k", node.top_k)), retriever=str(check_rule("mbs.grounding.retriever", node.retriever)),
             embedding_model=None if node.embedding_model is None else str(node.embedding_model),
         )
 
@@ -307,10 +288,10 @@ class MbsSettings:
         return cls(
             grower=GrowerSettings.from_cfg(node, "mbs"),
             templates={str(k): str(v) for k, v in node.templates.items()},
-            trace_batch=int(checked("mbs.trace_batch", node.trace_batch, COUNT)),
-            trace_context=str(node.trace_context),
-            parents_per_node=int(checked("mbs.parents_per_node", node.parents_per_node, COUNT)),
-            restate_similarity=float(node.restate_similarity),
+            trace_batch=int(check_rule("mbs.trace_batch", node.trace_batch)),
+            trace_context=str(check_rule("mbs.trace_context", node.trace_context)),
+            parents_per_node=int(check_rule("mbs.parents_per_node", node.parents_per_node)),
+            restate_similarity=float(check_rule("mbs.restate_similarity", node.restate_similarity)),
             grounding=Grounding.from_cfg(node.grounding),
         )
 
@@ -347,10 +328,10 @@ class DirectSettings:
         return cls(
             grower=GrowerSettings.from_cfg(node, "direct"),
             variant_template=str(node.templates.variant),
-            n_variants=int(checked("direct.n_variants", node.n_variants, COUNT)),
+            n_variants=int(check_rule("direct.n_variants", node.n_variants)),
             cost_match_run=str(run) if run else None,
-            cost_match_on=str(checked("direct.cost_match_on", node.cost_match_on, COST_ON)),
-            cost_match_max_variants=int(node.cost_match_max_variants),
+            cost_match_on=str(check_rule("direct.cost_match_on", node.cost_match_on)),
+            cost_match_max_variants=int(check_rule("direct.cost_match_max_variants", node.cost_match_max_variants)),
         )
 
 

@@ -9,6 +9,7 @@ from omegaconf import OmegaConf
 
 from mbs.cli import config_dir
 from mbs.errors import ConfigError
+from mbs.stages.config import validate_config
 from mbs.synth.settings import DirectSettings, MbsSettings, Sampling, SeedInputs, Thresholds
 
 
@@ -75,3 +76,19 @@ def test_method_settings_check_their_ranges(make_cfg):
     cfg = make_cfg("synthesize", ["direct.cost_match_on=tokens"])
     with pytest.raises(ConfigError, match=r"direct.cost_match_on='tokens': must be one of all_tokens, teacher_tokens"):
         DirectSettings.from_cfg(cfg.direct)
+
+
+@pytest.mark.parametrize(("override", "node", "message"), [
+    ("mbs.trace_context=summary", "mbs", r"mbs.trace_context='summary': must be one of solution, reasoning"),
+    ("mbs.restate_similarity=1.5", "mbs", r"mbs.restate_similarity=1.5: must be a number >= 0 and <= 1"),
+    ("mbs.grounding.retriever=bm25", "mbs", r"mbs.grounding.retriever='bm25': must be one of tfidf, embedding"),
+    ("direct.cost_match_max_variants=0", "direct", r"direct.cost_match_max_variants=0: must be an integer >= 1"),
+])
+def test_keys_once_checked_only_at_their_readers_have_one_rule(make_cfg, override, node, message):
+    # the rule lives in mbs.validate.RULES: the config check and the settings report it alike
+    cfg = make_cfg("synthesize", [override])
+    build = MbsSettings.from_cfg if node == "mbs" else DirectSettings.from_cfg
+    with pytest.raises(ConfigError, match=message):
+        build(cfg[node])
+    with pytest.raises(ConfigError, match=message.split(":")[0]):
+        validate_config(cfg)

@@ -22,7 +22,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from mbs.calibration.sampling import Policy
-from mbs.validate import RULES, Check, ConfigError, OneOf, check_value
+from mbs.validate import ConfigError, OneOf, check_rule
 
 #: Option letters the ``mcq`` verifier grades (``goose.options`` is at most their count).
 LETTERS = "ABCDEFGHIJ"
@@ -30,18 +30,6 @@ LETTERS = "ABCDEFGHIJ"
 SEGMENTS = ("none", "lines", "sentences")
 #: ``goose.distractors.design``: how teacher-free distractors are made.
 DESIGNS = ("grid", "single_edits")
-
-_RULES: dict[str, Check] = dict(RULES)
-
-
-def _ruled(key: str, value: Any) -> Any:
-    """``value`` checked against the rule of ``key`` in :data:`mbs.validate.RULES`.
-
-    Raises:
-        ConfigError: It fails the rule (names ``key`` and the range).
-    """
-    return check_value(key, value, _RULES[key])
-
 
 def _opt_str(value: Any) -> str | None:
     return None if value is None else str(value)
@@ -128,7 +116,7 @@ class SourceSettings:
             patterns=tuple(str(p) for p in node.patterns),
             segment=segment,
             origin=str(node.origin or node.source),
-            on_error=str(_ruled("goose.on_error", node.on_error)),
+            on_error=str(check_rule("goose.on_error", node.on_error)),
             champ=ChampSettings.from_cfg(node.get("champ")),
             group=_resolved(node.get(name)),
         )
@@ -166,7 +154,7 @@ class Bounds:
             ConfigError: ``goose.options`` outside 2..10, inverted length bounds, or a span share
                 outside [0, 1] (names the key).
         """
-        k = int(_ruled("goose.options", node.options))
+        k = int(check_rule("goose.options", node.options))
         if not 2 <= k <= len(LETTERS):
             raise ConfigError(f"goose.options={k}: must be between 2 and {len(LETTERS)} (letters A-J)")
         lo, hi = float(node.distractors.length_ratio_min), float(node.distractors.length_ratio_max)
@@ -175,11 +163,11 @@ class Bounds:
         return cls(
             options=k,
             min_span_chars=int(node.span.min_chars),
-            max_span_share=float(_ruled("goose.span.max_share", node.span.max_share)),
+            max_span_share=float(check_rule("goose.span.max_share", node.span.max_share)),
             ratio_min=lo,
             ratio_max=hi,
             recoverable_chars=int(node.span.recoverable_chars),
-            recoverable_overlap=float(_ruled("goose.span.recoverable_overlap", node.span.recoverable_overlap)),
+            recoverable_overlap=float(check_rule("goose.span.recoverable_overlap", node.span.recoverable_overlap)),
         )
 
 
@@ -285,10 +273,10 @@ class FilterSettings:
         Raises:
             ConfigError: ``n`` or ``budget`` out of its range (names the key).
         """
-        budget = _ruled("goose.filter.budget", node.budget)
+        budget = check_rule("goose.filter.budget", node.budget)
         return cls(
             enabled=bool(node.enabled),
-            n=int(_ruled("goose.filter.n", node.n)),
+            n=int(check_rule("goose.filter.n", node.n)),
             budget=None if budget is None else int(budget),
         )
 
@@ -346,9 +334,9 @@ class AuditSettings:
             ConfigError: ``policy``, ``alpha`` or ``rebuilds`` out of its range (names the key).
         """
         return cls(
-            policy=str(_ruled("goose.audit.policy", node.policy)),
-            alpha=float(_ruled("goose.audit.alpha", node.alpha)),
-            rebuilds=int(_ruled("goose.audit.rebuilds", node.rebuilds)),
+            policy=str(check_rule("goose.audit.policy", node.policy)),
+            alpha=float(check_rule("goose.audit.alpha", node.alpha)),
+            rebuilds=int(check_rule("goose.audit.rebuilds", node.rebuilds)),
             solvers=tuple(str(s) for s in (node.solvers or [])),
             only=bool(node.only),
             options_field=str(node.options_field),
@@ -397,7 +385,7 @@ class GooseSettings:
             ConfigError: A value out of its range (names the key).
         """
         node = _resolved(node)
-        limit = _ruled("data.limit", data_limit)
+        limit = check_rule("data.limit", data_limit)
         return cls(
             source=SourceSettings.from_cfg(node),
             teacher_free=bool(node.teacher_free),
