@@ -21,6 +21,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
 from mbs import errors
 from mbs.llm import NON_ARGS
 
@@ -287,6 +289,15 @@ def check_value(key: str, value: Any, check: Check) -> Any:
     if found:
         raise ConfigError(found)
     return value
+
+
+def plain(node: Any) -> Any:
+    """A config node resolved and detached from its config (interpolations replaced by their
+    values), still read by attribute like the node (a :class:`DictConfig`/:class:`ListConfig`);
+    other values as they are. What typed settings hold of a node a builder reads whole."""
+    if isinstance(node, (DictConfig, ListConfig)):
+        return OmegaConf.create(OmegaConf.to_container(node, resolve=True))
+    return node
 
 
 def check_rule(key: str, value: Any) -> Any:

@@ -18,20 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
-
 from mbs.calibration.students import StudentSet
 from mbs.synth.goose.settings import GooseSettings
-from mbs.validate import check_rule
-
-
-def plain(node: Any) -> Any:
-    """A config node resolved and detached from its config (interpolations replaced by their
-    values), still read by attribute like the node (a :class:`DictConfig`/:class:`ListConfig`);
-    other values as they are."""
-    if isinstance(node, (DictConfig, ListConfig)):
-        return OmegaConf.create(OmegaConf.to_container(node, resolve=True))
-    return node
+from mbs.validate import check_rule, plain
 
 
 @dataclass(frozen=True)

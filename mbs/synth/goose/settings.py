@@ -19,10 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
-
 from mbs.calibration.sampling import Policy
-from mbs.validate import ConfigError, OneOf, check_rule
+from mbs.validate import ConfigError, OneOf, check_rule, plain
 
 #: Option letters the ``mcq`` verifier grades (``goose.options`` is at most their count).
 LETTERS = "ABCDEFGHIJ"
@@ -33,13 +31,6 @@ DESIGNS = ("grid", "single_edits")
 
 def _opt_str(value: Any) -> str | None:
     return None if value is None else str(value)
-
-
-def _resolved(node: Any) -> Any:
-    """``node`` resolved and detached from its config, still read by attribute (other values as they are)."""
-    if isinstance(node, (DictConfig, ListConfig)):
-        return OmegaConf.create(OmegaConf.to_container(node, resolve=True))
-    return node
 
 
 @dataclass(frozen=True)
@@ -118,7 +109,7 @@ class SourceSettings:
             origin=str(node.origin or node.source),
             on_error=str(check_rule("goose.on_error", node.on_error)),
             champ=ChampSettings.from_cfg(node.get("champ")),
-            group=_resolved(node.get(name)),
+            group=plain(node.get(name)),
         )
 
 
@@ -384,7 +375,7 @@ class GooseSettings:
         Raises:
             ConfigError: A value out of its range (names the key).
         """
-        node = _resolved(node)
+        node = plain(node)
         limit = check_rule("data.limit", data_limit)
         return cls(
             source=SourceSettings.from_cfg(node),
