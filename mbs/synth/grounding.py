@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from mbs.io import iter_jsonl
+from mbs.synth.settings import Grounding
 
 log = logging.getLogger(__name__)
 
@@ -138,18 +139,18 @@ class Retriever:
         return out
 
 
-def assign_documents(gcfg: Any, seeds: Sequence[Any]) -> dict[str, list[Document]]:
-    """Documents of every seed (by seed id) from the ``mbs.grounding`` config, in seed order.
+def assign_documents(grounding: Grounding, seeds: Sequence[Any]) -> dict[str, list[Document]]:
+    """Documents of every seed (by seed id) under the ``mbs.grounding`` settings, in seed order.
 
     Raises:
         ValueError: Grounding is enabled without a corpus. See also :func:`load_corpus`.
     """
-    if not gcfg.corpus:
+    if not grounding.corpus:
         raise ValueError("mbs.grounding.enabled=true needs mbs.grounding.corpus=<JSONL file or folder>")
-    docs = load_corpus(gcfg.corpus, gcfg.text_field, gcfg.id_field)
-    retriever = Retriever(docs, gcfg.retriever, gcfg.embedding_model)
-    log.info("grounding: %d documents, %s retrieval, top %d per seed", len(docs), gcfg.retriever, gcfg.top_k)
-    return retriever.assign([(s.id, s.prompt) for s in seeds], int(gcfg.top_k))
+    docs = load_corpus(grounding.corpus, grounding.text_field, grounding.id_field)
+    retriever = Retriever(docs, grounding.retriever, grounding.embedding_model)
+    log.info("grounding: %d documents, %s retrieval, top %d per seed", len(docs), grounding.retriever, grounding.top_k)
+    return retriever.assign([(s.id, s.prompt) for s in seeds], int(grounding.top_k))
 
 
 def documents_block(docs: Sequence[Document], max_chars: int) -> str:
