@@ -231,19 +231,28 @@ def _one_error_line(res) -> str:
 def test_kill_9_at_random_points_resumes_to_the_uninterrupted_result(tiny, reference, tmp_path):
     rng = random.Random()
     run = tmp_path / "run"
-    # kill -9 twice, each at a random point: 0-0.2 s after checkpoint-k is complete (k drawn), i.e.
-    # during step k+1, its save, or the next step; the first during epoch 0, the second during epoch 1
+    # kill -9 twice, each at a random point after checkpoint-k is complete (k drawn): at most one
+    # step's time (as the first run measures it, and at most 0.2 s) later, i.e. during step k+1 or
+    # its save, with at least one step left (STEPS - k >= 2); the first during epoch 0, the second
+    # during epoch 1. A fixed 0-0.2 s let a fast machine finish the last two steps first.
+    step_s = None
+    first = run / "checkpoints" / "checkpoint-1" / COMPLETE
     for after in (rng.choice((2, 3)), rng.choice((4, 5))):
-        delay = rng.uniform(0.0, 0.2)
         proc = _cli(tmp_path, tiny, STEPS, wait=False)
         sentinel = run / "checkpoints" / f"checkpoint-{after}" / COMPLETE
         deadline = time.monotonic() + 300
+        seen_first = None
         while not sentinel.exists() and proc.poll() is None and time.monotonic() < deadline:
+            if seen_first is None and first.exists():
+                seen_first = time.monotonic()
             time.sleep(0.01)
+        if step_s is None:  # the first run starts fresh: checkpoints 1..after are all its own
+            step_s = (time.monotonic() - (seen_first or time.monotonic())) / (after - 1)
+        delay = rng.uniform(0.0, min(0.2, step_s))
         time.sleep(delay)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=60)
-        where = f"killed {delay:.3f} s after checkpoint-{after} was complete"
+        where = f"killed {delay:.3f} s after checkpoint-{after} was complete (a step: {step_s:.3f} s)"
         assert proc.returncode == -signal.SIGKILL and not (run / "manifest.json").exists(), f"finished first ({where})"
     res = _cli(tmp_path, tiny, STEPS)
     assert res.returncode == 0, res.stderr[-3000:]
