@@ -26,17 +26,12 @@ from typing import Any
 
 from mbs.errors import ConfigError
 from mbs.training.provenance import ExportProvenance, MissingProvenanceError, PolicyProvenance
-from mbs.training.settings import TrainSettings
+from mbs.training.settings import POLICY_KEYS, TrainSettings
 
 __all__ = ["POLICY_KEYS", "TrainPolicy", "resolve_policy"]
 
 log = logging.getLogger(__name__)
 
-#: The ``train.*`` keys compared with the calibrated policy (names accepted by ``train.override``).
-POLICY_KEYS = (
-    "model", "group_size", "max_completion_length", "temperature", "top_p", "top_k", "min_p",
-    "reasoning_format", "chat_template_kwargs",
-)
 
 
 @dataclass(frozen=True)

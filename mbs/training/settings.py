@@ -17,7 +17,14 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-__all__ = ["SubmititSettings", "TrainSettings", "TrlSettings"]
+__all__ = ["POLICY_KEYS", "SubmititSettings", "TrainSettings", "TrlSettings"]
+
+#: The ``train.*`` keys compared with the calibrated policy (names accepted by ``train.override``;
+#: :func:`mbs.training.policy.resolve_policy`).
+POLICY_KEYS = (
+    "model", "group_size", "max_completion_length", "temperature", "top_p", "top_k", "min_p",
+    "reasoning_format", "chat_template_kwargs",
+)
 
 
 @dataclass(frozen=True)
@@ -126,7 +133,7 @@ class TrainSettings:
         all_rows: TRL also trains on rows calibrated for another policy or setup.
         model, group_size, max_completion_length, temperature, top_p, top_k, min_p,
             reasoning_format, chat_template_kwargs: The ``train.*`` policy keys as given
-            (``None``: the calibrated value; :data:`mbs.training.policy.POLICY_KEYS`).
+            (``None``: the calibrated value; :data:`POLICY_KEYS`).
         override: Policy keys allowed to differ from the calibration (``train.override``).
         uncalibrated: ``train.uncalibrated``, resolved: the policy keys' values when the export
             names no trainable calibrated policy.
@@ -187,7 +194,7 @@ class TrainSettings:
         return cls(
             engine=str(node["engine"]), launcher=str(node["launcher"]), dry_run=bool(node["dry_run"]),
             data_dir=opt(node["data_dir"]), calibration=opt(node["calibration"]), all_rows=bool(node["all_rows"]),
-            **{k: node[k] for k in _POLICY_FIELDS},
+            **{k: node[k] for k in POLICY_KEYS},
             override=tuple(str(k) for k in (node["override"] or ())),
             uncalibrated=dict(node["uncalibrated"] or {}), tokenizer=opt(node["tokenizer"]), python=opt(node["python"]),
             module=str(node["module"]), env={str(k): str(v) for k, v in (node["env"] or {}).items()},
@@ -196,11 +203,6 @@ class TrainSettings:
         )
 
 
-#: The ``train.*`` policy keys (:data:`mbs.training.policy.POLICY_KEYS`), kept as given.
-_POLICY_FIELDS = (
-    "model", "group_size", "max_completion_length", "temperature", "top_p", "top_k", "min_p",
-    "reasoning_format", "chat_template_kwargs",
-)
 
 
 def _names(cls: type) -> list[str]:
