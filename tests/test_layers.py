@@ -156,8 +156,7 @@ CONFIG_NAMES = frozenset({"cfg", "config", "conf"})
 #: shard's, to union shards; an export source's, to find the policy it was calibrated with):
 #: not this run's config, so they may take one.
 SAVED_RUN_CONFIGS = {
-    "mbs/shards.py:_config_without_shard", "mbs/training/provenance.py:_run_config",
-    "mbs/training/provenance.py:_select", "mbs/training/provenance.py:_policy_node",
+    "mbs/shards.py:_config_without_shard", "mbs/training/provenance.py:_select", "mbs/training/provenance.py:_policy_node",
     "mbs/training/provenance.py:_from_policy",
 }
 

@@ -219,38 +219,11 @@ def distribution_of(backend: Mapping[str, Any], temperature: Any, top_p: Any) ->
     return dist
 
 
-#: The keys of a source run's ``config.yaml`` that its provenance reads (:func:`_run_config`).
-RUN_KEYS = ("students.policies", "calibrate.n", "calibrate.temperature", "calibrate.top_p", "synth.temperature", "synth.top_p")
-
-
-def _run_config(conf: DictConfig | ListConfig) -> dict[str, Any]:
-    """The :data:`RUN_KEYS` of a run's loaded ``config.yaml`` as a plain nested dict.
-
-    Each key is resolved in the whole config where it sits: a node as plain containers (kept raw
-    where an interpolation does not resolve: :func:`_container`), a value that does not resolve
-    as ``None``, a missing key left out.
-    """
-    out: dict[str, Any] = {}
-    for key in RUN_KEYS:
-        value = OmegaConf.select(conf, key, throw_on_resolution_failure=False)
-        if value is None:
-            continue
-        *parents, leaf = key.split(".")
-        node = out
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = _container(value) if isinstance(value, DictConfig) else value
-    return out
-
-
-def _select(conf: Mapping[str, Any], key: str) -> Any:
-    """The value at dotted ``key`` of the plain dict ``conf`` (``None`` where a part is missing)."""
-    node: Any = conf
-    for part in key.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return None
-        node = node[part]
-    return node
+def _select(conf: DictConfig | ListConfig, key: str) -> Any:
+    """The value at dotted ``key`` of a run's loaded ``config.yaml`` (a node as plain containers,
+    :func:`_container`; ``None`` where it is missing or does not resolve)."""
+    value = OmegaConf.select(conf, key, throw_on_resolution_failure=False)
+    return _container(value) if isinstance(value, DictConfig) else value
 
 
 def _container(node: DictConfig) -> Any:
@@ -295,7 +268,7 @@ def _model_identity(node: Mapping[str, Any], kind: str) -> dict[str, Any]:
             "revision": node.get("revision")}
 
 
-def _policy_node(conf: Mapping[str, Any], name: str | None) -> dict[str, Any] | None:
+def _policy_node(conf: DictConfig | ListConfig, name: str | None) -> dict[str, Any] | None:
     policies = _select(conf, "students.policies") or {}
     for node in policies.values():
         if isinstance(node, dict) and str(node.get("name")) == str(name):
@@ -303,9 +276,9 @@ def _policy_node(conf: Mapping[str, Any], name: str | None) -> dict[str, Any] | 
     return None
 
 
-def _from_policy(base: dict[str, Any], conf: Mapping[str, Any], name: str | None, budget: Any, n: Any,
+def _from_policy(base: dict[str, Any], conf: DictConfig | ListConfig, name: str | None, budget: Any, n: Any,
                  sampling: str) -> PolicyProvenance:
-    """The provenance of policy ``name`` of a run whose config is ``conf`` (:func:`_run_config`),
+    """The provenance of policy ``name`` of a run whose loaded ``config.yaml`` is ``conf``,
     at ``budget`` and ``n``, sampled with ``<sampling>.temperature`` / ``.top_p``."""
     node = _policy_node(conf, name)
     if node is None:
@@ -359,7 +332,7 @@ def provenance_of_run(name: str, run_dir: str | Path, stage: str, selection: Map
     for f in ("config.yaml", "summary.json"):
         if not (run_dir / f).is_file():
             raise InputNotFoundError(f"{run_dir / f} not found: cannot record the policy that calibrated source {name!r}")
-    conf = _run_config(OmegaConf.load(run_dir / "config.yaml"))
+    conf = OmegaConf.load(run_dir / "config.yaml")
     summary = json.loads((run_dir / "summary.json").read_text())
     if stage == "calibrate":
         sel = dict(selection or {})
