@@ -300,6 +300,11 @@ def plain(node: Any) -> Any:
     return node
 
 
+def optional_str(value: Any) -> str | None:
+    """``value`` as a string, ``None`` kept (an optional path, name or field of the settings)."""
+    return None if value is None else str(value)
+
+
 def check_rule(key: str, value: Any) -> Any:
     """Check one value against the rule :data:`RULES` holds for exactly ``key`` (the typed
     settings' range checks: each range is written once, here).

@@ -20,7 +20,7 @@ from typing import Any
 
 from mbs.calibration.students import StudentSet
 from mbs.synth.goose.settings import GooseSettings
-from mbs.validate import check_rule, plain
+from mbs.validate import check_rule, optional_str, plain
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ class Sampling:
             early_stop=bool(synth.early_stop),
             early_stop_batch=int(check_rule("synth.early_stop_batch", synth.early_stop_batch)),
             seed=int(check_rule("seed", seed)),
-            cache_dir=None if cache_dir is None else str(cache_dir),
+            cache_dir=optional_str(cache_dir),
         )
 
 
@@ -204,7 +204,7 @@ class GrowerSettings:
             ConfigError: A value out of its range (names the key).
         """
         gen = node.generator
-        return cls(key=key, generator=None if gen is None else str(gen), checks=CandidateChecks.from_cfg(node, key),
+        return cls(key=key, generator=optional_str(gen), checks=CandidateChecks.from_cfg(node, key),
                    judges=JudgeSettings.from_cfg(node))
 
 
@@ -237,10 +237,10 @@ class Grounding:
             ConfigError: ``top_k`` out of its range.
         """
         return cls(
-            enabled=bool(node.enabled), corpus=None if node.corpus is None else str(node.corpus),
-            text_field=str(node.text_field), id_field=None if node.id_field is None else str(node.id_field),
+            enabled=bool(node.enabled), corpus=optional_str(node.corpus),
+            text_field=str(node.text_field), id_field=optional_str(node.id_field),
             top_k=int(check_rule("mbs.grounding.top_k", node.top_k)), retriever=str(check_rule("mbs.grounding.retriever", node.retriever)),
-            embedding_model=None if node.embedding_model is None else str(node.embedding_model),
+            embedding_model=optional_str(node.embedding_model),
         )
 
 

@@ -17,6 +17,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from mbs.validate import optional_str
+
 __all__ = ["POLICY_KEYS", "SubmititSettings", "TrainSettings", "TrlSettings"]
 
 #: The ``train.*`` keys compared with the calibrated policy (names accepted by ``train.override``;
@@ -190,7 +192,7 @@ class TrainSettings:
         """
         node = OmegaConf.to_container(train, resolve=True)
         assert isinstance(node, dict)
-        opt = _optional_str
+        opt = optional_str
         return cls(
             engine=str(node["engine"]), launcher=str(node["launcher"]), dry_run=bool(node["dry_run"]),
             data_dir=opt(node["data_dir"]), calibration=opt(node["calibration"]), all_rows=bool(node["all_rows"]),
@@ -207,7 +209,3 @@ class TrainSettings:
 
 def _names(cls: type) -> list[str]:
     return [f.name for f in fields(cls)]
-
-
-def _optional_str(value: Any) -> str | None:
-    return None if value is None else str(value)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mbs.calibration.sampling import Policy
-from mbs.validate import ConfigError, OneOf, check_rule, plain
+from mbs.validate import ConfigError, OneOf, check_rule, optional_str, plain
 
 #: Option letters the ``mcq`` verifier grades (``goose.options`` is at most their count).
 LETTERS = "ABCDEFGHIJ"
@@ -28,10 +28,6 @@ LETTERS = "ABCDEFGHIJ"
 SEGMENTS = ("none", "lines", "sentences")
 #: ``goose.distractors.design``: how teacher-free distractors are made.
 DESIGNS = ("grid", "single_edits")
-
-def _opt_str(value: Any) -> str | None:
-    return None if value is None else str(value)
-
 
 @dataclass(frozen=True)
 class ChampSettings:
@@ -100,10 +96,10 @@ class SourceSettings:
             raise ConfigError(f"goose.segment={segment!r}: must be {OneOf(SEGMENTS).describe()}")
         return cls(
             name=name,
-            path=_opt_str(node.path),
+            path=optional_str(node.path),
             text_field=str(node.text_field),
-            id_field=_opt_str(node.id_field),
-            split=_opt_str(node.split),
+            id_field=optional_str(node.id_field),
+            split=optional_str(node.split),
             patterns=tuple(str(p) for p in node.patterns),
             segment=segment,
             origin=str(node.origin or node.source),
@@ -334,7 +330,7 @@ class AuditSettings:
             answer_field=str(node.answer_field),
             stem_field=str(node.stem_field) if node.stem_field else None,
             lm_enabled=bool(node.lm.enabled),
-            lm_model_path=_opt_str(node.lm.model_path),
+            lm_model_path=optional_str(node.lm.model_path),
         )
 
 
