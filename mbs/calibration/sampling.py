@@ -174,12 +174,15 @@ class RolloutWriter:
         self._last_write = time.monotonic()
         self.progress: Callable[[int], None] | None = None
 
-    def add(self, rollout: Rollout, ground_truth: str, verifier: str) -> None:
+    def add(self, rollout: Rollout, ground_truth: str, verifier: str) -> int:
         """Submit ``rollout`` for grading; write the gradings that have finished (see the class).
 
         The verifier sees the final answer only (:func:`mbs.reasoning.final_answer`); a rollout
         without one (the budget L ran out inside the thinking) is not graded: reward 0 with
         :data:`mbs.reasoning.CUT_OFF_REASON`, whatever ``\\boxed{}`` guesses its thinking holds.
+
+        Returns:
+            The rollout's ticket, for :meth:`wait_graded`.
 
         Raises:
             GradingPoolError: As :meth:`flush`.
@@ -205,6 +208,46 @@ class RolloutWriter:
             oldest = next(iter(self.pending.values()))[1]
             concurrent.futures.wait([oldest], timeout=1.0)
             self.flush(wait=False)
+        return number
+
+    def wait_graded(self, tickets: Sequence[int]) -> None:
+        """Wait for the gradings of the rollouts ``tickets`` name (from :meth:`add`): on return
+        each has its ``reward``, ``extracted`` and ``reason`` (written at a later :meth:`flush`).
+
+        Generation in other threads goes on meanwhile; the other gradings are not waited for.
+
+        Raises:
+            GradingPoolError: The grading pool failed on one of them.
+        """
+        if any(t in self.pending and self.pending[t][1] is None for t in tickets):
+            self._send()
+        concurrent.futures.wait([self.pending[t][1] for t in tickets if t in self.pending])
+        failed, took = None, 0
+        for t in tickets:
+            try:
+                took += self._take(t)
+            except GradingPoolError as err:
+                failed = failed or err
+        if self.progress is not None and took:
+            self.progress(took)
+        if failed is not None:
+            raise failed
+
+    def _take(self, number: int) -> bool:
+        """Put a finished grading's grade into its rollout and queue it for writing (False: taken
+        before).
+
+        Raises:
+            GradingPoolError: The grading pool failed on it (it is dropped: a rerun grades it again).
+        """
+        item = self.pending.pop(number, None)
+        if item is None:
+            return False
+        rollout, fut = item
+        grade = fut.result()  # type: ignore[union-attr]
+        rollout.reward, rollout.extracted, rollout.reason = grade.score, grade.extracted, grade.reason
+        self._ready.append(rollout)
+        return True
 
     def _track(self, number: int, rollout: Rollout, fut: Future) -> None:
         self.pending[number] = (rollout, fut)
@@ -249,17 +292,12 @@ class RolloutWriter:
                 numbers.append(self._finished.popleft())
         took = 0
         for number in numbers:
-            item = self.pending.pop(number, None)
-            if item is None:
-                continue
-            rollout, fut = item
             try:
-                grade = fut.result()
+                if not self._take(number):
+                    continue
             except GradingPoolError as err:  # not graded at all: never stored as "could not grade"
                 failed = failed or err
                 continue
-            rollout.reward, rollout.extracted, rollout.reason = grade.score, grade.extracted, grade.reason
-            self._ready.append(rollout)
             took += 1
             if self.progress is not None and wait:
                 self.progress(1)  # waiting on them in order: the bar moves as each comes in
@@ -298,6 +336,15 @@ def draw(
     stops as soon as :func:`mbs.calibration.settled` holds; sample ``i`` is the same draw either
     way (seeded by index), so decisions are identical to drawing all ``n``.
 
+    Speculative rounds (a backend with ``cancels_requests``, the batched llama.cpp engine): every
+    round of every group goes to the backend in one call, rounds first (round 1 of every group,
+    then round 2, ...), so the batch stays full while a group's earlier round decodes. A group is
+    decided round by round in order, as sequential early stopping decides it, and once settled
+    its rounds not yet started are cancelled; the rounds that were already decoding finish into
+    the LLM cache but are not recorded (``stats["rollouts_speculated"]`` counts them). The
+    rollouts written and the decisions are those of drawing round after round. Other backends
+    (servers, vLLM, transformers) get one call per round.
+
     Args:
         policy: A live policy.
         groups: The prompts to sample.
@@ -308,7 +355,8 @@ def draw(
         top_p: Nucleus mass.
         seed: Base seed.
         early_stop: Early-stopping settings, or ``None``.
-        stats: Counter receiving ``rollouts_saved``.
+        stats: Counter receiving ``rollouts_saved`` (not drawn thanks to early stopping) and
+            ``rollouts_speculated`` (drawn ahead for a group that then settled, not recorded).
         desc: Progress-bar label.
 
     Returns:
@@ -322,60 +370,119 @@ def draw(
     es = early_stop if early_stop is not None and early_stop["enabled"] else None
     step = int(es["batch"]) if es else n
     stats = stats if stats is not None else Counter()
-    total = len(groups) * n
-    bar = tqdm(total=total, desc=desc, unit="rollout", dynamic_ncols=True, leave=False)
+    bar = tqdm(total=len(groups) * n, desc=desc, unit="rollout", dynamic_ncols=True, leave=False)
     bar.update(sum(1 for g in groups for i in range(n) if (g.id, policy.name, g.budget, i) in writer.done))
+    rounds = [(start, min(start + step, n)) for start in range(0, n, step)]
     t0, tokens0 = time.perf_counter(), backend.stats.completion_tokens
-    start, active = 0, list(groups)
-    while active and start < n:
-        stop = min(start + step, n)
-        requests, meta = [], []
-        for g in active:
-            todo = [i for i in range(start, stop) if (g.id, policy.name, g.budget, i) not in writer.done]
-            for first, count in index_runs(todo):
-                requests.append(
-                    ChatRequest(
-                        messages=g.messages, n=count, max_tokens=g.budget, temperature=float(temperature),
-                        top_p=float(top_p), seed=int(seed), first_index=first,
-                    )
-                )
-                meta.append(g)
-        for ri, completions in backend.generate_iter(requests):
-            g = meta[ri]
-            for c in completions:
-                writer.add(
-                    Rollout(
-                        problem_id=g.id, policy=policy.name, budget=g.budget, sample_index=c.sample_index,
-                        text=c.text, prompt_tokens=c.prompt_tokens, completion_tokens=c.completion_tokens,
-                        finish_reason=c.finish_reason, latency_s=c.latency_s, cached=c.cached,
-                        reasoning=c.reasoning, reasoning_tokens=c.reasoning_tokens,
-                    ),
-                    g.ground_truth,
-                    g.verifier,
-                )
-            bar.update(len(completions))
-            dt = time.perf_counter() - t0
-            if dt > 0:
-                bar.set_postfix(tok_s=f"{(backend.stats.completion_tokens - tokens0) / dt:.1f}", refresh=False)
-        writer.flush(wait=True)
-        start = stop
-        if es:
-            still = []
+
+    def record(g: Group, completions: Sequence[Any]) -> list[tuple[int, Rollout]]:
+        """Write a group's completions as rollouts (graded in the pool); (ticket, rollout) of each."""
+        out = []
+        for c in completions:
+            rollout = Rollout(
+                problem_id=g.id, policy=policy.name, budget=g.budget, sample_index=c.sample_index,
+                text=c.text, prompt_tokens=c.prompt_tokens, completion_tokens=c.completion_tokens,
+                finish_reason=c.finish_reason, latency_s=c.latency_s, cached=c.cached,
+                reasoning=c.reasoning, reasoning_tokens=c.reasoning_tokens,
+            )
+            out.append((writer.add(rollout, g.ground_truth, g.verifier), rollout))
+        bar.update(len(completions))
+        dt = time.perf_counter() - t0
+        if dt > 0:
+            bar.set_postfix(tok_s=f"{(backend.stats.completion_tokens - tokens0) / dt:.1f}", refresh=False)
+        return out
+
+    def todo(g: Group, start: int, stop: int) -> list[int]:
+        return [i for i in range(start, stop) if (g.id, policy.name, g.budget, i) not in writer.done]
+
+    def request(first: int, count: int, g: Group) -> ChatRequest:
+        return ChatRequest(messages=g.messages, n=count, max_tokens=g.budget, temperature=float(temperature),
+                           top_p=float(top_p), seed=int(seed), first_index=first)
+
+    if es and len(rounds) > 1 and getattr(backend, "cancels_requests", False):
+        _speculate(groups, rounds, n, es, writer, backend, stats, bar, record, todo, request, policy.name)
+    else:
+        active = list(groups)
+        for start, stop in rounds:
+            if not active:
+                break
+            requests, meta = [], []
             for g in active:
-                drawn = [writer.done[(g.id, policy.name, g.budget, i)] for i in range(stop)]
-                if settled(drawn, n, es["decision"], float(es["alpha"])):
-                    if stop < n:
-                        stats["rollouts_saved"] += n - stop
-                        bar.update(n - stop)
-                else:
-                    still.append(g)
-            active = still
+                for first, count in index_runs(todo(g, start, stop)):
+                    requests.append(request(first, count, g))
+                    meta.append(g)
+            for ri, completions in backend.generate_iter(requests):
+                record(meta[ri], completions)
+            writer.flush(wait=True)
+            if es:
+                still = []
+                for g in active:
+                    drawn = [writer.done[(g.id, policy.name, g.budget, i)] for i in range(stop)]
+                    if settled(drawn, n, es["decision"], float(es["alpha"])):
+                        if stop < n:
+                            stats["rollouts_saved"] += n - stop
+                            bar.update(n - stop)
+                    else:
+                        still.append(g)
+                active = still
     bar.close()
     out: dict[tuple[str, int], list[Rollout]] = {}
     for g in groups:
         rs = [writer.done[k] for i in range(n) if (k := (g.id, policy.name, g.budget, i)) in writer.done]
         out[(g.id, g.budget)] = rs
     return out
+
+
+def _speculate(groups, rounds, n, es, writer, backend, stats, bar, record, todo, request, name) -> None:
+    """Every round of every group in one backend call, decided round by round (see :func:`draw`)."""
+    graded: list[dict[int, Rollout]] = [{} for _ in groups]  # per group: sample index -> rollout recorded here
+    nxt = [0] * len(groups)  # per group: the next round to decide
+    closed: set[int] = set()  # groups decided (settled, or every round recorded)
+    arrived: dict[tuple[int, int], list] = {}  # (group, round) -> completions in, not recorded yet
+    missing: dict[tuple[int, int], int] = {}  # (group, round) -> requests of it not in yet
+    runs = {(gi, r): index_runs(todo(g, a, b)) for r, (a, b) in enumerate(rounds) for gi, g in enumerate(groups)}
+    for key, rs in runs.items():
+        missing[key] = len(rs)
+
+    def advance(gi: int) -> None:
+        """Record and decide group ``gi``'s rounds in order, as far as they are in."""
+        g = groups[gi]
+        while gi not in closed and missing[(gi, nxt[gi])] == 0:
+            r = nxt[gi]
+            comps = sorted(arrived.pop((gi, r), []), key=lambda c: c.sample_index)
+            written = record(g, comps)
+            writer.wait_graded([t for t, _ in written])
+            for _, rollout in written:
+                graded[gi][rollout.sample_index] = rollout
+            nxt[gi] += 1
+            stop = rounds[r][1]
+            drawn = [writer.done[k] if (k := (g.id, name, g.budget, i)) in writer.done else graded[gi][i] for i in range(stop)]
+            if settled(drawn, n, es["decision"], float(es["alpha"])):
+                closed.add(gi)
+                if stop < n:
+                    stats["rollouts_saved"] += n - stop
+                    bar.update(n - stop)
+            elif nxt[gi] == len(rounds):
+                closed.add(gi)
+
+    for gi in range(len(groups)):  # rounds written before (a resumed run) decide first
+        advance(gi)
+    requests, meta = [], []
+    for r in range(len(rounds)):  # rounds first, so a group's later rounds start only once every first round has
+        for gi, g in enumerate(groups):
+            if gi not in closed:
+                for first, count in runs[(gi, r)]:
+                    requests.append(request(first, count, g))
+                    meta.append((gi, r))
+    for ri, completions in backend.generate_iter(requests, skip=lambda ri: meta[ri][0] in closed):
+        gi, r = meta[ri]
+        if gi in closed:  # drawn ahead for a group that has settled since: in the LLM cache, not recorded
+            stats["rollouts_speculated"] += sum(not c.cached for c in completions)
+            continue
+        arrived.setdefault((gi, r), []).extend(completions)
+        missing[(gi, r)] -= 1
+        advance(gi)
+    writer.flush(wait=True)
 
 
 def calibrate(

@@ -181,6 +181,12 @@ class Backend(Protocol):
         name: Backend kind (``llamacpp``, ``openai``, ``vllm``, ...), part of the cache key.
         model_id: Model identity for the cache key: a file hash or a name plus revision.
         stats: Counters for manifests.
+
+    Optional, read with ``getattr``: ``preferred_batch`` (requests per call), ``streams_samples``
+    (``generate`` takes ``on_sample``, called as each sample finishes) and ``cancels_requests``
+    (``generate`` also takes ``skip``, asked with a request's position before each of its samples
+    starts: True cancels it, and its result holds ``None`` there), which speculative
+    early-stopping rounds need (:func:`mbs.calibration.sampling.draw`).
     """
 
     name: str

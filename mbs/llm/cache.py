@@ -22,7 +22,7 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -243,11 +243,25 @@ class CachedBackend:
             out[i] = completions
         return out
 
-    def generate_iter(self, requests: Sequence[ChatRequest]) -> Iterator[tuple[int, list[Completion]]]:
+    @property
+    def cancels_requests(self) -> bool:
+        """Whether :meth:`generate_iter`'s ``skip`` reaches the backend (the batched llama.cpp
+        engine): a skipped request's samples not started yet are never drawn."""
+        return bool(getattr(self.backend, "cancels_requests", False))
+
+    def generate_iter(
+        self, requests: Sequence[ChatRequest], skip: Callable[[int], bool] | None = None
+    ) -> Iterator[tuple[int, list[Completion]]]:
         """Yield ``(request index, completions)`` as each request is complete.
 
         Cached requests are yielded first, then the rest as the backend finishes them, so a
         caller can grade and write while generation continues.
+
+        Args:
+            requests: The requests.
+            skip: Asked (from the backend's thread) before a sample of request ``i`` starts: True
+                cancels the request's samples not started yet, and the request is never yielded
+                (:attr:`cancels_requests` backends only; others draw every sample).
 
         Raises:
             BackendError: From the backend, after the completed batches were cached.
@@ -281,7 +295,10 @@ class CachedBackend:
             chunk = subs[start : start + batch]
             t1 = time.perf_counter()
             if streams:
-                finished = self._stream_chunk(chunk, pending, model_id, extra)
+                cancel = None
+                if skip is not None and self.cancels_requests:
+                    cancel = lambda pos, chunk=chunk: skip(pending[chunk[pos][0]][0])  # noqa: E731
+                finished = self._stream_chunk(chunk, pending, model_id, extra, cancel)
             else:
                 results = self.backend.generate([sub for _, sub in chunk])
                 finished = []
@@ -303,7 +320,7 @@ class CachedBackend:
             self.stats.seconds += time.perf_counter() - t1
             self.stats.calls += 1
 
-    def _stream_chunk(self, chunk, pending, model_id: str, extra) -> Iterator[int]:
+    def _stream_chunk(self, chunk, pending, model_id: str, extra, skip: Callable[[int], bool] | None = None) -> Iterator[int]:
         """Run a streaming backend's ``generate`` on ``chunk`` in a worker thread; cache each
         sample in this thread as it arrives and yield a chunk entry's parent (``k``) once all of
         its samples are in, so callers grade and write while generation goes on.
@@ -327,7 +344,11 @@ class CachedBackend:
 
         def work() -> None:
             try:
-                result["out"] = self.backend.generate([sub for _, sub in chunk], on_sample=on_sample)
+                subs = [sub for _, sub in chunk]
+                if skip is None:
+                    result["out"] = self.backend.generate(subs, on_sample=on_sample)
+                else:
+                    result["out"] = self.backend.generate(subs, on_sample=on_sample, skip=skip)
             except BaseException as err:  # noqa: BLE001 - re-raised in the reading thread
                 result["error"] = err
             finally:
@@ -346,7 +367,7 @@ class CachedBackend:
                 raise result["error"]
             for pos, comps in enumerate(result["out"]):  # samples the backend returned without streaming them
                 for comp in comps:
-                    if (pos, comp.sample_index) not in seen:
+                    if comp is not None and (pos, comp.sample_index) not in seen:  # None: cancelled (skip)
                         yield from self._take(chunk, pos, comp, seen, need, pending, model_id, extra)
         finally:
             stop.set()

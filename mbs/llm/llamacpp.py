@@ -175,8 +175,9 @@ class LlamaCppBackend:
         if int(top_k) < 0 or not 0.0 <= float(min_p) <= 1.0:
             raise ValueError(f"backend.top_k ({top_k}) must be >= 0 and backend.min_p ({min_p}) in 0..1 (0: off)")
         self.top_k, self.min_p = int(top_k), float(min_p)
-        # the batched engine takes every request of a call at once and streams samples (on_sample)
-        self.streams_samples = self.batch_samples > 1
+        # the batched engine takes every request of a call at once, streams samples (on_sample) and
+        # cancels a request's samples not started yet (skip)
+        self.streams_samples = self.cancels_requests = self.batch_samples > 1
         self.chat_format = chat_format
         self.name = name
         self.reasoning = ReasoningConfig.of(reasoning)
@@ -237,7 +238,10 @@ class LlamaCppBackend:
         return self._llms[0]
 
     def generate(
-        self, requests: Sequence[ChatRequest], on_sample: Callable[[int, Completion], None] | None = None
+        self,
+        requests: Sequence[ChatRequest],
+        on_sample: Callable[[int, Completion], None] | None = None,
+        skip: Callable[[int], bool] | None = None,
     ) -> list[list[Completion]]:
         """Draw ``n`` samples per request on the instances. See :meth:`mbs.llm.base.Backend.generate`.
 
@@ -245,13 +249,15 @@ class LlamaCppBackend:
             requests: The requests.
             on_sample: Called with (request position, completion) as each sample finishes (from
                 an instance's thread; the batched engine only, else after each request's samples).
+            skip: Asked with a request's position before each of its samples starts (batched
+                engine only): True cancels it, and its place in the result stays ``None``.
 
         Raises:
             BackendError: llama.cpp failed (e.g. prompt plus budget exceeds ``n_ctx``).
         """
         self._load()
         if self.batch_samples > 1:
-            return self._generate_batched(requests, on_sample)
+            return self._generate_batched(requests, on_sample, skip)
         out = self._generate_single(requests)
         if on_sample is not None:
             for k, comps in enumerate(out):
@@ -260,15 +266,19 @@ class LlamaCppBackend:
         return out
 
     def _generate_batched(
-        self, requests: Sequence[ChatRequest], on_sample: Callable[[int, Completion], None] | None
+        self,
+        requests: Sequence[ChatRequest],
+        on_sample: Callable[[int, Completion], None] | None,
+        skip: Callable[[int], bool] | None = None,
     ) -> list[list[Completion]]:
         """Every sample of every request as a :class:`mbs.llm.llamacpp_batched.Job`, decoded
-        together on each instance's :class:`BatchedDecoder`; the samples of one prompt one after
-        another (its evaluation is stored once and restored for the rest)."""
+        together on each instance's :class:`BatchedDecoder`, started in the order of the requests
+        (the caller's priority: speculative rounds come last) and, within one, of its indices;
+        a prompt is evaluated once and restored for its other samples (``prefix_cache_mib``)."""
         out: list[list[Completion | None]] = [[None] * req.n for req in requests]
         llm0 = self._llms[0]
         dec0 = llm0._mbs_decoder
-        jobs: dict[tuple[int, ...], list[Job]] = {}  # by prompt, in order of first appearance
+        jobs: list[Job] = []
         need = 0
         try:
             for k, req in enumerate(requests):
@@ -276,7 +286,7 @@ class LlamaCppBackend:
                 budget = dec0.job_budget(len(prompt), req.max_tokens)
                 need = max(need, len(prompt) + budget)
                 stops = dec0.stop_bytes(req.stop)
-                jobs.setdefault(prompt, []).extend(
+                jobs.extend(
                     Job(prompt, i, sample_seed(req.seed, i), budget, float(req.temperature), float(req.top_p), stops, tag=k)
                     for i in req.indices
                 )
@@ -284,13 +294,17 @@ class LlamaCppBackend:
             raise BackendError(f"llamacpp ({self.model_path.name}): {str(err).removeprefix('llamacpp: ')}") from err
         except Exception as err:  # noqa: BLE001 - llama.cpp errors, named like the one-at-a-time path's
             raise BackendError(f"llamacpp ({self.model_path.name}): {err}") from err
-        queue = [job for group in jobs.values() for job in group][::-1]  # popped from the end
+        queue = jobs[::-1]  # popped from the end
         taken = threading.Lock()
         errors: list[BaseException] = []
 
         def next_job() -> Job | None:
             with taken:
-                return queue.pop() if queue and not errors else None
+                while queue and not errors:
+                    job = queue.pop()
+                    if skip is None or not skip(job.tag):
+                        return job
+                return None
 
         def work(llm) -> None:
             def done(job: Job, raw: RawSample) -> None:

@@ -211,6 +211,7 @@ class BatchedDecoder:
     Attributes:
         prompt_tokens_evaluated: Prompt tokens llama.cpp evaluated (restored prompts not counted).
         prompts_restored: Prompts restored from the store instead of evaluated.
+        sequences_moved: Live sequences moved to a lower id to close a gap (see :meth:`_compact`).
     """
 
     def __init__(self, llm, n_seq: int, n_ctx_seq: int, n_batch: int, prefix_bytes: int = 256 << 20,
@@ -229,6 +230,7 @@ class BatchedDecoder:
         self.prefixes = PrefixStore(prefix_bytes)
         self.prompt_tokens_evaluated = 0
         self.prompts_restored = 0
+        self.sequences_moved = 0
         self._last = None  # (prompt, state, logits) evaluated last: kept even beyond the store's bytes
         self._L = llama_cpp
         self._vocab = llm._model.vocab
@@ -385,6 +387,7 @@ class BatchedDecoder:
                         going.append((s, token))
                     else:
                         self._finish(s, mem, free, on_done)
+                self._compact(going, mem, free)
                 live = [s for s, _ in going]
                 if not live:
                     if exhausted:
@@ -407,6 +410,31 @@ class BatchedDecoder:
             for s in live:
                 L.llama_sampler_free(s.sampler)
             L.llama_memory_clear(mem, False)  # the next run starts clean
+
+    def _compact(self, going: list[tuple[_Seq, int]], mem, free: list[int]) -> None:
+        """Give the live sequences the lowest ids, 0..k-1, and order the step's rows by id.
+
+        llama.cpp (``kv_unified=false``) splits a step whose sequence ids are out of order or
+        have gaps into several micro-batches, one per run of consecutive ids: measured on this
+        2-core machine, 16 sequences in shuffled row order stepped in 248 ms instead of 91, and
+        8 sequences on ids 0, 2, .., 14 of 16 in 233 ms instead of 71 on ids 0..7. A sequence
+        above a gap (its neighbours finished while no job was left to take their slots) moves
+        down: its stream is copied into the gap's (``llama_memory_seq_cp``, the same KV bytes
+        at the same positions, done at the next ``llama_decode``) and its old one cleared.
+        """
+        L = self._L
+        k = len(going)
+        used = {s.seq_id for s, _ in going}
+        holes = [i for i in range(k) if i not in used]
+        movers = sorted((s for s, _ in going if s.seq_id >= k), key=lambda s: -s.seq_id)
+        for hole, s in zip(holes, movers):
+            L.llama_memory_seq_cp(mem, s.seq_id, hole, -1, -1)
+            L.llama_memory_seq_rm(mem, s.seq_id, -1, -1)
+            s.seq_id = hole
+        if holes:
+            free[:] = list(range(self.n_seq - 1, k - 1, -1))
+            self.sequences_moved += len(holes)
+        going.sort(key=lambda st: st[0].seq_id)
 
     def _start(self, job: Job, seq_id: int, ctx, mem, batch, need: int) -> tuple[_Seq, int]:
         """Put ``job``'s prompt into sequence ``seq_id`` (restored, or evaluated and stored) and

@@ -9,7 +9,7 @@ failed_all problems and get the same samples on every run.
 from __future__ import annotations
 
 import hashlib
-from typing import Sequence
+from typing import Callable, Sequence
 
 from mbs.llm.base import BackendError, BackendStats, ChatRequest, Completion
 
@@ -93,6 +93,40 @@ class FakeBackend:
 
     def close(self) -> None:
         pass
+
+
+class StreamingFakeBackend(FakeBackend):
+    """:class:`FakeBackend` as the batched llama.cpp engine serves a call: every request of it at
+    once (``preferred_batch``), each sample handed to ``on_sample`` as it is made, and ``skip``
+    asked before each sample (``cancels_requests``). ``pause_s`` seconds pass before each sample
+    (the consumer decides meanwhile). ``skipped`` lists the requests it cancelled.
+    """
+
+    preferred_batch = 1 << 20
+    streams_samples = cancels_requests = True
+
+    def __init__(self, *args, pause_s: float = 0.0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.pause_s = float(pause_s)
+        self.skipped: list[ChatRequest] = []
+
+    def generate(self, requests: Sequence[ChatRequest], on_sample: Callable | None = None,
+                 skip: Callable[[int], bool] | None = None) -> list[list[Completion | None]]:
+        import time
+
+        out: list[list[Completion | None]] = []
+        for k, req in enumerate(requests):
+            comps: list[Completion | None] = [None] * req.n
+            for j, idx in enumerate(req.indices):
+                time.sleep(self.pause_s)
+                if skip is not None and skip(k):
+                    self.skipped.append(req)
+                    break
+                comps[j] = comp = super().generate([req.split([idx])[0]])[0][0]
+                if on_sample is not None:
+                    on_sample(k, comp)
+            out.append(comps)
+        return out
 
 
 def fake_backend_overrides(**extra: str) -> list[str]:
