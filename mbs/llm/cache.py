@@ -297,7 +297,7 @@ class CachedBackend:
             if streams:
                 cancel = None
                 if skip is not None and self.cancels_requests:
-                    cancel = lambda pos, chunk=chunk: skip(pending[chunk[pos][0]][0])  # noqa: E731
+                    cancel = lambda pos, chunk=chunk: skip(pending[chunk[pos][0]][0])
                 finished = self._stream_chunk(chunk, pending, model_id, extra, cancel)
             else:
                 results = self.backend.generate([sub for _, sub in chunk])
