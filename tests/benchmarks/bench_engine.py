@@ -45,17 +45,21 @@ def _count_prompt_tokens() -> dict:
     not asked for: decode steps ask for every row) and decode steps; returns the live counter."""
     import llama_cpp
 
-    counts = {"prompt": 0, "steps": 0, "step_tokens": 0}
+    counts = {"prompt": 0, "steps": 0, "step_tokens": 0, "step_s": 0.0}
     real = llama_cpp.llama_decode
 
     def counting(ctx, batch):
         n = int(batch.n_tokens)
-        if all(batch.logits[i] for i in range(n)) and n > 0:
+        step = all(batch.logits[i] for i in range(n)) and n > 0
+        t0 = time.perf_counter()
+        rc = real(ctx, batch)
+        if step:
             counts["steps"] += 1
             counts["step_tokens"] += n
+            counts["step_s"] += time.perf_counter() - t0
         else:
             counts["prompt"] += n
-        return real(ctx, batch)
+        return rc
 
     llama_cpp.llama_decode = counting
     return counts
@@ -116,6 +120,12 @@ def _render(llm, messages) -> str:
     return fmt(messages=messages).prompt
 
 
+def _steps(counts: dict) -> dict:
+    """Decode steps, their mean width (sequences per step) and mean seconds."""
+    steps = max(1, counts["steps"])
+    return {"steps": counts["steps"], "width": counts["step_tokens"] / steps, "step_ms": 1000 * counts["step_s"] / steps}
+
+
 def _distinct_prompt_tokens(rollouts) -> int:
     return sum({r.problem_id: r.prompt_tokens for r in rollouts}.values())
 
@@ -140,7 +150,7 @@ def child_calibrate(tmp: str, quick: bool) -> dict:
     m = read_manifest(run_dir)
     stats = next(iter(m["backends"].values()))
     rollouts = list(read_records(run_dir, "rollouts", Rollout))
-    return {"tokens": stats["completion_tokens"], "seconds": m["timings_s"]["rollouts"], "rollouts": len(rollouts),
+    return {"tokens": stats["completion_tokens"], "seconds": m["timings_s"]["rollouts"], "rollouts": len(rollouts), **_steps(counts),
             "prompt_evaluated": counts["prompt"], "prompt_distinct": _distinct_prompt_tokens(rollouts),
             "texts": sorted((r.problem_id, r.budget, r.sample_index, r.text) for r in rollouts)}
 
@@ -165,7 +175,7 @@ def child_goose(tmp: str, quick: bool) -> dict:
     m = read_manifest(run_dir)
     rollouts = list(read_records(run_dir, "rollouts", Rollout))
     tokens = sum(r.completion_tokens for r in rollouts)
-    return {"tokens": tokens, "seconds": m["timings_s"]["filter"], "rollouts": len(rollouts),
+    return {"tokens": tokens, "seconds": m["timings_s"]["filter"], "rollouts": len(rollouts), **_steps(counts),
             "prompt_evaluated": counts["prompt"], "prompt_distinct": _distinct_prompt_tokens(rollouts),
             "texts": sorted((r.problem_id, r.budget, r.sample_index, r.text) for r in rollouts)}
 
@@ -236,7 +246,8 @@ def main() -> None:
             stages[part][label].append(r)
             print(f"  {part:<9} {label}: {r['tokens']:5d} tokens in {r['seconds']:6.1f} s = {r['tokens'] / r['seconds']:6.1f} tok/s, "
                   f"{r['rollouts']} rollouts, prompt tokens evaluated {r['prompt_evaluated']} / distinct "
-                  f"{r['prompt_distinct']} = {r['prompt_evaluated'] / max(1, r['prompt_distinct']):.2f} (load {r['load']:.1f})",
+                  f"{r['prompt_distinct']} = {r['prompt_evaluated'] / max(1, r['prompt_distinct']):.2f}; {r.get('steps', 0)} decode "
+                  f"steps, {r.get('width', 0):.1f} sequences and {r.get('step_ms', 0):.0f} ms each (load {r['load']:.1f})",
                   flush=True)
     if "loop" in parts:
         run_loops(widths[::-1])  # the loops again, after the stages: A B B A around them
