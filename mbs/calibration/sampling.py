@@ -407,7 +407,7 @@ def draw(
             if not active:
                 break
             requests, meta = [], []
-            for g in active:
+            for _, g in longest_first(active):
                 for first, count in index_runs(todo(g, start, stop)):
                     requests.append(request(first, count, g))
                     meta.append(g)
@@ -433,6 +433,16 @@ def draw(
     return out
 
 
+def longest_first(groups: Sequence[Group]) -> list[tuple[int, Group]]:
+    """``(position, group)`` pairs, the largest budget L first (stable within a budget).
+
+    A batched backend starts requests in the order given and keeps its batch full while any
+    wait; the last to start finish alone. Starting the longest budgets first leaves the short ones
+    for that tail. The samples are the same in any order (each depends on its seed and index).
+    """
+    return sorted(enumerate(groups), key=lambda t: -(t[1].budget or 0))
+
+
 def _speculate(groups, rounds, n, es, writer, backend, stats, bar, record, todo, request, name) -> None:
     """Every round of every group in one backend call, decided round by round (see :func:`draw`)."""
     graded: list[dict[int, Rollout]] = [{} for _ in groups]  # per group: sample index -> rollout recorded here
@@ -450,6 +460,7 @@ def _speculate(groups, rounds, n, es, writer, backend, stats, bar, record, todo,
         while gi not in closed and missing[(gi, nxt[gi])] == 0:
             r = nxt[gi]
             comps = sorted(arrived.pop((gi, r), []), key=lambda c: c.sample_index)
+            fresh[0] += sum(not c.cached for c in comps)
             written = record(g, comps)
             writer.wait_graded([t for t, _ in written])
             for _, rollout in written:
@@ -465,11 +476,12 @@ def _speculate(groups, rounds, n, es, writer, backend, stats, bar, record, todo,
             elif nxt[gi] == len(rounds):
                 closed.add(gi)
 
+    drawn0, fresh = backend.stats.samples, [0]  # samples the backend drew before; drawn since and recorded
     for gi in range(len(groups)):  # rounds written before (a resumed run) decide first
         advance(gi)
     requests, meta = [], []
     for r in range(len(rounds)):  # rounds first, so a group's later rounds start only once every first round has
-        for gi, g in enumerate(groups):
+        for gi, g in longest_first(groups):
             if gi not in closed:
                 for first, count in runs[(gi, r)]:
                     requests.append(request(first, count, g))
@@ -477,12 +489,14 @@ def _speculate(groups, rounds, n, es, writer, backend, stats, bar, record, todo,
     for ri, completions in backend.generate_iter(requests, skip=lambda ri: meta[ri][0] in closed):
         gi, r = meta[ri]
         if gi in closed:  # drawn ahead for a group that has settled since: in the LLM cache, not recorded
-            stats["rollouts_speculated"] += sum(not c.cached for c in completions)
             continue
         arrived.setdefault((gi, r), []).extend(completions)
         missing[(gi, r)] -= 1
         advance(gi)
     writer.flush(wait=True)
+    # drawn and not recorded: whole requests of settled groups, and the samples a request had
+    # started before its group settled and the rest was cancelled (such a request is never yielded)
+    stats["rollouts_speculated"] += backend.stats.samples - drawn0 - fresh[0]
 
 
 def calibrate(

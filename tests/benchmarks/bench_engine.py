@@ -11,10 +11,14 @@ Parts, each in a process of its own (fresh model, cold LLM cache), on the embedd
   most generated tokens per second this machine gives at width W, threads = usable cores. The
   best width is the reference ("best loop").
 * ``calibrate``: the main job's live calibration (``mbs-calibrate``, 10 CHAMP problems x L = 128
-  and 256 x N = 4) with sequential early stopping on (rounds of 2): generated tokens over the
-  stage's rollout phase (grading pool, shards and LLM cache included).
+  and 256 x N = 4) with early stopping on (rounds of 2): generated tokens over the stage's rollout
+  phase (grading pool, shards and LLM cache included).
 * ``goose``: the main job's Golden Goose step (teacher-free, 6 CHAMP solutions, 16 rollouts per
   item, early stopping in rounds of 2): generated tokens over its difficulty filter's seconds.
+
+Generated tokens are the backend's (``completion_tokens`` of its stats): with speculative rounds
+they include samples of rounds drawn before their group settled and never written; the tokens
+of the written rollouts are printed beside them.
 
 For both stages also: prompt tokens llama.cpp evaluated (counted at ``llama_decode``: tokens of
 batches that are not one decode step) over distinct prompt tokens (the prompts' lengths, each
@@ -150,7 +154,8 @@ def child_calibrate(tmp: str, quick: bool) -> dict:
     m = read_manifest(run_dir)
     stats = next(iter(m["backends"].values()))
     rollouts = list(read_records(run_dir, "rollouts", Rollout))
-    return {"tokens": stats["completion_tokens"], "seconds": m["timings_s"]["rollouts"], "rollouts": len(rollouts), **_steps(counts),
+    return {"tokens": stats["completion_tokens"], "recorded": sum(r.completion_tokens for r in rollouts),
+            "seconds": m["timings_s"]["rollouts"], "rollouts": len(rollouts), **_steps(counts),
             "prompt_evaluated": counts["prompt"], "prompt_distinct": _distinct_prompt_tokens(rollouts),
             "texts": sorted((r.problem_id, r.budget, r.sample_index, r.text) for r in rollouts)}
 
@@ -173,9 +178,10 @@ def child_goose(tmp: str, quick: bool) -> dict:
         ])
     run_dir = run(cfg)
     m = read_manifest(run_dir)
+    stats = next(iter(m["backends"].values()))
     rollouts = list(read_records(run_dir, "rollouts", Rollout))
-    tokens = sum(r.completion_tokens for r in rollouts)
-    return {"tokens": tokens, "seconds": m["timings_s"]["filter"], "rollouts": len(rollouts), **_steps(counts),
+    return {"tokens": stats["completion_tokens"], "recorded": sum(r.completion_tokens for r in rollouts),
+            "seconds": m["timings_s"]["filter"], "rollouts": len(rollouts), **_steps(counts),
             "prompt_evaluated": counts["prompt"], "prompt_distinct": _distinct_prompt_tokens(rollouts),
             "texts": sorted((r.problem_id, r.budget, r.sample_index, r.text) for r in rollouts)}
 
@@ -245,7 +251,7 @@ def main() -> None:
             r = spawn(args, part, repo=repo)
             stages[part][label].append(r)
             print(f"  {part:<9} {label}: {r['tokens']:5d} tokens in {r['seconds']:6.1f} s = {r['tokens'] / r['seconds']:6.1f} tok/s, "
-                  f"{r['rollouts']} rollouts, prompt tokens evaluated {r['prompt_evaluated']} / distinct "
+                  f"{r['rollouts']} rollouts written ({r['recorded']} of the tokens), prompt tokens evaluated {r['prompt_evaluated']} / distinct "
                   f"{r['prompt_distinct']} = {r['prompt_evaluated'] / max(1, r['prompt_distinct']):.2f}; {r.get('steps', 0)} decode "
                   f"steps, {r.get('width', 0):.1f} sequences and {r.get('step_ms', 0):.0f} ms each (load {r['load']:.1f})",
                   flush=True)
@@ -261,9 +267,10 @@ def main() -> None:
     for part, by in stages.items():
         for label, rows in by.items():
             tps = sum(r["tokens"] for r in rows) / sum(r["seconds"] for r in rows)
+            used = sum(r["recorded"] for r in rows) / sum(r["seconds"] for r in rows)
             ratio = sum(r["prompt_evaluated"] for r in rows) / max(1, sum(r["prompt_distinct"] for r in rows))
             vs = f" = {tps / mean[best]:.2f} x the best loop (target >= 0.9)" if best else ""
-            print(f"{part:<9} {label}: {tps:6.1f} tok/s{vs}; prompt tokens evaluated / distinct {ratio:.2f} (target <= 1.2)")
+            print(f"{part:<9} {label}: {tps:6.1f} tok/s{vs} ({used:.1f} tok/s of written rollouts); prompt tokens evaluated / distinct {ratio:.2f} (target <= 1.2)")
             same = all(r["texts"] == rows[0]["texts"] for r in rows)
             print(f"          {label}: the {len(rows)} runs gave {'the same' if same else 'DIFFERENT'} samples")
         if len(by) == 2:
