@@ -1,6 +1,6 @@
 """The CPU engine against llama.cpp's own batched loop, in one run (issue 32; prints ratios).
 
-    python tests/benchmarks/bench_engine.py [--widths 1,2,4,8,16,32] [--steps 48] [--old DIR] [--quick]
+    python tests/benchmarks/bench_engine.py [--widths 1,2,4,8,16,32] [--steps 48] [--old DIR] [--set K=V] [--quick]
 
 Parts, each in a process of its own (fresh model, cold LLM cache), on the embedded SmolLM2-135M:
 
@@ -134,7 +134,7 @@ def _distinct_prompt_tokens(rollouts) -> int:
     return sum({r.problem_id: r.prompt_tokens for r in rollouts}.values())
 
 
-def child_calibrate(tmp: str, quick: bool) -> dict:
+def child_calibrate(tmp: str, quick: bool, sets: list[str]) -> dict:
     """The main job's live calibration with early stopping (see the module docstring)."""
     counts = _count_prompt_tokens()
     from hydra import compose, initialize_config_dir
@@ -148,7 +148,7 @@ def child_calibrate(tmp: str, quick: bool) -> dict:
         cfg = compose("calibrate", [
             f"paths.root={tmp}", f"paths.cache_dir={tmp}/cache", f"out_dir={tmp}/run",
             f"data.limit={2 if quick else 10}", "calibrate.n=4", f"calibrate.budgets=[{'16' if quick else '128,256'}]",
-            "calibrate.early_stop.enabled=true", "calibrate.figures=false",
+            "calibrate.early_stop.enabled=true", "calibrate.figures=false", *sets,
         ])
     run_dir = run(cfg)
     m = read_manifest(run_dir)
@@ -160,7 +160,7 @@ def child_calibrate(tmp: str, quick: bool) -> dict:
             "texts": sorted((r.problem_id, r.budget, r.sample_index, r.text) for r in rollouts)}
 
 
-def child_goose(tmp: str, quick: bool) -> dict:
+def child_goose(tmp: str, quick: bool, sets: list[str]) -> dict:
     """The main job's Golden Goose step (see the module docstring)."""
     counts = _count_prompt_tokens()
     from hydra import compose, initialize_config_dir
@@ -174,7 +174,7 @@ def child_goose(tmp: str, quick: bool) -> dict:
         cfg = compose("synthesize", [
             f"paths.root={tmp}", f"paths.cache_dir={tmp}/cache", f"out_dir={tmp}/run", "method=goose",
             "goose.source=champ", "goose.teacher_free=true", f"data.limit={2 if quick else 6}",
-            *(["goose.filter.n=4", "goose.filter.budget=16"] if quick else []),
+            *(["goose.filter.n=4", "goose.filter.budget=16"] if quick else []), *sets,
         ])
     run_dir = run(cfg)
     m = read_manifest(run_dir)
@@ -191,7 +191,8 @@ def spawn(args, part: str, *extra: str, repo: Path = REPO) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")]), "TQDM_DISABLE": "1"}
     with tempfile.TemporaryDirectory() as tmp:
         res = subprocess.run(
-            [sys.executable, __file__, "--child", part, *extra, "--tmp", tmp, *(["--quick"] if args.quick else [])],
+            [sys.executable, __file__, "--child", part, *extra, "--tmp", tmp, *(["--quick"] if args.quick else []),
+             *[f"--set={o}" for o in args.set]],
             check=False, capture_output=True, text=True, env=env, cwd=tmp,
         )
     if res.returncode != 0:
@@ -208,6 +209,8 @@ def main() -> None:
     ap.add_argument("--old", type=Path, help="another checkout whose stages run beside this one's (A B B A)")
     ap.add_argument("--parts", default="loop,calibrate,goose")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a Hydra override of both stages, e.g. backend.batch_samples=32 (repeatable)")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     ap.add_argument("--tmp", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -221,9 +224,9 @@ def main() -> None:
         if part == "loop":
             row = child_loop(int(args.child[1]), int(args.child[2]))
         elif part == "calibrate":
-            row = child_calibrate(args.tmp, args.quick)
+            row = child_calibrate(args.tmp, args.quick, args.set)
         else:
-            row = child_goose(args.tmp, args.quick)
+            row = child_goose(args.tmp, args.quick, args.set)
         print(json.dumps(row))
         return
 
@@ -231,7 +234,8 @@ def main() -> None:
 
     parts = args.parts.split(",")
     widths = [int(w) for w in args.widths.split(",")]
-    print(f"usable cores {usable_cpus()} (os.cpu_count() {os.cpu_count()}); {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print(f"usable cores {usable_cpus()} (os.cpu_count() {os.cpu_count()}); {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+          + (f"; stages with {' '.join(args.set)}" if args.set else ""))
     loops: dict[int, list[float]] = {w: [] for w in widths}
 
     def run_loops(order):
