@@ -55,23 +55,29 @@ def usable_cpus(environ: dict[str, str] | None = None) -> int:
     return max(1, n)
 
 
-def split_cpus(grading_workers: int | None, cpus: int | None = None) -> tuple[int, int]:
+def split_cpus(grading_workers: int | None, cpus: int | None = None, generating: bool = True) -> tuple[int, int]:
     """Share the usable cores between the LLM engine and the grading pool.
 
     Generation gets every core (grading is bursty: a worker sleeps until a completion arrives
     and grades it in milliseconds); the grading pool gets ``grading_workers`` when set, else
-    one worker per two cores (at least one). Engine threads wait passively
+    one worker per two cores (at least one), or every core when nothing generates beside it
+    (``generating=False``: a calibration of recorded policies only, whose 13,824 CHAMP answers
+    took 3 min 04 s on one worker of 2 cores). Engine threads wait passively
     (``OMP_WAIT_POLICY=passive``), so a busy grading worker takes a core only while it grades.
 
     Args:
         grading_workers: ``verifier.workers`` (``None``: automatic).
         cpus: Usable cores (default :func:`usable_cpus`).
+        generating: Whether an LLM engine runs beside the pool in this process.
 
     Returns:
         ``(engine_cores, grading_workers)``.
     """
     cpus = usable_cpus() if cpus is None else max(1, int(cpus))
-    workers = max(1, cpus // 2) if grading_workers is None else int(grading_workers)
+    if grading_workers is None:
+        workers = max(1, cpus // 2) if generating else cpus
+    else:
+        workers = int(grading_workers)
     if workers > cpus:
         log.warning("verifier.workers=%d exceeds the %d usable cores; using %d", workers, cpus, cpus)
         workers = cpus

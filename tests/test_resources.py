@@ -41,6 +41,8 @@ def test_cgroup_quota_caps_the_cores(tmp_path, monkeypatch):
 def test_grading_pool_share(caplog):
     assert split_cpus(None, cpus=2) == (2, 1)
     assert split_cpus(None, cpus=16) == (16, 8)
+    assert split_cpus(None, cpus=2, generating=False) == (2, 2)  # nothing generates: every core grades
+    assert split_cpus(1, cpus=2, generating=False) == (2, 1)  # a set verifier.workers is kept
     assert split_cpus(0, cpus=2) == (2, 0)  # in-process grading stays in-process
     assert split_cpus(8, cpus=2) == (2, 2) and "exceeds the 2 usable cores" in caplog.text
 

@@ -78,7 +78,11 @@ class LlamaCppBackend:
     stream to the cache as they finish (``streams_samples``). On this 2-core machine, 4 CHAMP prompts x 8 samples at L=64, in
     one run: 130 tokens/s with 2 threads quiet (1.38x the engine before issue 22: one sample at
     a time, spinning OpenMP threads), 92 with the grading pool busy beside it (2.76x), 123 in the
-    calibration stage (2.21x). One llama.cpp instance with as many threads as the
+    calibration stage (2.21x). Issue 32: the live sequences stay on KV streams 0..k-1 in order
+    (:meth:`~mbs.llm.llamacpp_batched.BatchedDecoder._compact`) and early-stopping rounds are
+    drawn ahead (:func:`mbs.calibration.sampling.draw`); on 2 cores (2026-12-03, one run of
+    ``bench_engine.py``) the live calibration made 156 generated tokens/s, 0.82 of llama.cpp's
+    own best batched loop (191.6 at 32 sequences; 0.89 of its 175.8 at 16). One llama.cpp instance with as many threads as the
     process may use (:func:`mbs.resources.usable_cpus`: SLURM's allocation or the affinity mask,
     not the machine's core count), and OpenMP threads that wait passively (``OMP_WAIT_POLICY``
     defaults to ``passive`` here): spinning threads collapsed to 0.1 tokens/s on 2 cores shared

@@ -80,7 +80,7 @@ def run(cfg: DictConfig) -> Path:
     resumed = len(done)
     stats: Counter = Counter()
     t1 = time.perf_counter()
-    with GradingPool.from_config(cfg.verifier) as pool, shard, cond_shard:
+    with GradingPool.from_config(cfg.verifier, generating=bool(live)) as pool, shard, cond_shard:
         writer = RolloutWriter(pool, shard, done)
         cond_writer = RolloutWriter(pool, cond_shard, cond_done)
         try:

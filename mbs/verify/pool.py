@@ -212,17 +212,18 @@ class GradingPool:
             )
 
     @classmethod
-    def from_config(cls, verifier_cfg) -> GradingPool:
+    def from_config(cls, verifier_cfg, generating: bool = True) -> GradingPool:
         """A pool from the ``verifier`` config group (``workers``, ``timeout_s``,
         ``wall_timeout_s``; see ``conf/verifier/default.yaml``). ``workers: null`` sizes the
-        pool from the cores this process may use (:func:`mbs.resources.split_cpus`), and more
-        workers than usable cores are cut to that many."""
+        pool from the cores this process may use (:func:`mbs.resources.split_cpus`: half of
+        them beside an LLM engine, all of them when ``generating`` is False), and more workers
+        than usable cores are cut to that many."""
         from mbs.resources import split_cpus
 
         wall = verifier_cfg.get("wall_timeout_s")
         workers = verifier_cfg.workers
         return cls(
-            workers=split_cpus(None if workers is None else int(workers))[1],
+            workers=split_cpus(None if workers is None else int(workers), generating=generating)[1],
             timeout_s=float(verifier_cfg.timeout_s),
             wall_timeout_s=None if wall is None else float(wall),
         )
