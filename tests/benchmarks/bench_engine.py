@@ -24,7 +24,9 @@ For both stages also: prompt tokens llama.cpp evaluated (counted at ``llama_deco
 batches that are not one decode step) over distinct prompt tokens (the prompts' lengths, each
 prompt once). ``--old DIR`` runs the stages also on the checkout in DIR (e.g. ``git worktree add
 /tmp/old <commit>``), in A B B A order (new old old new), so machine drift and other jobs' load
-hit both alike. The 1-minute load average is printed beside each part.
+hit both alike. The 1-minute load average is printed beside each part, and the share of CPU time
+the hypervisor took meanwhile (steal, from ``/proc/stat``: on this virtual machine it ran from 1%
+to 26% within minutes, which moves every number by as much).
 
 Targets (issue 32): each stage >= 0.9 x the best loop; evaluated / distinct prompt tokens <= 1.2.
 ``--quick`` (widths 1 and 4, 8 steps, 2 problems, goose 2 items) proves the script runs.
@@ -186,8 +188,18 @@ def child_goose(tmp: str, quick: bool, sets: list[str]) -> dict:
             "texts": sorted((r.problem_id, r.budget, r.sample_index, r.text) for r in rollouts)}
 
 
+def _cpu_ticks() -> tuple[int, int]:
+    """(steal, total) jiffies of all CPUs from ``/proc/stat`` ((0, 0) where there is none)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except OSError:
+        return 0, 0
+    return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])
+
+
 def spawn(args, part: str, *extra: str, repo: Path = REPO) -> dict:
-    load = os.getloadavg()[0]
+    load, (steal0, total0) = os.getloadavg()[0], _cpu_ticks()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")]), "TQDM_DISABLE": "1"}
     with tempfile.TemporaryDirectory() as tmp:
         res = subprocess.run(
@@ -198,7 +210,9 @@ def spawn(args, part: str, *extra: str, repo: Path = REPO) -> dict:
     if res.returncode != 0:
         sys.exit(f"{part} ({repo}) failed:\n{res.stderr[-4000:]}")
     row = json.loads(res.stdout.strip().splitlines()[-1])
+    steal1, total1 = _cpu_ticks()
     row["load"] = load
+    row["steal"] = (steal1 - steal0) / max(1, total1 - total0)  # the hypervisor's share of the cores meanwhile
     return row
 
 
@@ -243,7 +257,7 @@ def main() -> None:
             r = spawn(args, "loop", str(w), str(args.steps))
             loops[w].append(r["tokens"] / r["seconds"])
             print(f"  loop W={w:<3} {r['tokens']:5d} tokens in {r['seconds']:6.2f} s = {r['tokens'] / r['seconds']:7.1f} tok/s "
-                  f"({r['threads']} threads, load {r['load']:.1f})", flush=True)
+                  f"({r['threads']} threads, load {r['load']:.1f}, steal {100 * r['steal']:.0f}%)", flush=True)
 
     if "loop" in parts:
         run_loops(widths)
@@ -257,7 +271,8 @@ def main() -> None:
             print(f"  {part:<9} {label}: {r['tokens']:5d} tokens in {r['seconds']:6.1f} s = {r['tokens'] / r['seconds']:6.1f} tok/s, "
                   f"{r['rollouts']} rollouts written ({r['recorded']} of the tokens), prompt tokens evaluated {r['prompt_evaluated']} / distinct "
                   f"{r['prompt_distinct']} = {r['prompt_evaluated'] / max(1, r['prompt_distinct']):.2f}; {r.get('steps', 0)} decode "
-                  f"steps, {r.get('width', 0):.1f} sequences and {r.get('step_ms', 0):.0f} ms each (load {r['load']:.1f})",
+                  f"steps, {r.get('width', 0):.1f} sequences and {r.get('step_ms', 0):.0f} ms each (load {r['load']:.1f}, "
+                  f"steal {100 * r['steal']:.0f}%)",
                   flush=True)
     if "loop" in parts:
         run_loops(widths[::-1])  # the loops again, after the stages: A B B A around them
