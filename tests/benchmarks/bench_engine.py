@@ -9,7 +9,9 @@ Parts, each in a process of its own (fresh model, cold LLM cache), on the embedd
   each), then ``--steps`` steps of one ``llama_decode`` with W tokens, each sequence sampling with
   llama.cpp's sampler chain (top-k 40, top-p, min-p, temperature 1, seeded draw), no stop: the
   most generated tokens per second this machine gives at width W, threads = usable cores. The
-  best width is the reference ("best loop").
+  best width is the reference ("best loop"). Each loop also times one ``llama_decode`` of a
+  512-token prompt (CHAMP text) as one sequence: prompt evaluation's rate, which bounds a stage
+  whose prompts are long (the Goose filter's are about 800 tokens each).
 * ``calibrate``: the main job's live calibration (``mbs-calibrate``, 10 CHAMP problems x L = 128
   and 256 x N = 4) with early stopping on (rounds of 2): generated tokens over the stage's rollout
   phase (grading pool, shards and LLM cache included).
@@ -51,7 +53,7 @@ def _count_prompt_tokens() -> dict:
     not asked for: decode steps ask for every row) and decode steps; returns the live counter."""
     import llama_cpp
 
-    counts = {"prompt": 0, "steps": 0, "step_tokens": 0, "step_s": 0.0}
+    counts = {"prompt": 0, "prompt_s": 0.0, "steps": 0, "step_tokens": 0, "step_s": 0.0}
     real = llama_cpp.llama_decode
 
     def counting(ctx, batch):
@@ -65,6 +67,7 @@ def _count_prompt_tokens() -> dict:
             counts["step_s"] += time.perf_counter() - t0
         else:
             counts["prompt"] += n
+            counts["prompt_s"] += time.perf_counter() - t0
         return rc
 
     llama_cpp.llama_decode = counting
@@ -94,6 +97,17 @@ def child_loop(width: int, steps: int) -> dict:
     ctx = _internals.LlamaContext(model=llm._model, params=params, verbose=False)
     mem = ctx.memory
     batch = L.llama_batch_init(max(512, width), 0, 1)
+    # prompt evaluation: 512 tokens of CHAMP text as one sequence, one llama_decode, in a context of
+    # its own (the loop's may hold fewer than 512 cells)
+    text = " ".join(p.prompt for p in load_champ()[:40])
+    long = llm.tokenize(text.encode("utf-8"), add_bos=False)[:512]
+    batch.n_tokens = len(long)
+    for i, t in enumerate(long):
+        batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.seq_id[i][0], batch.logits[i] = t, i, 1, 0, False
+    batch.logits[len(long) - 1] = True
+    t0 = time.perf_counter()
+    assert L.llama_decode(llm._ctx.ctx, batch) == 0
+    prompt_tok_s = len(long) / (time.perf_counter() - t0)
     batch.n_tokens = len(prompt)
     for i, t in enumerate(prompt):
         batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.seq_id[i][0], batch.logits[i] = t, i, 1, 0, False
@@ -113,7 +127,7 @@ def child_loop(width: int, steps: int) -> dict:
             rows[s] = s
         assert L.llama_decode(ctx.ctx, batch) == 0
     seconds = time.perf_counter() - t0
-    return {"tokens": width * steps, "seconds": seconds, "threads": threads}
+    return {"tokens": width * steps, "seconds": seconds, "threads": threads, "prompt_tok_s": prompt_tok_s}
 
 
 def _render(llm, messages) -> str:
@@ -127,9 +141,11 @@ def _render(llm, messages) -> str:
 
 
 def _steps(counts: dict) -> dict:
-    """Decode steps, their mean width (sequences per step) and mean seconds."""
+    """Decode steps, their mean width (sequences per step), mean and total seconds, and the
+    seconds of prompt evaluation."""
     steps = max(1, counts["steps"])
-    return {"steps": counts["steps"], "width": counts["step_tokens"] / steps, "step_ms": 1000 * counts["step_s"] / steps}
+    return {"steps": counts["steps"], "width": counts["step_tokens"] / steps, "step_ms": 1000 * counts["step_s"] / steps,
+            "step_s": counts["step_s"], "prompt_s": counts["prompt_s"]}
 
 
 def _distinct_prompt_tokens(rollouts) -> int:
@@ -251,13 +267,15 @@ def main() -> None:
     print(f"usable cores {usable_cpus()} (os.cpu_count() {os.cpu_count()}); {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
           + (f"; stages with {' '.join(args.set)}" if args.set else ""))
     loops: dict[int, list[float]] = {w: [] for w in widths}
+    prompt_rates: list[float] = []
 
     def run_loops(order):
         for w in order:
             r = spawn(args, "loop", str(w), str(args.steps))
             loops[w].append(r["tokens"] / r["seconds"])
-            print(f"  loop W={w:<3} {r['tokens']:5d} tokens in {r['seconds']:6.2f} s = {r['tokens'] / r['seconds']:7.1f} tok/s "
-                  f"({r['threads']} threads, load {r['load']:.1f}, steal {100 * r['steal']:.0f}%)", flush=True)
+            prompt_rates.append(r["prompt_tok_s"])
+            print(f"  loop W={w:<3} {r['tokens']:5d} tokens in {r['seconds']:6.2f} s = {r['tokens'] / r['seconds']:7.1f} tok/s; "
+                  f"a 512-token prompt evaluated at {r['prompt_tok_s']:.0f} tok/s ({r['threads']} threads, load {r['load']:.1f}, steal {100 * r['steal']:.0f}%)", flush=True)
 
     if "loop" in parts:
         run_loops(widths)
@@ -271,7 +289,8 @@ def main() -> None:
             print(f"  {part:<9} {label}: {r['tokens']:5d} tokens in {r['seconds']:6.1f} s = {r['tokens'] / r['seconds']:6.1f} tok/s, "
                   f"{r['rollouts']} rollouts written ({r['recorded']} of the tokens), prompt tokens evaluated {r['prompt_evaluated']} / distinct "
                   f"{r['prompt_distinct']} = {r['prompt_evaluated'] / max(1, r['prompt_distinct']):.2f}; {r.get('steps', 0)} decode "
-                  f"steps, {r.get('width', 0):.1f} sequences and {r.get('step_ms', 0):.0f} ms each (load {r['load']:.1f}, "
+                  f"steps, {r.get('width', 0):.1f} sequences and {r.get('step_ms', 0):.0f} ms each ({r.get('step_s', 0):.1f} s); "
+                  f"prompts {r.get('prompt_s', 0):.1f} s (load {r['load']:.1f}, "
                   f"steal {100 * r['steal']:.0f}%)",
                   flush=True)
     if "loop" in parts:
@@ -282,7 +301,8 @@ def main() -> None:
         mean = {w: sum(v) / len(v) for w, v in loops.items()}
         best = max(mean, key=mean.get)
         print("llama.cpp loop tok/s by width: " + ", ".join(f"W={w} {v:.1f}" for w, v in mean.items())
-              + f"; best W={best}: {mean[best]:.1f} tok/s")
+              + f"; best W={best}: {mean[best]:.1f} tok/s; prompt evaluation (512 tokens, one sequence) "
+              f"{sum(prompt_rates) / len(prompt_rates):.0f} tok/s")
     for part, by in stages.items():
         for label, rows in by.items():
             tps = sum(r["tokens"] for r in rows) / sum(r["seconds"] for r in rows)
