@@ -343,7 +343,8 @@ def draw(
     its rounds not yet started are cancelled; the rounds that were already decoding finish into
     the LLM cache but are not recorded (``stats["rollouts_speculated"]`` counts them). The
     rollouts written and the decisions are those of drawing round after round. Other backends
-    (servers, vLLM, transformers) get one call per round.
+    (servers, vLLM, transformers) get one call per round. Within a round, requests go longest
+    budget first (:func:`longest_first`).
 
     Args:
         policy: A live policy.
