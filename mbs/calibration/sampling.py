@@ -441,7 +441,7 @@ def longest_first(groups: Sequence[Group]) -> list[tuple[int, Group]]:
     wait; the last to start finish alone. Starting the longest budgets first leaves the short ones
     for that tail. The samples are the same in any order (each depends on its seed and index).
     """
-    return sorted(enumerate(groups), key=lambda t: -(t[1].budget or 0))
+    return sorted(enumerate(groups), key=lambda t: -t[1].budget)
 
 
 def _speculate(groups, rounds, n, es, writer, backend, stats, bar, record, todo, request, name) -> None:
@@ -461,7 +461,6 @@ def _speculate(groups, rounds, n, es, writer, backend, stats, bar, record, todo,
         while gi not in closed and missing[(gi, nxt[gi])] == 0:
             r = nxt[gi]
             comps = sorted(arrived.pop((gi, r), []), key=lambda c: c.sample_index)
-            fresh[0] += sum(not c.cached for c in comps)
             written = record(g, comps)
             writer.wait_graded([t for t, _ in written])
             for _, rollout in written:
@@ -477,7 +476,7 @@ def _speculate(groups, rounds, n, es, writer, backend, stats, bar, record, todo,
             elif nxt[gi] == len(rounds):
                 closed.add(gi)
 
-    drawn0, fresh = backend.stats.samples, [0]  # samples the backend drew before; drawn since and recorded
+    drawn0 = backend.stats.samples  # samples the backend drew before this call
     for gi in range(len(groups)):  # rounds written before (a resumed run) decide first
         advance(gi)
     requests, meta = [], []
@@ -497,7 +496,8 @@ def _speculate(groups, rounds, n, es, writer, backend, stats, bar, record, todo,
     writer.flush(wait=True)
     # drawn and not recorded: whole requests of settled groups, and the samples a request had
     # started before its group settled and the rest was cancelled (such a request is never yielded)
-    stats["rollouts_speculated"] += backend.stats.samples - drawn0 - fresh[0]
+    recorded = sum(not r.cached for rs in graded for r in rs.values())  # drawn in this call and recorded
+    stats["rollouts_speculated"] += backend.stats.samples - drawn0 - recorded
 
 
 def calibrate(

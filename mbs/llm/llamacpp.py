@@ -83,8 +83,8 @@ class LlamaCppBackend:
     drawn ahead (:func:`mbs.calibration.sampling.draw`); on 2 cores (2026-12-03, one run of
     ``bench_engine.py``) the live calibration made 156 generated tokens/s, 0.82 of llama.cpp's
     own best batched loop (191.6 at 32 sequences; 0.89 of its 175.8 at 16). One llama.cpp
-    instance with as many threads as the process may use (:func:`mbs.resources.usable_cpus`: SLURM's allocation or the affinity mask,
-    not the machine's core count), and OpenMP threads that wait passively (``OMP_WAIT_POLICY``
+    instance with as many threads as the process may use (:func:`mbs.resources.usable_cpus`:
+    SLURM's allocation or the affinity mask, not the machine's core count), and OpenMP threads that wait passively (``OMP_WAIT_POLICY``
     defaults to ``passive`` here): spinning threads collapsed to 0.1 tokens/s on 2 cores shared
     with other work, passive ones ran 3.3. ``instances`` single-threaded contexts drawing
     different requests in parallel (weights memory-mapped once) measured no faster on 2 cores;

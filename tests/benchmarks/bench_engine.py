@@ -74,6 +74,14 @@ def _count_prompt_tokens() -> dict:
     return counts
 
 
+def _put_prompt(batch, tokens: list[int]) -> None:
+    """Fill ``batch`` with ``tokens`` as sequence 0 from position 0, logits for the last only."""
+    batch.n_tokens = len(tokens)
+    for i, t in enumerate(tokens):
+        batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.seq_id[i][0], batch.logits[i] = t, i, 1, 0, False
+    batch.logits[len(tokens) - 1] = True
+
+
 def child_loop(width: int, steps: int) -> dict:
     """llama.cpp's batched loop at ``width`` sequences (see the module docstring)."""
     import llama_cpp as L
@@ -101,17 +109,11 @@ def child_loop(width: int, steps: int) -> dict:
     # its own (the loop's may hold fewer than 512 cells)
     text = " ".join(p.prompt for p in load_champ()[:40])
     long = llm.tokenize(text.encode("utf-8"), add_bos=False)[:512]
-    batch.n_tokens = len(long)
-    for i, t in enumerate(long):
-        batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.seq_id[i][0], batch.logits[i] = t, i, 1, 0, False
-    batch.logits[len(long) - 1] = True
+    _put_prompt(batch, long)
     t0 = time.perf_counter()
     assert L.llama_decode(llm._ctx.ctx, batch) == 0
     prompt_tok_s = len(long) / (time.perf_counter() - t0)
-    batch.n_tokens = len(prompt)
-    for i, t in enumerate(prompt):
-        batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.seq_id[i][0], batch.logits[i] = t, i, 1, 0, False
-    batch.logits[len(prompt) - 1] = True
+    _put_prompt(batch, prompt)
     assert L.llama_decode(ctx.ctx, batch) == 0
     for s in range(1, width):
         L.llama_memory_seq_cp(mem, 0, s, -1, -1)
