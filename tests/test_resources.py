@@ -66,3 +66,30 @@ def test_llamacpp_engine_is_sized_from_usable_cores(monkeypatch):
     assert llamacpp.LlamaCppBackend().batch_samples == 16
     with pytest.raises(ValueError, match=r"prefix_cache_mib \(-1\) must be >= 0"):
         llamacpp.LlamaCppBackend(prefix_cache_mib=-1)
+
+
+def test_openmp_wait_set_where_unset():
+    env = {"OMP_WAIT_POLICY": "active"}  # a user's choice stays
+    resources.set_openmp_wait(env)
+    assert env == {"OMP_WAIT_POLICY": "active", "GOMP_SPINCOUNT": "1000"}
+    env = {}
+    resources.set_openmp_wait(env)
+    assert env == {"OMP_WAIT_POLICY": "passive", "GOMP_SPINCOUNT": "1000"}
+
+
+def test_llamacpp_sets_openmp_wait_before_llama_cpp_loads():
+    """libgomp reads the variables when llama_cpp is first imported: the backend sets them first."""
+    pytest.importorskip("llama_cpp")
+    import subprocess
+    import sys
+
+    code = (
+        "import os, sys\n"
+        "from mbs.llm.llamacpp import LlamaCppBackend\n"
+        "assert 'llama_cpp' not in sys.modules\n"
+        "LlamaCppBackend(batch_samples=1)._load()\n"
+        "print(os.environ['OMP_WAIT_POLICY'], os.environ['GOMP_SPINCOUNT'])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in resources.OPENMP_WAIT}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.split() == ["passive", "1000"]

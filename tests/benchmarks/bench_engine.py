@@ -249,9 +249,14 @@ def main() -> None:
     if args.quick:
         args.widths, args.steps = "1,4", 8
     if args.child:
-        # as mbs.llm.llamacpp sets it before llama.cpp's OpenMP starts (spinning threads collapse on
+        # as mbs.llm.llamacpp sets them before llama.cpp's OpenMP starts (spinning threads collapse on
         # shared cores); set here since the loop and the prompt-token counter import llama_cpp first
-        os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+        try:
+            from mbs.resources import set_openmp_wait
+        except ImportError:  # an --old checkout from before it: passive only, as that mbs set it
+            os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+        else:
+            set_openmp_wait()
         part = args.child[0]
         if part == "loop":
             row = child_loop(int(args.child[1]), int(args.child[2]))
