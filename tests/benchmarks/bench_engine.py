@@ -11,7 +11,12 @@ Parts, each in a process of its own (fresh model, cold LLM cache), on the embedd
   most generated tokens per second this machine gives at width W, threads = usable cores. The
   best width is the reference ("best loop"). Each loop also times one ``llama_decode`` of a
   512-token prompt (CHAMP text) as one sequence: prompt evaluation's rate, which bounds a stage
-  whose prompts are long (the Goose filter's are about 800 tokens each).
+  whose prompts are long (the Goose filter's are about 800 tokens each). After the stages the
+  loops run again on a prompt of CHAMP text as long as the Goose filter's mean prompt: there each
+  step attends over some 800 cells per sequence, so width helps little (measured 121 / 128 / 134
+  tokens/s at 8 / 16 / 32 against 186 / 195 / 207 on a CHAMP prompt); with the prompt's own rate
+  they give the seconds llama.cpp's own loop needs for the Goose filter's prompt and generated
+  tokens, printed beside the stage's.
 * ``calibrate``: the main job's live calibration (``mbs-calibrate``, 10 CHAMP problems x L = 128
   and 256 x N = 4) with early stopping on (rounds of 2): generated tokens over the stage's rollout
   phase (grading pool, shards and LLM cache included).
