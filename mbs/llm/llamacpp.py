@@ -81,8 +81,8 @@ class LlamaCppBackend:
     calibration stage (2.21x). Issue 32: the live sequences stay on KV streams 0..k-1 in order
     (:meth:`~mbs.llm.llamacpp_batched.BatchedDecoder._compact`) and early-stopping rounds are
     drawn ahead (:func:`mbs.calibration.sampling.draw`); on 2 cores (2026-12-03, one run of
-    ``bench_engine.py``) the live calibration made 156 generated tokens/s, 0.82 of llama.cpp's
-    own best batched loop (191.6 at 32 sequences; 0.89 of its 175.8 at 16). One llama.cpp
+    ``bench_engine.py``) the live calibration made 158.6 generated tokens/s, 0.77 of llama.cpp's
+    own best batched loop (205.1 at 32 sequences; 0.83 of its 190.2 at 16). One llama.cpp
     instance with as many threads as the process may use (:func:`mbs.resources.usable_cpus`:
     SLURM's allocation or the affinity mask, not the machine's core count), and OpenMP threads that wait passively after a short spin
     (:data:`mbs.resources.OPENMP_WAIT`, unless set): spinning threads collapsed to 0.1 tokens/s on
