@@ -208,3 +208,88 @@ def test_a_skipped_request_is_never_yielded_through_the_cache(backend, tmp_path)
     assert cached.cancels_requests
     got = dict(cached.generate_iter(reqs, skip=lambda i: i == 0))
     assert list(got) == [1] and len(got[1]) == 2
+
+
+class _FakeKV:
+    """llama_memory_seq_cp / _rm on a model of one stream per id (what each stream holds)."""
+
+    def __init__(self, held: dict[int, str]):
+        self.streams = dict(held)
+        self.calls: list[tuple] = []
+
+    def llama_memory_seq_cp(self, mem, src, dst, p0, p1):
+        assert src in self.streams and (p0, p1) == (-1, -1)
+        self.streams[dst] = self.streams[src]  # the whole stream (kv_unified=false)
+        self.calls.append(("cp", src, dst))
+
+    def llama_memory_seq_rm(self, mem, seq, p0, p1):
+        self.streams.pop(seq, None)
+
+
+def _arranger(n_seq: int, split_min: int):
+    from mbs.llm.llamacpp_batched import BatchedDecoder
+
+    dec = object.__new__(BatchedDecoder)  # no model: _arrange only moves streams and groups rows
+    dec.n_seq, dec.split_min, dec.sequences_moved, dec.calls_split = n_seq, split_min, 0, 0
+    return dec
+
+
+def _live(spec):
+    """``[(seq id, position, name)]`` -> ``going`` rows and the streams they hold."""
+    from mbs.llm.llamacpp_batched import Job, RawSample, _Seq
+
+    going = [(_Seq(Job((1,), 0, 0, 8, 1.0, 1.0, tag=name), RawSample(0), i, None, 8, pos=pos), 7) for i, pos, name in spec]
+    return going, {i: name for i, _, name in spec}
+
+
+def test_arrange_groups_sequences_by_cells_through_a_cycle_of_moves():
+    """Issue 32: sequences at 10-30 cells and at 600-700 (classes 1 and 3 of 256) on ids
+    0, 1, 2, 3, 5: the short ones take ids 0-2 and the long ones 3-4, each group one call; ids 0
+    and 3 swap through a free id, and every stream ends where its sequence is."""
+    dec = _arranger(6, split_min=0)
+    going, held = _live([(0, 600, "long a"), (1, 10, "short b"), (2, 700, "long c"), (3, 20, "short d"), (5, 30, "short e")])
+    dec._L = kv = _FakeKV(held)
+    free = [4]
+    calls = dec._arrange(going, None, free)
+    assert calls == [(0, 3), (3, 5)] and dec.calls_split == 1
+    assert [s.seq_id for s, _ in going] == [0, 1, 2, 3, 4]
+    assert [s.job.tag for s, _ in going[:3]] == ["short d", "short b", "short e"]
+    assert sorted(s.job.tag for s, _ in going[3:]) == ["long a", "long c"]
+    assert kv.streams == {s.seq_id: s.job.tag for s, _ in going}  # each stream moved with its sequence
+    assert free == [5] and dec.sequences_moved == len(kv.calls) == 5  # 0 -> 5 -> 3 stepped aside
+
+
+def test_arrange_merges_a_small_group_into_the_next_and_only_closes_gaps():
+    """Three sequences one 256-cell class apart (3 x 2 classes < ``split_min`` 9) are not worth
+    a call of their own: one call, and only the sequence above the gap moves."""
+    dec = _arranger(6, split_min=9)
+    going, held = _live([(0, 600, "long a"), (1, 10, "short b"), (2, 700, "long c"), (3, 20, "short d"), (5, 30, "short e")])
+    dec._L = kv = _FakeKV(held)
+    free = [4]
+    assert dec._arrange(going, None, free) == [(0, 5)] and dec.calls_split == 0
+    assert kv.calls == [("cp", 5, 4)] and [s.seq_id for s, _ in going] == [0, 1, 2, 3, 4]
+    assert kv.streams == {s.seq_id: s.job.tag for s, _ in going} and free == [5]
+
+
+def test_sequences_on_far_apart_cells_step_in_calls_of_their_own_and_keep_their_samples(monkeypatch):
+    """Issue 32: with classes of 16 cells (llama.cpp's are 256) prompts of different lengths at
+    different budgets step in several calls, sequences move to sit with their class, and every
+    request gets the samples it gets in one call per step and alone."""
+    monkeypatch.setattr("mbs.llm.llamacpp_batched.ATTN_PAD", 16)
+    reqs = [req(LONG, n=3, max_tokens=40), req(OTHER, n=3, max_tokens=8), req(MSGS, n=2, max_tokens=24)]
+
+    def run(split_min):
+        b = make(instances=1)
+        try:
+            b._load()
+            b._llms[0]._mbs_decoder.split_min = split_min
+            out = texts(b, reqs)
+            dec = b._llms[0]._mbs_decoder
+            return out, dec.calls_split, dec.sequences_moved, [texts(b, [r])[0] for r in reqs]
+        finally:
+            b.close()
+
+    split, n_split, moved, alone = run(0)
+    whole, n_whole, _, _ = run(10**6)
+    assert n_split > 0 and moved > 0 and n_whole == 0
+    assert split == whole == alone and [len(t) for t in split] == [3, 3, 2]
