@@ -78,9 +78,8 @@ class LlamaCppBackend:
     stream to the cache as they finish (``streams_samples``). On this 2-core machine, 4 CHAMP prompts x 8 samples at L=64, in
     one run: 130 tokens/s with 2 threads quiet (1.38x the engine before issue 22: one sample at
     a time, spinning OpenMP threads), 92 with the grading pool busy beside it (2.76x), 123 in the
-    calibration stage (2.21x). Issue 32: the live sequences stay on KV streams 0..k-1 in order,
-    grouped by the KV cells they hold, each large group in a ``llama_decode`` of its own
-    (:meth:`~mbs.llm.llamacpp_batched.BatchedDecoder._arrange`), and early-stopping rounds are
+    calibration stage (2.21x). Issue 32: the live sequences stay on KV streams 0..k-1 in order
+    (:meth:`~mbs.llm.llamacpp_batched.BatchedDecoder._compact`) and early-stopping rounds are
     drawn ahead (:func:`mbs.calibration.sampling.draw`); on 2 cores (2026-12-03, one run of
     ``bench_engine.py``) the live calibration made 158.6 generated tokens/s, 0.77 of llama.cpp's
     own best batched loop (205.1 at 32 sequences; 0.83 of its 190.2 at 16). One llama.cpp

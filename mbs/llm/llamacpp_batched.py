@@ -17,21 +17,13 @@ same bytes at the same positions as a fresh evaluation, and the first token is d
 logits with the same sampler, so a sample is the same whether its prompt was evaluated or restored.
 
 The decoder owns a llama.cpp context of its own (beside the ``Llama``'s, which keeps tokenizing
-and probing chat templates) holding ``n_seq`` sequences (and a spare, see :meth:`BatchedDecoder._arrange`) in separate KV streams
+and probing chat templates) holding ``n_seq`` sequences in separate KV streams
 (``kv_unified=false``): a sequence attends only over its own cells, laid out the same whatever
 shares the batch. A stream holds the largest prompt plus budget of the jobs it is given, rounded
 up to 256 tokens (grown when later jobs need more, at most ``n_ctx``), so KV memory is ``n_seq``
 x what a sample needs, not ``n_seq`` x ``n_ctx``. Each sequence samples with its own sampler
 chain, the one llama-cpp-python 0.3.36's ``create_chat_completion`` builds with its defaults
 (see :func:`sampler_chain`), seeded ``sample_seed(seed, i)``.
-
-A step is one ``llama_decode`` call, or several when its sequences hold very different numbers
-of KV cells: llama.cpp attends, for every sequence of a call, over as many cells as the call's
-longest sequence holds (padded to 256), so beside a sequence at 1,200 cells a sequence at 150
-would read 1,280 cells instead of 256. Sequences are then ordered by their cells (each call
-must hold consecutive sequence ids) and each class large enough to pay for a call of its own
-(:data:`SPLIT_MIN`) gets one; a sequence's logits do not depend on what shares its call
-(measured bit for bit), so neither do the samples.
 
 Used by :class:`mbs.llm.llamacpp.LlamaCppBackend` when ``batch_samples`` > 1.
 """
@@ -48,17 +40,6 @@ from mbs.llm.base import BackendError, sample_seed
 
 #: KV cells per stream are rounded up to this (llama.cpp pads its attention window to 256 cells).
 CELL_STEP = 256
-
-#: llama.cpp pads the cells a call attends over to this (``llama_kv_cache::get_n_kv``).
-ATTN_PAD = 256
-
-#: A step's sequences on fewer KV cells get a ``llama_decode`` of their own when their count times
-#: the 256-cell classes they save is at least this. llama.cpp attends, for every sequence of a
-#: call, over the cells of the call's longest sequence (padded to 256); a call more costs a fixed
-#: part. Measured on this 2-core machine (SmolLM2-135M, 16 sequences): a call costs 9.4 ms
-#: beside 2.8 ms per sequence, and each 256 cells attended 1.1 ms per sequence more; 9.4 / 1.1
-#: rounds up to 9.
-SPLIT_MIN = 9
 
 #: What ``Llama.create_chat_completion`` (llama-cpp-python 0.3.36) applies besides a request's
 #: temperature and top_p, in its sampler chain's order: top-k 40, typical-p 1.0 (off), min-p 0.05;
@@ -122,7 +103,7 @@ class _Seq:
     sampler: object
     budget: int
     pos: int = 0  # position of the next token
-    next_token: int = -1  # drawn from its logits right after the call that decoded its last token
+    row: int = -1  # logits row it samples from after a step
     tokens: list[int] = field(default_factory=list)
     text: bytearray = field(default_factory=bytearray)
     done: bool = False
@@ -224,21 +205,17 @@ class BatchedDecoder:
         n_ctx_seq: Most tokens per sequence (the backend's ``n_ctx``): the prompt plus a
             sample's budget must fit.
         n_batch: Prompt tokens per ``llama_decode`` call.
-        split_min: See :data:`SPLIT_MIN` (0: every class of cells its own call; a large value: one call per step).
         prefix_bytes: Most bytes of evaluated prompts kept for reuse (:class:`PrefixStore`); the
             prompt evaluated last is kept besides, whatever its size (0: only that one).
 
     Attributes:
         prompt_tokens_evaluated: Prompt tokens llama.cpp evaluated (restored prompts not counted).
         prompts_restored: Prompts restored from the store instead of evaluated.
-        sequences_moved: Live sequences moved to another id: to close a gap, or to sit with the
-            sequences of their class of KV cells (see :meth:`_arrange`).
-        calls_split: Steps decoded in more than one ``llama_decode`` call (see :data:`SPLIT_MIN`).
+        sequences_moved: Live sequences moved to a lower id to close a gap (see :meth:`_compact`).
     """
 
     def __init__(self, llm, n_seq: int, n_ctx_seq: int, n_batch: int, prefix_bytes: int = 256 << 20,
-                 top_k: int = LLAMA_CPP_DEFAULTS["top_k"], min_p: float = LLAMA_CPP_DEFAULTS["min_p"],
-                 split_min: int = SPLIT_MIN):
+                 top_k: int = LLAMA_CPP_DEFAULTS["top_k"], min_p: float = LLAMA_CPP_DEFAULTS["min_p"]):
         import llama_cpp
         import numpy as np
 
@@ -254,8 +231,6 @@ class BatchedDecoder:
         self.prompt_tokens_evaluated = 0
         self.prompts_restored = 0
         self.sequences_moved = 0
-        self.calls_split = 0
-        self.split_min = int(split_min)
         self._last = None  # (prompt, state, logits) evaluated last: kept even beyond the store's bytes
         self._L = llama_cpp
         self._vocab = llm._model.vocab
@@ -281,8 +256,8 @@ class BatchedDecoder:
 
             cells = -(-int(need) // CELL_STEP) * CELL_STEP
             params = self._L.llama_context_params.from_buffer_copy(self.llm.context_params)
-            params.n_seq_max = self.n_seq + 1  # one spare stream to swap two sequences through (_arrange)
-            params.n_ctx = (self.n_seq + 1) * cells
+            params.n_seq_max = self.n_seq
+            params.n_ctx = self.n_seq * cells
             params.kv_unified = False  # one stream per sequence
             params.n_batch = max(int(params.n_batch), self.n_seq)  # a step holds one token per sequence
             params.n_ubatch = max(int(params.n_ubatch), self.n_seq)
@@ -290,7 +265,7 @@ class BatchedDecoder:
             try:
                 self._ctx = _internals.LlamaContext(model=self.llm._model, params=params, verbose=False)
             except ValueError as err:
-                raise BackendError(f"llamacpp: cannot create a context of {self.n_seq + 1} x {cells} tokens: {err}") from err
+                raise BackendError(f"llamacpp: cannot create a context of {self.n_seq} x {cells} tokens: {err}") from err
             got = self._L.llama_n_ctx_seq(self._ctx.ctx)
             if got < cells:
                 raise BackendError(f"llamacpp: context holds {got} tokens per sequence, {cells} asked")
@@ -396,8 +371,8 @@ class BatchedDecoder:
             while True:
                 t0 = time.perf_counter()
                 going: list[tuple[_Seq, int]] = []
-                for s in live:  # the tokens drawn after the last step's calls
-                    token = s.next_token
+                for s in live:  # every sequence samples from the last step's logits before anything overwrites them
+                    token = L.llama_sampler_sample(s.sampler, ctx, s.row)
                     if self._accept(s, token):
                         going.append((s, token))
                     else:
@@ -412,24 +387,21 @@ class BatchedDecoder:
                         going.append((s, token))
                     else:
                         self._finish(s, mem, free, on_done)
-                calls = self._arrange(going, mem, free)
+                self._compact(going, mem, free)
                 live = [s for s, _ in going]
                 if not live:
                     if exhausted:
                         break
                     continue
-                for a, b in calls:
-                    batch.n_tokens = b - a
-                    for row, (s, token) in enumerate(going[a:b]):
-                        batch.token[row] = token
-                        batch.pos[row] = s.pos
-                        batch.n_seq_id[row] = 1
-                        batch.seq_id[row][0] = s.seq_id
-                        batch.logits[row] = True
-                        s.pos += 1
-                    self._decode(ctx, batch, f"step with {b - a} sequences")
-                    for row, (s, _) in enumerate(going[a:b]):  # before the next call overwrites the logits
-                        s.next_token = L.llama_sampler_sample(s.sampler, ctx, row)
+                batch.n_tokens = len(going)
+                for row, (s, token) in enumerate(going):
+                    batch.token[row] = token
+                    batch.pos[row] = s.pos
+                    batch.n_seq_id[row] = 1
+                    batch.seq_id[row][0] = s.seq_id
+                    batch.logits[row] = True
+                    s.row, s.pos = row, s.pos + 1
+                self._decode(ctx, batch, f"step with {len(going)} sequences")
                 share = (time.perf_counter() - t0) / len(going)
                 for s in live:
                     s.sample.seconds += share
@@ -439,68 +411,39 @@ class BatchedDecoder:
                 L.llama_sampler_free(s.sampler)
             L.llama_memory_clear(mem, False)  # the next run starts clean
 
-    def _arrange(self, going: list[tuple[_Seq, int]], mem, free: list[int]) -> list[tuple[int, int]]:
-        """Give the live sequences ids 0..k-1, grouped by KV cells; order the rows by id; return
-        the step's calls as ``[start, stop)`` row ranges.
+    def _compact(self, going: list[tuple[_Seq, int]], mem, free: list[int]) -> None:
+        """Give the live sequences the lowest ids, 0..k-1, and order the step's rows by id.
 
-        llama.cpp (``kv_unified=false``) splits a call whose sequence ids are out of order or
+        llama.cpp (``kv_unified=false``) splits a step whose sequence ids are out of order or
         have gaps into several micro-batches, one per run of consecutive ids: measured on this
         2-core machine, 16 sequences in shuffled row order stepped in 248 ms instead of 91, and
-        8 sequences on ids 0, 2, .., 14 of 16 in 233 ms instead of 71 on ids 0..7. It also
-        attends, for every sequence of a call, over the cells of the call's longest sequence
-        (``llama_kv_cache::get_n_kv``, padded to 256). So the sequences are grouped by the
-        256-cell classes they hold after this step's token, the smaller classes merged upward
-        until a group pays for a call of its own (its sequences times the classes it saves
-        >= ``split_min``), and each group takes a consecutive run of ids, the fewest cells
-        first. A sequence not in its group's run (or above a gap) moves: its stream is copied
-        to the new id (``llama_memory_seq_cp``, the same KV bytes at the same positions, done at
-        the next ``llama_decode``) and its old one cleared; a cycle of moves goes through a free
-        id or the spare stream.
+        8 sequences on ids 0, 2, .., 14 of 16 in 233 ms instead of 71 on ids 0..7. A sequence
+        above a gap (its neighbours finished while no job was left to take their slots) moves
+        down: its stream is copied into the gap's (``llama_memory_seq_cp``, the same KV bytes
+        at the same positions, done at the next ``llama_decode``) and its old one cleared.
+
+        llama.cpp also attends, for every sequence of a call, over as many cells as the call's
+        longest sequence holds, padded to 256 (``llama_kv_cache::get_n_kv``; measured at 16
+        sequences: 71 ms a step at 256 cells, 89 at 512). Tried and not taken (2026-12-04,
+        commit 30fd4fe): ordering the sequences by their cells and giving each large class a
+        call of its own. The samples stayed the same (a sequence's logits are bit for bit the
+        same whatever shares its call), but the extra calls and stream copies cost more than
+        they saved: the live calibration ran at 0.91 and the Goose filter at 0.96 of this
+        engine's rate (``bench_engine.py``, A B B A).
         """
         L = self._L
         k = len(going)
-        if not k:
-            return []
-        cls = {id(s): (s.pos + ATTN_PAD) // ATTN_PAD for s, _ in going}  # cells after this step's token, in 256s
-        groups: list[tuple[int, int]] = []  # (highest class, sequences), the fewest cells first
-        for c in sorted(set(cls.values())):
-            m = sum(1 for v in cls.values() if v == c)
-            if groups and groups[-1][1] * (c - groups[-1][0]) < self.split_min:
-                groups[-1] = (c, groups[-1][1] + m)
-            else:
-                groups.append((c, m))
-        tops = [c for c, _ in groups]
-        group_of = {key: next(g for g, top in enumerate(tops) if v <= top) for key, v in cls.items()}
-        starts = [0]
-        for _, m in groups:
-            starts.append(starts[-1] + m)
-        home = {g: set(range(starts[g], starts[g + 1])) for g in range(len(groups))}
-        targets = {g: sorted(home[g] - {s.seq_id for s, _ in going if group_of[id(s)] == g}) for g in home}
-        moves = {}  # sequence -> id it goes to
-        for s, _ in sorted(going, key=lambda st: st[0].seq_id):
-            g = group_of[id(s)]
-            if s.seq_id not in home[g]:
-                moves[id(s)] = (s, targets[g].pop(0))
-        held = {s.seq_id for s, _ in going}
-        while moves:
-            ready = [key for key, (s, to) in moves.items() if to not in held]
-            if ready:
-                s, to = moves.pop(ready[0])
-            else:  # a cycle: one of them steps aside to an id nobody holds (one above k: all of 0..k-1 are held)
-                key = next(iter(moves))
-                s, to = moves[key]
-                to = next(i for i in range(self.n_seq + 1) if i not in held)
-            L.llama_memory_seq_cp(mem, s.seq_id, to, -1, -1)
+        used = {s.seq_id for s, _ in going}
+        holes = [i for i in range(k) if i not in used]
+        movers = sorted((s for s, _ in going if s.seq_id >= k), key=lambda s: -s.seq_id)
+        for hole, s in zip(holes, movers):
+            L.llama_memory_seq_cp(mem, s.seq_id, hole, -1, -1)
             L.llama_memory_seq_rm(mem, s.seq_id, -1, -1)
-            held.discard(s.seq_id)
-            held.add(to)
-            s.seq_id = to
-            self.sequences_moved += 1
-        free[:] = [i for i in range(self.n_seq - 1, -1, -1) if i not in held]
+            s.seq_id = hole
+        if holes:
+            free[:] = list(range(self.n_seq - 1, k - 1, -1))
+            self.sequences_moved += len(holes)
         going.sort(key=lambda st: st[0].seq_id)
-        if len(groups) > 1:
-            self.calls_split += 1
-        return [(starts[g], starts[g + 1]) for g in range(len(groups))]
 
     def _start(self, job: Job, seq_id: int, ctx, mem, batch, need: int) -> tuple[_Seq, int]:
         """Put ``job``'s prompt into sequence ``seq_id`` (restored, or evaluated and stored) and

@@ -16,7 +16,11 @@ Parts, each in a process of its own (fresh model, cold LLM cache), on the embedd
   step attends over some 800 cells per sequence, so width helps little (measured 121 / 128 / 134
   tokens/s at 8 / 16 / 32 against 186 / 195 / 207 on a CHAMP prompt); with the prompt's own rate
   they give the seconds llama.cpp's own loop needs for the Goose filter's prompt and generated
-  tokens, printed beside the stage's.
+  tokens, printed beside the stage's. The loops also run over the calibration's largest budget
+  (256 steps) from a prompt as long as its mean one: llama.cpp attends, for every sequence of a
+  ``llama_decode``, over the cells of its longest sequence padded to 256, so once sequences pass
+  256 cells a step costs more (measured at 16 sequences: 71 ms at 256 cells, 89 at 512), which the
+  48-step loop from a short prompt never meets and the stage does.
 * ``calibrate``: the main job's live calibration (``mbs-calibrate``, 10 CHAMP problems x L = 128
   and 256 x N = 4) with early stopping on (rounds of 2): generated tokens over the stage's rollout
   phase (grading pool, shards and LLM cache included).
@@ -191,6 +195,7 @@ def child_calibrate(tmp: str, quick: bool, sets: list[str]) -> dict:
     return {"tokens": stats["completion_tokens"], "recorded": sum(r.completion_tokens for r in rollouts),
             "seconds": m["timings_s"]["rollouts"], "rollouts": len(rollouts), **_steps(counts),
             "prompt_evaluated": counts["prompt"], "prompt_distinct": _distinct_prompt_tokens(rollouts),
+            "problems": len({r.problem_id for r in rollouts}), "budget": max(r.budget for r in rollouts),
             "texts": sorted((r.problem_id, r.budget, r.sample_index, r.text) for r in rollouts)}
 
 
@@ -330,6 +335,21 @@ def main() -> None:
             print(f"  loop W={w:<3} prompt {r['prompt_len']} tokens (the Goose filter's mean): {r['tokens']:5d} tokens in "
                   f"{r['seconds']:6.2f} s = {long_loops[w]:7.1f} tok/s; its prompt evaluated at {r['loop_prompt_tok_s']:.0f} tok/s "
                   f"(load {r['load']:.1f}, steal {100 * r['steal']:.0f}%)", flush=True)
+    # llama.cpp's own loop over the calibration's largest budget from a prompt as long as its mean
+    # one: each step attends over as many cells as the stage's sequences hold by then (llama.cpp
+    # pads them to 256 per call, so the stage's sequences past 256 cells cost every sequence of
+    # the call more), which the 48-step loop from a short prompt never reaches
+    cal_len, cal_budget, deep_loops = 0, 0, {}
+    if "loop" in parts and "calibrate" in stages:
+        rows = stages["calibrate"]["new"]
+        cal_len = round(sum(r["prompt_distinct"] for r in rows) / max(1, sum(r["problems"] for r in rows)))
+        cal_budget = max(r["budget"] for r in rows)
+        for w in widths:
+            r = spawn(args, "loop", str(w), str(cal_budget), str(cal_len))
+            deep_loops[w] = r["tokens"] / r["seconds"]
+            print(f"  loop W={w:<3} prompt {r['prompt_len']} tokens (the calibration's mean), {cal_budget} steps (its largest budget): "
+                  f"{r['tokens']:5d} tokens in {r['seconds']:6.2f} s = {deep_loops[w]:7.1f} tok/s "
+                  f"(load {r['load']:.1f}, steal {100 * r['steal']:.0f}%)", flush=True)
     print()
     best = None
     if loops and any(loops.values()):
@@ -343,6 +363,10 @@ def main() -> None:
         print(f"llama.cpp loop tok/s at the Goose filter's prompt length ({goose_len} tokens): "
               + ", ".join(f"W={w} {v:.1f}" for w, v in long_loops.items())
               + f"; best W={long_best}: {long_loops[long_best]:.1f}; that prompt evaluated at {sum(long_prompt) / len(long_prompt):.0f} tok/s")
+    deep_best = max(deep_loops, key=deep_loops.get) if deep_loops else None
+    if deep_best is not None:
+        print(f"llama.cpp loop tok/s over the calibration's budget ({cal_budget} steps from a {cal_len}-token prompt): "
+              + ", ".join(f"W={w} {v:.1f}" for w, v in deep_loops.items()) + f"; best W={deep_best}: {deep_loops[deep_best]:.1f}")
     for part, by in stages.items():
         for label, rows in by.items():
             tps = sum(r["tokens"] for r in rows) / sum(r["seconds"] for r in rows)
@@ -350,6 +374,8 @@ def main() -> None:
             ratio = sum(r["prompt_evaluated"] for r in rows) / max(1, sum(r["prompt_distinct"] for r in rows))
             vs = f" = {tps / mean[best]:.2f} x the best loop (target >= 0.9)" if best else ""
             print(f"{part:<9} {label}: {tps:6.1f} tok/s{vs} ({used:.1f} tok/s of written rollouts); prompt tokens evaluated / distinct {ratio:.2f} (target <= 1.2)")
+            if part == "calibrate" and deep_best is not None:
+                print(f"          {label}: {tps / deep_loops[deep_best]:.2f} x the best loop over its budget")
             if part == "goose" and long_best is not None:
                 # llama.cpp's own seconds for the stage's work: its prompt tokens at the long
                 # loop's prompt rate, its generated tokens at the long loop's best rate
