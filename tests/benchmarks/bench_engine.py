@@ -321,6 +321,19 @@ def main() -> None:
                   flush=True)
     if "loop" in parts:
         run_loops(widths[::-1])  # the loops again, after the stages: A B B A around them
+    def loops_at(steps: int, prompt_len: int, what: str, show_prompt: bool) -> tuple[dict[int, float], list[float]]:
+        """The loop at every width, ``steps`` steps from ``prompt_len`` tokens of CHAMP text:
+        generated tokens/s by width, and the prompt's rates."""
+        rates, prompt = {}, []
+        for w in widths:
+            r = spawn(args, "loop", str(w), str(steps), str(prompt_len))
+            rates[w] = r["tokens"] / r["seconds"]
+            prompt.append(r["loop_prompt_tok_s"])
+            its = f"; its prompt evaluated at {r['loop_prompt_tok_s']:.0f} tok/s" if show_prompt else ""
+            print(f"  loop W={w:<3} prompt {r['prompt_len']} {what} {r['tokens']:5d} tokens in "
+                  f"{r['seconds']:6.2f} s = {rates[w]:7.1f} tok/s{its} (load {r['load']:.1f}, steal {100 * r['steal']:.0f}%)", flush=True)
+        return rates, prompt
+
     # llama.cpp's own loop on prompts as long as the Goose filter's: decoding there is bound by
     # attention over the prompt's cells (every sequence reads its own), so it is the ceiling
     # a stage of such prompts can reach
@@ -328,13 +341,7 @@ def main() -> None:
     if "loop" in parts and "goose" in stages:
         rows = stages["goose"]["new"]
         goose_len = round(sum(r["prompt_distinct"] for r in rows) / max(1, sum(r["items"] for r in rows)))
-        for w in widths:
-            r = spawn(args, "loop", str(w), str(args.steps), str(goose_len))
-            long_loops[w] = r["tokens"] / r["seconds"]
-            long_prompt.append(r["loop_prompt_tok_s"])
-            print(f"  loop W={w:<3} prompt {r['prompt_len']} tokens (the Goose filter's mean): {r['tokens']:5d} tokens in "
-                  f"{r['seconds']:6.2f} s = {long_loops[w]:7.1f} tok/s; its prompt evaluated at {r['loop_prompt_tok_s']:.0f} tok/s "
-                  f"(load {r['load']:.1f}, steal {100 * r['steal']:.0f}%)", flush=True)
+        long_loops, long_prompt = loops_at(args.steps, goose_len, "tokens (the Goose filter's mean):", True)
     # llama.cpp's own loop over the calibration's largest budget from a prompt as long as its mean
     # one: each step attends over as many cells as the stage's sequences hold by then (llama.cpp
     # pads them to 256 per call, so the stage's sequences past 256 cells cost every sequence of
@@ -344,12 +351,7 @@ def main() -> None:
         rows = stages["calibrate"]["new"]
         cal_len = round(sum(r["prompt_distinct"] for r in rows) / max(1, sum(r["problems"] for r in rows)))
         cal_budget = max(r["budget"] for r in rows)
-        for w in widths:
-            r = spawn(args, "loop", str(w), str(cal_budget), str(cal_len))
-            deep_loops[w] = r["tokens"] / r["seconds"]
-            print(f"  loop W={w:<3} prompt {r['prompt_len']} tokens (the calibration's mean), {cal_budget} steps (its largest budget): "
-                  f"{r['tokens']:5d} tokens in {r['seconds']:6.2f} s = {deep_loops[w]:7.1f} tok/s "
-                  f"(load {r['load']:.1f}, steal {100 * r['steal']:.0f}%)", flush=True)
+        deep_loops, _ = loops_at(cal_budget, cal_len, f"tokens (the calibration's mean), {cal_budget} steps (its largest budget):", False)
     print()
     best = None
     if loops and any(loops.values()):
