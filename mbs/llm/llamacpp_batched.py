@@ -22,8 +22,8 @@ and probing chat templates) holding ``n_seq`` sequences in separate KV streams
 shares the batch. A stream holds the largest prompt plus budget of the jobs it is given, rounded
 up to 256 tokens (grown when later jobs need more, at most ``n_ctx``), so KV memory is ``n_seq``
 x what a sample needs, not ``n_seq`` x ``n_ctx``. Each sequence samples with its own sampler
-chain, the one llama-cpp-python 0.3.36's ``create_chat_completion`` builds with its defaults
-(see :func:`sampler_chain`), seeded ``sample_seed(seed, i)``.
+chain in mbs's one sampling order, temperature first (:func:`sampler_chain`), seeded
+``sample_seed(seed, i)``.
 
 Used by :class:`mbs.llm.llamacpp.LlamaCppBackend` when ``batch_samples`` > 1.
 """
@@ -41,10 +41,10 @@ from mbs.llm.base import BackendError, sample_seed
 #: KV cells per stream are rounded up to this (llama.cpp pads its attention window to 256 cells).
 CELL_STEP = 256
 
-#: What ``Llama.create_chat_completion`` (llama-cpp-python 0.3.36) applies besides a request's
-#: temperature and top_p, in its sampler chain's order: top-k 40, typical-p 1.0 (off), min-p 0.05;
-#: repeat/frequency/presence penalties are neutral (1.0, 0, 0) and left out.
-LLAMA_CPP_DEFAULTS = {"top_k": 40, "typical_p": 1.0, "min_p": 0.05}
+#: The filters mbs's llama.cpp engine applies besides a request's temperature and top_p unless
+#: ``backend.top_k`` / ``backend.min_p`` say otherwise: llama-cpp-python's chat defaults, top-k 40
+#: and min-p 0.05 (repeat/frequency/presence penalties are neutral and left out).
+LLAMA_CPP_DEFAULTS = {"top_k": 40, "min_p": 0.05}
 
 
 @dataclass
@@ -117,12 +117,15 @@ def prompt_too_long(n_prompt: int, n_ctx: int) -> str:
 
 def sampler_chain(seed: int, temperature: float, top_p: float, top_k: int = LLAMA_CPP_DEFAULTS["top_k"],
                   min_p: float = LLAMA_CPP_DEFAULTS["min_p"]):
-    """A llama.cpp sampler chain as llama-cpp-python 0.3.36's chat completion builds it.
+    """A llama.cpp sampler chain in mbs's one sampling order (:data:`mbs.llm.base.SAMPLER_ORDER`).
 
-    ``temperature > 0``: top-k ``top_k`` (40; 0: off), typical 1.0, top-p ``top_p``, min-p
-    ``min_p`` (0.05; 0: off; min_keep 1 each), temperature, then a draw seeded ``seed``;
-    ``temperature == 0``: greedy; ``< 0``: a seeded draw from the raw distribution. Free it with
-    ``llama_sampler_free``.
+    ``temperature > 0``: temperature, then top-k ``top_k`` (0: off), top-p ``top_p`` and min-p
+    ``min_p`` (0: off; min_keep 1 each) on the tempered distribution, then a draw seeded ``seed``:
+    the order of Hugging Face ``generate`` and so of TRL's GRPO rollouts (issue 47). llama-cpp-python's
+    own chat completion puts temperature last, so its min-p 0.05 at temperature 0.6 keeps tokens whose
+    *untempered* ratio to the top token is at least 0.05, where TRL keeps only those at least
+    0.05 ** 0.6 = 0.166 of it. ``temperature == 0``: greedy; ``< 0``: a seeded draw from the raw
+    distribution. Free it with ``llama_sampler_free``.
 
     Args:
         seed: Seed of the draw (31-bit, :func:`mbs.llm.base.sample_seed`).
@@ -134,23 +137,28 @@ def sampler_chain(seed: int, temperature: float, top_p: float, top_k: int = LLAM
     import llama_cpp as L
 
     chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
-    parts = []
-    if temperature < 0:
-        parts.append(L.llama_sampler_init_dist(seed))
-    elif temperature == 0:
-        parts.append(L.llama_sampler_init_greedy())
-    else:
-        parts += [
-            L.llama_sampler_init_top_k(int(top_k)),
-            L.llama_sampler_init_typical(LLAMA_CPP_DEFAULTS["typical_p"], 1),
-            L.llama_sampler_init_top_p(float(top_p), 1),
-            L.llama_sampler_init_min_p(float(min_p), 1),
-            L.llama_sampler_init_temp(float(temperature)),
-            L.llama_sampler_init_dist(seed),
-        ]
-    for part in parts:
+    for part in filter_chain(temperature, top_p, top_k, min_p) + [
+        L.llama_sampler_init_dist(seed) if temperature != 0 else L.llama_sampler_init_greedy()
+    ]:
         L.llama_sampler_chain_add(chain, part)  # the chain owns (and frees) its parts
     return chain
+
+
+def filter_chain(temperature: float, top_p: float, top_k: int, min_p: float) -> list:
+    """The llama.cpp samplers of :func:`sampler_chain` before its draw: temperature, top-k, top-p,
+    min-p (none for ``temperature <= 0``). Applied to a candidate array without the draw, they leave
+    the kept tokens and their tempered logits (what ``tests/llm/test_one_policy.py`` compares
+    with Hugging Face's warpers)."""
+    import llama_cpp as L
+
+    if temperature <= 0:
+        return []
+    return [
+        L.llama_sampler_init_temp(float(temperature)),
+        L.llama_sampler_init_top_k(int(top_k)),
+        L.llama_sampler_init_top_p(float(top_p), 1),
+        L.llama_sampler_init_min_p(float(min_p), 1),
+    ]
 
 
 class PrefixStore:

@@ -1,5 +1,5 @@
 """The in-process llama.cpp backend on the embedded SmolLM2-135M model (real weights, CPU), one
-sample at a time (``batch_samples=1``; the batched engine: test_llamacpp_batched.py)."""
+sample at a time (``batch_samples=1``, the batched engine at width 1; wider: test_llamacpp_batched.py)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,13 @@ def test_samples_are_distinct_and_do_not_depend_on_what_ran_before(backend):
 def test_completion_fields_and_budget(backend):
     (c,) = backend.generate([req(MSGS, 1, max_tokens=5)])[0]
     assert c.finish_reason == "length" and c.completion_tokens == 5 and c.prompt_tokens > 10
-    assert backend.model_id.startswith("SmolLM2-135M-Instruct.Q4_1.gguf@sha256:")
+    # the GGUF's fp32 de-quantisation runs by default (the weights TRL trains), the file as stored on request
+    assert backend.model_id.startswith("SmolLM2-135M-Instruct.Q4_1.F32.gguf@sha256:")
+    assert backend.run_path.stat().st_size > 4 * 134_000_000
+    stored = LlamaCppBackend(n_ctx=512, weights="file")
+    assert stored.model_id.startswith("SmolLM2-135M-Instruct.Q4_1.gguf@sha256:") and stored.run_path == embedded_model_path()
+    with pytest.raises(ValueError, match="backend.weights='q8': must be one of f32, file"):
+        LlamaCppBackend(weights="q8")
 
 
 def test_cache_serves_a_rerun(backend, tmp_path):
@@ -67,7 +73,7 @@ def test_parallel_instances_draw_the_same_samples(backend):
     one = [[c.text for c in comps] for comps in backend.generate(reqs)]
     two = LlamaCppBackend(n_ctx=512, instances=2, n_threads=1, batch_samples=1)
     try:
-        assert two.preferred_batch == 2
+        assert two.preferred_batch == 1 << 20  # every request at once, split between the instances
         assert [[c.text for c in comps] for comps in two.generate(reqs)] == one
         assert [[c.text for c in comps] for comps in two.generate(reqs)] == one  # and again
     finally:

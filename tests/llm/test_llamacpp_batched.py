@@ -46,7 +46,7 @@ def test_output_shape_fields_and_stats(backend):
     assert backend.stats.samples - before[0] == 6
     assert backend.stats.completion_tokens - before[1] == sum(c.completion_tokens for c in a + b)
     assert len({c.text for c in a}) == 4  # distinct seeds, distinct samples
-    assert backend.cache_params == {"engine": "batched"}
+    assert backend.cache_params == {"engine": "batched", "sampler": "temperature, top_k, top_p, min_p"}
 
 
 def test_finish_reasons_length_and_end_of_generation(backend):
@@ -119,15 +119,21 @@ def test_reasoning_split_is_applied(backend):
     assert thinking.cache_params["engine"] == "batched" and thinking.cache_params["reasoning"]["format"] == "think_open"
 
 
-def test_cache_keys_tell_the_engines_apart(backend, tmp_path):
-    one = make(batch_samples=1)
+def test_cache_keys_share_widths_and_tell_the_weights_apart(backend, tmp_path):
+    """Width 1 is the same engine (same samples, served from the cache); the GGUF as stored
+    (quantised) is another policy than its fp32 de-quantisation, so it misses the cache."""
+    one, stored = make(batch_samples=1), make(weights="file")
     try:
-        CachedBackend(backend, tmp_path).generate([req(MSGS, n=2)])
+        first = [c.text for c in CachedBackend(backend, tmp_path).generate([req(MSGS, n=2)])[0]]
         again = CachedBackend(one, tmp_path)
-        again.generate([req(MSGS, n=2)])
-        assert again.stats.cache_hits == 0 and one.cache_params == {}
+        assert [c.text for c in again.generate([req(MSGS, n=2)])[0]] == first and again.stats.cache_hits == 2
+        assert [c.text for c in one.generate([req(MSGS, n=2)])[0]] == first  # drawn, not cached: the same
+        other = CachedBackend(stored, tmp_path)
+        other.generate([req(MSGS, n=2)])
+        assert other.stats.cache_hits == 0 and stored.model_id != backend.model_id
     finally:
         one.close()
+        stored.close()
 
 
 def test_prompt_that_cannot_fit_is_a_clear_error(backend):
