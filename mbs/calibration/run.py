@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 from mbs.calibration import calibrate_group, settled, trap_summary
 from mbs.calibration.difficulty import difficulty_fields
 from mbs.calibration.grouping import RolloutIndex
+from mbs.calibration.independence import IndexCorrelation
 from mbs.calibration.recorded import calibrate_recorded, recorded_report
 from mbs.calibration.sampling import Group, Policy, RolloutWriter, draw
 from mbs.calibration.students import StudentSet
@@ -299,6 +300,7 @@ def finalize(
         target = (settings.target, settings.hard_seed_budget)
         failed: set[str] = set()  # the target's failed_all problems at the hard-seed budget
         sim = None if settings.early_stop else _EarlyStopTally(settings.batch, settings.decision, settings.alpha)
+        by_index = IndexCorrelation()
 
         def calibrations() -> Iterator[Calibration]:
             for rs in index.groups():
@@ -309,6 +311,8 @@ def finalize(
                     failed.add(c.problem_id)
                 if sim is not None and c.n == c.n_target:
                     sim.add(rs, c)
+                if first.budget is not None and c.n == c.n_target:
+                    by_index.add(c.policy, first.budget, [o.reward for o in rs[:n_group]])
                 yield c
 
         cal_shard = out.shard("calibrations", Calibration)
@@ -363,6 +367,8 @@ def finalize(
         }
     )
     summary.update(difficulty_fields(gradable(), problems))  # band shares per (difficulty level, L)
+    # are sample i's outcomes independent across problems? (seeds salted with the problem id, issue 41)
+    summary["sample_index_correlation"] = by_index.report()
     if sim is not None and sim.groups:
         summary["early_stop_simulation"] = sim.report()
     if any(p.source == "recorded" for p in policies):

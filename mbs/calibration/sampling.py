@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from mbs.calibration import calibrate_group, settled
 from mbs.io import Shard
 from mbs.llm import build_backend
-from mbs.llm.base import ChatRequest, index_runs
+from mbs.llm.base import ChatRequest, index_runs, salted_seed
 from mbs.prompts import user_messages
 from mbs.reasoning import final_answer, no_answer_reason
 from mbs.records import Calibration, Problem, Rollout
@@ -398,7 +398,7 @@ def draw(
 
     def request(first: int, count: int, g: Group) -> ChatRequest:
         return ChatRequest(messages=g.messages, n=count, max_tokens=g.budget, temperature=float(temperature),
-                           top_p=float(top_p), seed=int(seed), first_index=first)
+                           top_p=float(top_p), seed=salted_seed(int(seed), g.id), first_index=first)
 
     if es and len(rounds) > 1 and getattr(backend, "cancels_requests", False):
         _speculate(groups, rounds, n, es, writer, backend, stats, bar, record, todo, request, policy.name)

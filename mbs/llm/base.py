@@ -258,6 +258,28 @@ def sample_seed(seed: int, index: int) -> int:
     return int.from_bytes(h, "little") & 0x7FFFFFFF
 
 
+def salted_seed(seed: int, salt: str) -> int:
+    """The request seed of one problem (or prompt) ``salt`` in a run seeded ``seed`` (31 bits).
+
+    Every caller that makes a request seed salts it (issue 41): a request's samples are seeded
+    :func:`sample_seed` ``(seed, i)``, so with the run's seed alone sample ``i`` of every problem of
+    a run drew the same random stream, and on similar prompts the same stream makes the same length
+    and format choices: outcomes correlated across problems, which every Wilson and bootstrap
+    interval assumes away. Salted with the problem id, copies of one question under different ids
+    draw different samples, while two policies calibrated on one problem still share sample ``i``'s
+    seed (paired comparisons between policies stay paired).
+
+    Args:
+        seed: The run's seed (``seed``).
+        salt: The problem or group id (calibration), or the rendered prompt (teacher calls).
+
+    Returns:
+        A seed in ``0 .. 2**31 - 1``.
+    """
+    h = hashlib.blake2b(f"{int(seed)}:{salt}".encode(), digest_size=8, person=b"mbs-group").digest()
+    return int.from_bytes(h, "little") & 0x7FFFFFFF
+
+
 def split_completion(
     comp: Completion,
     fmt: str,

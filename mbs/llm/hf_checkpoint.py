@@ -28,7 +28,7 @@ from pathlib import Path
 
 from mbs.errors import require_extra
 
-__all__ = ["SOURCE_FILE", "checkpoint_sha256", "dequantized_gguf", "file_sha256", "trainable_checkpoint"]
+__all__ = ["SOURCE_FILE", "checkpoint_sha256", "dequantized_gguf", "eog_token_ids", "file_sha256", "trainable_checkpoint"]
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +141,28 @@ def dequantized_gguf(gguf_path: str | Path, cache_dir: str | Path) -> Path:
     return target
 
 
+def eog_token_ids(gguf_path: str | Path) -> list[int]:
+    """The token ids llama.cpp ends a sample on (``llama_vocab_is_eog``), read from the GGUF's vocabulary.
+
+    llama.cpp counts more tokens as end-of-generation than the GGUF's ``eos_token_id``: for the
+    embedded SmolLM2-135M-Instruct 0, 2 and 4 (``<|endoftext|>``, ``<|im_end|>``, ``<reponame>``)
+    against the converted tokenizer's 2 alone.
+
+    Returns:
+        The ids in increasing order; empty when llama-cpp-python is not installed.
+    """
+    try:
+        import llama_cpp
+    except ImportError:
+        return []
+    llm = llama_cpp.Llama(model_path=str(gguf_path), vocab_only=True, verbose=False)
+    try:
+        vocab = llm._model.vocab
+        return [i for i in range(int(llama_cpp.llama_vocab_n_tokens(vocab))) if llama_cpp.llama_vocab_is_eog(vocab, i)]
+    finally:
+        llm.close()
+
+
 def trainable_checkpoint(gguf_path: str | Path, cache_dir: str | Path) -> Path:
     """The fp32 Hugging Face checkpoint of a GGUF model, converted once per file content.
 
@@ -150,8 +172,9 @@ def trainable_checkpoint(gguf_path: str | Path, cache_dir: str | Path) -> Path:
 
     Returns:
         The checkpoint folder: ``config.json``, ``model.safetensors`` (fp32), the tokenizer files
-        with the GGUF's chat template, ``generation_config.json`` and :data:`SOURCE_FILE`
-        (``{"gguf": path, "sha256": hash}``).
+        with the GGUF's chat template, ``generation_config.json`` (its ``eos_token_id``: the tokens
+        llama.cpp ends a sample on, :func:`eog_token_ids`) and :data:`SOURCE_FILE`
+        (``{"gguf": path, "sha256": hash, "eos_token_ids": [...]}``).
 
     Raises:
         FileNotFoundError: ``gguf_path`` does not exist.
@@ -163,7 +186,9 @@ def trainable_checkpoint(gguf_path: str | Path, cache_dir: str | Path) -> Path:
     digest = file_sha256(gguf_path)
     target = Path(cache_dir) / "hf" / digest[:16]
     if (target / SOURCE_FILE).is_file():
-        return target
+        if "eos_token_ids" in json.loads((target / SOURCE_FILE).read_text()):
+            return target
+        log.info("%s was converted before its stop tokens were llama.cpp's: converting it again", target)
     for module in ("torch", "transformers", "gguf"):
         require_extra(module, "converting a GGUF policy into a trainable checkpoint")
     import torch
@@ -181,12 +206,18 @@ def trainable_checkpoint(gguf_path: str | Path, cache_dir: str | Path) -> Path:
         del model.quantization_method
     if getattr(model.config, "quantization_config", None) is not None:
         del model.config.quantization_config
+    # one stop set: llama.cpp ends a sample on every end-of-generation token of the vocabulary, and
+    # TRL and the transformers backend stop on the generation config's eos_token_id (TRL also masks them)
+    eos = eog_token_ids(gguf_path) or [int(tokenizer.eos_token_id)]
+    model.generation_config.eos_token_id = eos
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        (tmp / SOURCE_FILE).write_text(json.dumps({"gguf": str(gguf_path), "sha256": digest}, indent=2) + "\n")
+        (tmp / SOURCE_FILE).write_text(json.dumps({"gguf": str(gguf_path), "sha256": digest, "eos_token_ids": eos}, indent=2) + "\n")
+        if target.is_dir() and "eos_token_ids" not in (target / SOURCE_FILE).read_text():
+            shutil.rmtree(target)  # the stale conversion (see above)
         try:
             os.rename(tmp, target)
         except OSError:

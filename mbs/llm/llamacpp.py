@@ -28,7 +28,8 @@ from mbs.llm.base import (
     sample_seed,
     split_completion,
 )
-from mbs.llm.llamacpp_batched import LLAMA_CPP_DEFAULTS, BatchedDecoder, Job, RawSample, prompt_too_long
+from mbs.llm.llamacpp_batched import BatchedDecoder, Job, RawSample, prompt_too_long
+from mbs.llm.llamacpp_sampling import LLAMA_CPP_DEFAULTS
 from mbs.reasoning import ReasoningConfig
 from mbs.resources import set_openmp_wait, usable_cpus
 

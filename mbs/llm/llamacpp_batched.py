@@ -37,14 +37,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from mbs.llm.base import BackendError, sample_seed
+from mbs.llm.llamacpp_sampling import LLAMA_CPP_DEFAULTS, sampler_chain
 
 #: KV cells per stream are rounded up to this (llama.cpp pads its attention window to 256 cells).
 CELL_STEP = 256
 
-#: The filters mbs's llama.cpp engine applies besides a request's temperature and top_p unless
-#: ``backend.top_k`` / ``backend.min_p`` say otherwise: llama-cpp-python's chat defaults, top-k 40
-#: and min-p 0.05 (repeat/frequency/presence penalties are neutral and left out).
-LLAMA_CPP_DEFAULTS = {"top_k": 40, "min_p": 0.05}
 
 
 @dataclass
@@ -113,52 +110,6 @@ class _Seq:
 def prompt_too_long(n_prompt: int, n_ctx: int) -> str:
     """The error message for a prompt of ``n_prompt`` tokens that does not fit ``n_ctx`` per sample."""
     return f"prompt of {n_prompt} tokens does not fit the context of {n_ctx} tokens per sample (raise backend.n_ctx)"
-
-
-def sampler_chain(seed: int, temperature: float, top_p: float, top_k: int = LLAMA_CPP_DEFAULTS["top_k"],
-                  min_p: float = LLAMA_CPP_DEFAULTS["min_p"]):
-    """A llama.cpp sampler chain in mbs's one sampling order (:data:`mbs.llm.base.SAMPLER_ORDER`).
-
-    ``temperature > 0``: temperature, then top-k ``top_k`` (0: off), top-p ``top_p`` and min-p
-    ``min_p`` (0: off; min_keep 1 each) on the tempered distribution, then a draw seeded ``seed``:
-    the order of Hugging Face ``generate`` and so of TRL's GRPO rollouts (issue 47). llama-cpp-python's
-    own chat completion puts temperature last, so its min-p 0.05 at temperature 0.6 keeps tokens whose
-    *untempered* ratio to the top token is at least 0.05, where TRL keeps only those at least
-    0.05 ** 0.6 = 0.166 of it. ``temperature == 0``: greedy; ``< 0``: a seeded draw from the raw
-    distribution. Free it with ``llama_sampler_free``.
-
-    Args:
-        seed: Seed of the draw (31-bit, :func:`mbs.llm.base.sample_seed`).
-        temperature: Sampling temperature.
-        top_p: Nucleus mass.
-        top_k: Most likely tokens kept (``backend.top_k``; 0: all).
-        min_p: Tokens below ``min_p`` times the most likely one's probability dropped (``backend.min_p``; 0: none).
-    """
-    import llama_cpp as L
-
-    chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
-    for part in filter_chain(temperature, top_p, top_k, min_p) + [
-        L.llama_sampler_init_dist(seed) if temperature != 0 else L.llama_sampler_init_greedy()
-    ]:
-        L.llama_sampler_chain_add(chain, part)  # the chain owns (and frees) its parts
-    return chain
-
-
-def filter_chain(temperature: float, top_p: float, top_k: int, min_p: float) -> list:
-    """The llama.cpp samplers of :func:`sampler_chain` before its draw: temperature, top-k, top-p,
-    min-p (none for ``temperature <= 0``). Applied to a candidate array without the draw, they leave
-    the kept tokens and their tempered logits (what ``tests/llm/test_one_policy.py`` compares
-    with Hugging Face's warpers)."""
-    import llama_cpp as L
-
-    if temperature <= 0:
-        return []
-    return [
-        L.llama_sampler_init_temp(float(temperature)),
-        L.llama_sampler_init_top_k(int(top_k)),
-        L.llama_sampler_init_top_p(float(top_p), 1),
-        L.llama_sampler_init_min_p(float(min_p), 1),
-    ]
 
 
 class PrefixStore:
@@ -294,6 +245,13 @@ class BatchedDecoder:
             n = self._L.llama_token_to_piece(self._vocab, token, self._buf, len(self._buf), 0, False)
             piece = self._pieces[token] = bytes(self._buf[: max(0, n)])
         return piece
+
+    def prompt_logits(self, prompt: Sequence[int]):
+        """The logits of ``prompt``'s last token as this decoder drew a first token from them
+        (``None`` when the prompt is not stored: evaluate it by drawing a sample first)."""
+        key = tuple(prompt)
+        stored = self._last[1:] if self._last is not None and self._last[0] == key else self.prefixes.get(key)
+        return None if stored is None else stored[1]
 
     def job_budget(self, n_prompt: int, max_tokens: int) -> int:
         """Budget L of a sample: ``max_tokens`` capped at ``n_ctx_seq - P`` as llama-cpp-python

@@ -17,13 +17,14 @@ written solution (:mod:`mbs.synth.traces`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from mbs.errors import ConfigError
 from mbs.llm import CachedBackend, build_backend
-from mbs.llm.base import ChatRequest
+from mbs.llm.base import ChatRequest, salted_seed
 from mbs.prompts import user_messages
 from mbs.reasoning import no_answer_reason
 from mbs.records import Problem
@@ -61,10 +62,11 @@ class Teacher:
         return self.source == "live"
 
     def request(self, messages: list[dict[str, str]], index: int = 0, n: int = 1) -> ChatRequest:
-        """Samples ``index .. index+n-1`` of ``messages`` (the same index gives the same sample)."""
+        """Samples ``index .. index+n-1`` of ``messages`` (the same index gives the same sample),
+        seeded with the run's seed salted by the prompt (:func:`mbs.llm.base.salted_seed`)."""
         return ChatRequest(
             messages=messages, n=n, max_tokens=self.max_tokens, temperature=self.temperature,
-            top_p=1.0, seed=self.seed, first_index=index,
+            top_p=1.0, seed=salted_seed(self.seed, json.dumps(messages, sort_keys=True)), first_index=index,
         )
 
 

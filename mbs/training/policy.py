@@ -11,6 +11,12 @@ A ``train.<key>`` that differs from the calibrated value is refused with both va
 unless ``train.override`` lists the key; then it is used and recorded in the run's summary as
 ``overrides: {key: {calibrated: x, used: y}}``. Keys: :data:`POLICY_KEYS`.
 
+Beyond the keys, the distribution itself (issue 47): the training engine must sample in the
+calibration's sampler order on the calibration's numbers
+(:func:`mbs.training.provenance.policy_mismatch`): a calibration by llama-cpp-python's
+temperature-last chain, or on a quantised GGUF as stored, is refused unless
+``train.allow_policy_mismatch=true``, which records the differences as ``mismatch``.
+
 An export without a trainable calibrated policy (recorded answers only, or written before
 provenance was recorded) trains only an explicitly named model: ``train.model=...`` and
 ``train.override=[model]``; the other keys then come from ``train.uncalibrated``.
@@ -25,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from mbs.errors import ConfigError
-from mbs.training.provenance import ExportProvenance, MissingProvenanceError, PolicyProvenance
+from mbs.training.provenance import ExportProvenance, MissingProvenanceError, PolicyProvenance, policy_mismatch
 from mbs.training.settings import POLICY_KEYS, TrainSettings
 
 __all__ = ["POLICY_KEYS", "TrainPolicy", "resolve_policy"]
@@ -51,6 +57,8 @@ class TrainPolicy:
         overrides: ``{key: {"calibrated": x, "used": y}}`` for every key trained differently on request.
         other_sources: Export sources calibrated for another policy or setup, with why.
         gguf: The GGUF file the checkpoint is converted from (llama.cpp policies), else ``None``.
+        mismatch: How the engine's sampled distribution differs from the calibrated one, allowed by
+            ``train.allow_policy_mismatch`` (:func:`mbs.training.provenance.policy_mismatch`; empty: none).
     """
 
     model: str
@@ -66,6 +74,7 @@ class TrainPolicy:
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     other_sources: dict[str, str] = field(default_factory=dict)
     gguf: str | None = None
+    mismatch: tuple[str, ...] = ()
 
     def summary(self) -> dict[str, Any]:
         """The ``policy`` block of the train run's ``summary.json``."""
@@ -75,6 +84,7 @@ class TrainPolicy:
             "calibrated": None if self.provenance is None else self.provenance.to_dict(),
             "overrides": self.overrides,
             "other_sources": self.other_sources,
+            "mismatch": list(self.mismatch),
         }
 
 
@@ -160,7 +170,8 @@ def resolve_policy(train: TrainSettings, convert: bool = True) -> TrainPolicy:
 
     Raises:
         ConfigError: A ``train.<key>`` differs from the calibrated value and is not in
-            ``train.override`` (names both values), an unknown key in ``train.override``, sources
+            ``train.override`` (names both values), the engine samples another distribution than
+            the calibrated one (sampler order or weights) without ``train.allow_policy_mismatch``, an unknown key in ``train.override``, sources
             that disagree without ``train.calibration``, or no model to train.
         MissingProvenanceError: The export records no calibrated policy and ``train.model`` is
             not given with ``train.override=[model]``.
@@ -220,6 +231,16 @@ def resolve_policy(train: TrainSettings, convert: bool = True) -> TrainPolicy:
         model = gguf
     else:
         model = str(asked["model"] if asked["model"] is not None else prov.model)
+    mismatch = [] if prov is None or "model" in overrides else policy_mismatch(prov, train.engine)
+    if mismatch and not train.allow_policy_mismatch:
+        raise ConfigError(
+            f"{train.data_dir}: {train.engine} would train another policy than the one {prov.source} was calibrated "
+            f"with: {'; '.join(mismatch)}. Its pass rates and bands were measured for that other distribution: "
+            "recalibrate with this mbs (mbs-calibrate samples what trains), or set train.allow_policy_mismatch=true to "
+            "train anyway (recorded in summary.json as policy.mismatch)"
+        )
+    for note in mismatch:
+        log.warning("train.allow_policy_mismatch: %s", note)
     for key in ("group_size", "max_completion_length"):
         if used[key] is None:
             raise ConfigError(f"{train.data_dir}: the calibrated {key} is not recorded; set train.{key} and train.override=[{key}]")
@@ -237,6 +258,7 @@ def resolve_policy(train: TrainSettings, convert: bool = True) -> TrainPolicy:
         reasoning_format=str(used["reasoning_format"] or "auto"),
         chat_template_kwargs=dict(used["chat_template_kwargs"] or {}),
         provenance=prov, overrides=overrides, other_sources=export.others(prov) if export else {}, gguf=gguf,
+        mismatch=tuple(mismatch),
     )
 
 

@@ -37,6 +37,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from mbs.errors import ConfigError, InputNotFoundError
+from mbs.llm.base import LLAMA_CPP_PYTHON_SAMPLER_ORDER, SAMPLER_ORDER, VLLM_SAMPLER_ORDER, same_distribution
 
 __all__ = [
     "AGREEMENT_KEYS",
@@ -46,6 +47,7 @@ __all__ = [
     "distribution_of",
     "engine_sampling",
     "policy_block",
+    "policy_mismatch",
     "provenance_of_run",
     "sampled_distributions",
 ]
@@ -58,9 +60,19 @@ LLAMACPP_SAMPLING = {"top_k": 40, "min_p": 0.05}
 
 #: Fields two sources must share to have calibrated one policy (``model_id``: sha256 or name@revision).
 AGREEMENT_KEYS = (
-    "model_id", "budget", "n", "temperature", "top_p", "top_k", "min_p",
+    "model_id", "weights", "sampler", "budget", "n", "temperature", "top_p", "top_k", "min_p",
     "reasoning_format", "chat_template_kwargs", "effort",
 )
+
+#: ``weights`` of a llama.cpp calibration that ran the GGUF's fp32 de-quantisation (``backend.weights=f32``):
+#: the numbers :func:`mbs.llm.hf_checkpoint.trainable_checkpoint` gives TRL.
+F32_WEIGHTS = "f32 (de-quantised GGUF)"
+#: ``weights`` of a llama.cpp calibration that ran the GGUF as stored (``backend.weights=file``, or a run
+#: from before issue 47): a quantised file computes with 8-bit-quantised activations, another policy.
+FILE_WEIGHTS = "the GGUF as stored"
+
+#: The sampler order of each backend kind for provenance written before it was recorded (issue 47).
+_SAMPLER_BEFORE_47 = {"llamacpp": LLAMA_CPP_PYTHON_SAMPLER_ORDER, "vllm": VLLM_SAMPLER_ORDER, "transformers": SAMPLER_ORDER}
 
 
 class MissingProvenanceError(ConfigError):
@@ -91,6 +103,10 @@ class PolicyProvenance:
         temperature, top_p: Sampling parameters of the rollouts.
         top_k, min_p: What the engine applied besides them (:func:`engine_sampling`; ``None``: off,
             or an OpenAI-compatible server's default, not known here).
+        sampler: The order the engine applied temperature and the filters in
+            (:data:`mbs.llm.base.SAMPLER_ORDER` and its kin; ``None``: not known).
+        weights: The numbers the engine computed with (:data:`F32_WEIGHTS`, :data:`FILE_WEIGHTS`,
+            ``checkpoint (<dtype>)``; ``None``: not known).
         reasoning_format: The policy's reasoning format (:data:`mbs.reasoning.FORMATS`).
         chat_template_kwargs: Chat-template variables sent at calibration (e.g. ``enable_thinking``).
         effort: Reasoning effort sent at calibration (gpt-oss, hosted APIs), or ``None``.
@@ -115,6 +131,8 @@ class PolicyProvenance:
     top_p: float | None = None
     top_k: int | None = None
     min_p: float | None = None
+    sampler: str | None = None
+    weights: str | None = None
     reasoning_format: str = "auto"
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     effort: str | None = None
@@ -150,7 +168,8 @@ class PolicyProvenance:
         if self.rows == 0:
             return f"{self.source}: no rows in the export"
         parts = [f"L={self.budget}", f"N={self.n}", f"temperature={self.temperature}", f"top_p={self.top_p}",
-                 f"top_k={self.top_k}", f"min_p={self.min_p}", f"reasoning={self.reasoning_format}"]
+                 f"top_k={self.top_k}", f"min_p={self.min_p}", f"sampler=[{self.sampler}]", f"weights=[{self.weights}]",
+                 f"reasoning={self.reasoning_format}"]
         if self.chat_template_kwargs:
             parts.append(f"chat_template_kwargs={json.dumps(self.chat_template_kwargs, sort_keys=True)}")
         if self.effort:
@@ -159,26 +178,65 @@ class PolicyProvenance:
 
 
 def engine_sampling(backend_kind: str | None, node: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """top-k and min-p an engine applies besides a request's temperature and top-p.
+    """What an engine applies besides a request's temperature and top-p, in which order, on which numbers.
 
     Args:
         backend_kind: ``llamacpp``, ``transformers``, ``vllm``, ``openai`` or another kind.
-        node: The backend's config node (its ``top_k`` / ``min_p`` settings where it has them).
+        node: The backend's config node (its ``top_k`` / ``min_p`` / ``weights`` / ``dtype`` settings).
 
     Returns:
-        ``{"top_k": int | None, "min_p": float | None}``, ``None`` meaning off: llama.cpp applies
-        40 and 0.05 (its chat defaults) unless the node sets them; ``backend=transformers`` applies
-        its ``top_k`` / ``min_p`` settings (0: off); vLLM's ``SamplingParams`` default to neither; an
-        OpenAI-compatible server's own defaults are not known here (``None``).
+        ``{"top_k": int | None, "min_p": float | None, "sampler": str | None, "weights": str | None}``,
+        ``None`` meaning off (``top_k``, ``min_p``) or not known: llama.cpp applies 40 and 0.05 (its chat
+        defaults) unless the node sets them, temperature first (:data:`mbs.llm.base.SAMPLER_ORDER`), on
+        the GGUF's fp32 de-quantisation unless ``weights: file``; a llama.cpp node without ``weights``
+        (a run from before issue 47) sampled llama-cpp-python's order on the file as stored.
+        ``backend=transformers`` applies its ``top_k`` / ``min_p`` settings (0: off) in Hugging Face's
+        order on its checkpoint in its ``dtype``; vLLM's ``SamplingParams`` default to neither, in
+        vLLM's order; an OpenAI-compatible server's defaults and order are not known here.
     """
     node = node or {}
     if backend_kind == "llamacpp":  # its settings (0: off), else llama-cpp-python's defaults
         top_k, min_p = (v if node.get(k) is None else node[k] for k, v in LLAMACPP_SAMPLING.items())
-        return {"top_k": int(top_k) or None, "min_p": float(min_p) or None}
+        before_47 = "weights" not in node
+        return {"top_k": int(top_k) or None, "min_p": float(min_p) or None,
+                "sampler": LLAMA_CPP_PYTHON_SAMPLER_ORDER if before_47 else SAMPLER_ORDER,
+                "weights": F32_WEIGHTS if node.get("weights") == "f32" else FILE_WEIGHTS}
     if backend_kind == "transformers":
         top_k, min_p = node.get("top_k") or 0, node.get("min_p") or 0.0
-        return {"top_k": int(top_k) or None, "min_p": float(min_p) or None}
-    return {"top_k": None, "min_p": None}
+        return {"top_k": int(top_k) or None, "min_p": float(min_p) or None, "sampler": SAMPLER_ORDER,
+                "weights": f"checkpoint ({node.get('dtype') or 'auto'})"}
+    if backend_kind == "vllm":
+        return {"top_k": None, "min_p": None, "sampler": VLLM_SAMPLER_ORDER,
+                "weights": f"checkpoint ({node.get('dtype') or 'auto'})"}
+    return {"top_k": None, "min_p": None, "sampler": None, "weights": None}
+
+
+def policy_mismatch(prov: PolicyProvenance, engine: str) -> list[str]:
+    """How the policy a training engine samples differs from the one that calibrated ``prov``.
+
+    TRL samples the trained checkpoint with Hugging Face's order (:data:`mbs.llm.base.SAMPLER_ORDER`),
+    a llama.cpp policy as its fp32 de-quantisation (:func:`mbs.llm.hf_checkpoint.trainable_checkpoint`);
+    verl's rollout is vLLM (:data:`mbs.llm.base.VLLM_SAMPLER_ORDER`; its missing min-p is
+    :func:`mbs.training.verl_command.known_differences`'s).
+
+    Args:
+        prov: The calibrated policy (from the export).
+        engine: ``trl`` or ``verl``.
+
+    Returns:
+        One sentence per difference (empty: the engine samples what was calibrated, as far as the
+        provenance records; an order or weights not recorded count as a difference).
+    """
+    order = VLLM_SAMPLER_ORDER if engine == "verl" else SAMPLER_ORDER
+    calibrated = prov.sampler or _SAMPLER_BEFORE_47.get(str(prov.backend))
+    out = []
+    if calibrated is not None and not same_distribution(calibrated, order, prov.top_p, prov.min_p):
+        out.append(f"calibration sampled in the order [{calibrated}], {engine} samples in the order [{order}] "
+                   f"(temperature={prov.temperature}, top_p={prov.top_p}, top_k={prov.top_k}, min_p={prov.min_p})")
+    if prov.backend == "llamacpp" and (prov.weights or FILE_WEIGHTS) != F32_WEIGHTS:
+        out.append(f"calibration ran {prov.weights or FILE_WEIGHTS} ({prov.model}), {engine} trains its fp32 "
+                   "de-quantisation (calibrate with backend.weights=f32 to sample the trained numbers)")
+    return out
 
 
 def sampled_distributions(policies: Any, temperature: Any, top_p: Any) -> dict[str, dict[str, Any]]:
@@ -213,9 +271,15 @@ def distribution_of(backend: Mapping[str, Any], temperature: Any, top_p: Any) ->
     kind = _backend_kind(backend)
     dist: dict[str, Any] = {"backend": kind, "temperature": _float(temperature), "top_p": _float(top_p),
                             **engine_sampling(kind, backend)}
-    verl = "the same" if dist["min_p"] is None else (
-        f"all but min_p={dist['min_p']} (verl 0.9.1's rollout has no min-p)")
-    dist["trainers"] = {"trl": "the same (mbs-train adopts these values)", "verl": verl}
+    prov = PolicyProvenance(source="", run_dir="", stage="", trainable=True, backend=kind, **{
+        k: dist[k] for k in ("temperature", "top_p", "top_k", "min_p", "sampler", "weights")})
+    trainers = {}
+    for engine in ("trl", "verl"):
+        diffs = policy_mismatch(prov, engine)
+        if engine == "verl" and dist["min_p"] is not None:
+            diffs.append(f"min_p={dist['min_p']} is not applied (verl 0.9.1's rollout has no min-p)")
+        trainers[engine] = "the same (mbs-train adopts these values)" if not diffs else "differs: " + "; ".join(diffs)
+    dist["trainers"] = trainers
     return dist
 
 

@@ -137,6 +137,9 @@ class TrainSettings:
             reasoning_format, chat_template_kwargs: The ``train.*`` policy keys as given
             (``None``: the calibrated value; :data:`POLICY_KEYS`).
         override: Policy keys allowed to differ from the calibration (``train.override``).
+        allow_policy_mismatch: Train although the engine samples another distribution than the one
+            calibrated (sampler order or weights: :func:`mbs.training.provenance.policy_mismatch`);
+            the differences are recorded in ``summary.json``.
         uncalibrated: ``train.uncalibrated``, resolved: the policy keys' values when the export
             names no trainable calibrated policy.
         tokenizer: Tokenizer counting prompt tokens (``None``: an upper bound).
@@ -167,6 +170,7 @@ class TrainSettings:
     reasoning_format: Any
     chat_template_kwargs: Any
     override: tuple[str, ...]
+    allow_policy_mismatch: bool
     uncalibrated: dict[str, Any]
     tokenizer: str | None
     python: str | None
@@ -198,6 +202,7 @@ class TrainSettings:
             data_dir=opt(node["data_dir"]), calibration=opt(node["calibration"]), all_rows=bool(node["all_rows"]),
             **{k: node[k] for k in POLICY_KEYS},
             override=tuple(str(k) for k in (node["override"] or ())),
+            allow_policy_mismatch=bool(node["allow_policy_mismatch"]),
             uncalibrated=dict(node["uncalibrated"] or {}), tokenizer=opt(node["tokenizer"]), python=opt(node["python"]),
             module=str(node["module"]), env={str(k): str(v) for k, v in (node["env"] or {}).items()},
             verl=dict(node.get("verl") or {}), trl=TrlSettings.from_dict(node["trl"]),

@@ -101,13 +101,15 @@ def child_loop(width: int, steps: int, prompt_len: int = 0) -> dict:
 
     from mbs.data.champ import load_champ
     from mbs.llm.base import sample_seed
-    from mbs.llm.llamacpp import embedded_model_path
-    from mbs.llm.llamacpp_batched import sampler_chain
+    from mbs.llm.llamacpp import LlamaCppBackend
+    from mbs.llm.llamacpp_sampling import sampler_chain
     from mbs.prompts import user_messages
     from mbs.resources import usable_cpus
 
     threads = usable_cpus()
-    llm = Llama(model_path=str(embedded_model_path()), n_ctx=1024, n_threads=threads, n_threads_batch=threads, verbose=False)
+    engine = LlamaCppBackend()  # the file and KV cache type the stages run (issue 47: the F32 de-quantisation)
+    llm = Llama(model_path=str(engine.run_path), n_ctx=1024, n_threads=threads, n_threads_batch=threads, verbose=False,
+                **engine._kv_types())
     msgs = user_messages("math_boxed_v1", problem=load_champ()[0].prompt)
     prompt = llm.tokenize(_render(llm, msgs).encode("utf-8"), add_bos=False, special=True)
     text = " ".join(p.prompt for p in load_champ()[:80])

@@ -36,6 +36,10 @@ from mbs.training.trl_engine import Reward, batch_sizes, last_checkpoint
 from mbs.training.verl_command import build_command, known_differences, verl_overrides
 
 
+#: How mbs's llama.cpp engine samples since issue 47 (an export's provenance of a calibration run now).
+LLAMACPP_NOW = {"sampler": "temperature, top_k, top_p, min_p", "weights": "f32 (de-quantised GGUF)"}
+
+
 def _run_dir(make_cfg, tmp_path, name: str, overrides: list[str], summary: dict) -> Path:
     """A run folder holding the composed calibrate config and ``summary``."""
     d = tmp_path / name
@@ -137,7 +141,7 @@ def test_sources_calibrated_differently_are_refused_by_name(make_cfg, tmp_path):
 def test_a_gguf_policy_trains_its_converted_checkpoint(make_cfg, tmp_path):
     gguf = embedded_model_path()
     calibrated = {**HF_POLICY, "backend": "llamacpp", "model": str(gguf), "model_sha256": file_sha256(gguf), "embedded": True,
-                  "top_k": 40, "min_p": 0.05}
+                  "top_k": 40, "min_p": 0.05, **LLAMACPP_NOW}
     export = write_export(tmp_path / "export", calibrated)
     cache = tmp_path / "cache"
     pol = resolve_policy(settings_of(make_cfg("train", [f"train.data_dir={export}"])), convert=False)
@@ -179,7 +183,7 @@ def test_verl_command_carries_the_calibrated_sampling_and_template_args(make_cfg
                                                       "train.verl.actor_rollout_ref.rollout.temperature=0.5"])))
     # llama.cpp's min-p has no verl key: a known difference, said out loud
     llama = write_export(tmp_path / "llama", {**HF_POLICY, "backend": "llamacpp", "model": str(gguf), "embedded": True,
-                                              "model_sha256": file_sha256(gguf), "top_k": 40, "min_p": 0.05})
+                                              "model_sha256": file_sha256(gguf), "top_k": 40, "min_p": 0.05, **LLAMACPP_NOW})
     pol = resolve_policy(settings_of(make_cfg("train", [f"train.data_dir={llama}"])), convert=False)
     assert dict(verl_overrides(settings_of(make_cfg("train", [f"train.data_dir={llama}"])), pol))["actor_rollout_ref.rollout.top_k"] == 40
     assert "verl 0.9.1's rollout config has no min-p" in known_differences(pol)[0]
@@ -237,7 +241,12 @@ def test_sampling_records_state_the_distribution_training_samples(make_cfg):
         "backend": "llamacpp", "temperature": 0.6, "top_p": 1.0, "top_k": 40, "min_p": 0.05}
     assert "min_p=0.05" in dist["trainers"]["verl"] and dist["trainers"]["trl"].startswith("the same")
     tf = distribution_of({"_target_": "mbs.llm.transformers_backend.TransformersBackend", "top_k": 0, "min_p": 0.0}, 1.0, 0.9)
-    assert (tf["backend"], tf["top_p"], tf["top_k"], tf["min_p"], tf["trainers"]["verl"]) == ("transformers", 0.9, None, None, "the same")
+    assert (tf["backend"], tf["top_p"], tf["top_k"], tf["min_p"]) == ("transformers", 0.9, None, None)
+    assert tf["trainers"]["verl"].startswith("the same") and tf["sampler"] == "temperature, top_k, top_p, min_p"
+    # issue 47: the embedded policy samples temperature first on its fp32 de-quantisation, what TRL trains
+    assert (dist["sampler"], dist["weights"]) == ("temperature, top_k, top_p, min_p", "f32 (de-quantised GGUF)")
+    stored = distribution_of({"_target_": "mbs.llm.llamacpp.LlamaCppBackend", "weights": "file"}, 0.6, 1.0)
+    assert stored["trainers"]["trl"].startswith("differs: calibration ran the GGUF as stored")
     # a GGUF calibrated with a transformers checkpoint's filters records them, not llama.cpp's defaults
     tk = distribution_of({"_target_": "mbs.llm.transformers_backend.TransformersBackend", "top_k": 40, "min_p": 0.05}, 0.6, 1.0)
     assert (tk["top_k"], tk["min_p"]) == (40, 0.05)
@@ -261,3 +270,31 @@ def test_llamacpp_calibrated_untruncated_trains_with_verl_without_a_difference(m
     assert {k: LlamaCppBackend(top_k=0, min_p=0.0).cache_params[k] for k in ("top_k", "min_p")} == {"top_k": 0, "min_p": 0.0}
     with pytest.raises(ValueError, match="backend.min_p"):
         LlamaCppBackend(min_p=1.5)
+
+
+def test_a_policy_calibrated_by_another_distribution_is_refused_unless_allowed(make_cfg, tmp_path):
+    """Issue 47: a calibration by llama-cpp-python's temperature-last chain on the Q4_1 file (every
+    llama.cpp run before it) is another policy than TRL trains; refused by name, trained only when
+    told train.allow_policy_mismatch=true, and then recorded."""
+    gguf = embedded_model_path()
+    old = {**HF_POLICY, "backend": "llamacpp", "model": str(gguf), "model_sha256": file_sha256(gguf), "embedded": True,
+           "top_k": 40, "min_p": 0.05, "temperature": 0.6}
+    export = write_export(tmp_path / "old", old)
+    with pytest.raises(ConfigError, match=r"trl would train another policy.*order \[top_k, typical_p, top_p, min_p, "
+                                          r"temperature\].*the GGUF as stored.*train.allow_policy_mismatch=true"):
+        resolve_policy(settings_of(make_cfg("train", [f"train.data_dir={export}", "train.engine=trl"])), convert=False)
+    pol = resolve_policy(settings_of(make_cfg("train", [f"train.data_dir={export}", "train.engine=trl",
+                                                        "train.allow_policy_mismatch=true"])), convert=False)
+    assert len(pol.mismatch) == 2 and pol.summary()["mismatch"] == list(pol.mismatch)
+    # calibrated as this mbs calibrates: temperature first, on the fp32 de-quantisation: nothing to refuse
+    d = _run_dir(make_cfg, tmp_path, "cal", ["calibrate.n=4", "calibrate.temperature=0.6"],
+                 {"target_policy": "smollm2-135m-instruct", "hard_seed_budget": 48})
+    now = provenance_of_run("calibrate", d, "calibrate")
+    assert (now.sampler, now.weights) == ("temperature, top_k, top_p, min_p", "f32 (de-quantised GGUF)")
+    fresh = write_export(tmp_path / "new", {**now.to_dict(), "rows": 1})
+    assert resolve_policy(settings_of(make_cfg("train", [f"train.data_dir={fresh}", "train.engine=trl"])), convert=False).mismatch == ()
+    # vLLM applies min-p before top-p: the same distribution unless both are on
+    from mbs.training.provenance import policy_mismatch
+
+    vllm = PolicyProvenance(**{**HF_POLICY, "min_p": 0.05, "top_p": 0.9})
+    assert policy_mismatch(vllm, "trl") and not policy_mismatch(PolicyProvenance(**{**HF_POLICY, "min_p": 0.05}), "trl")

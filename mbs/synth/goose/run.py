@@ -35,6 +35,7 @@ already drawn, so no LLM call is repeated and nothing is lost. The derived files
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections import Counter
@@ -45,7 +46,7 @@ from mbs.calibration import calibrate_group
 from mbs.calibration.sampling import Group, Policy, RolloutWriter, draw
 from mbs.io import RunDir
 from mbs.llm import build_backend
-from mbs.llm.base import ChatRequest
+from mbs.llm.base import ChatRequest, salted_seed
 from mbs.llm.meter import BackendMeter
 from mbs.prompts import user_messages
 from mbs.records import BANDS, MCQ, Calibration, Problem, Rollout
@@ -206,8 +207,8 @@ def build_with_teacher(
 
     def request(messages: list[dict[str, str]], attempt: int) -> ChatRequest:
         return ChatRequest(
-            messages=messages, n=1, max_tokens=int(t.max_tokens), temperature=float(t.temperature), seed=seed,
-            first_index=attempt,
+            messages=messages, n=1, max_tokens=int(t.max_tokens), temperature=float(t.temperature),
+            seed=salted_seed(seed, json.dumps(messages, sort_keys=True)), first_index=attempt,
         )
 
     ready: list[Passage] = []
