@@ -259,6 +259,9 @@ RULES: tuple[tuple[str, Check], ...] = (
     ("train.trl.save_steps", COUNT),
     ("train.trl.save_total_limit", Num(integer=True, lo=1, nullable=True)),
     *((f"train.trl.{k}", OneOf((True, False))) for k in ("resume", "bf16", "use_vllm", "gradient_checkpointing", "progress")),
+    ("train.trl.dynamic_sampling.enabled", OneOf((True, False))),
+    ("train.trl.dynamic_sampling.max_rounds", COUNT),
+    ("train.allow_policy_mismatch", OneOf((True, False))),
     # resume
     ("resume.allow_config_change", OneOf((True, False))),
 )

@@ -12,9 +12,11 @@ run), fills the run's ``summary`` dict in place and returns the manifest's count
 
 from __future__ import annotations
 
+import json
 import logging
 import shlex
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from mbs.io import RunDir, write_text_atomic
@@ -161,16 +163,43 @@ def run_trl(train: TrainSettings, out: RunDir, policy: TrainPolicy, summary: dic
               f"L={policy.max_completion_length} temperature={policy.temperature} top_p={policy.top_p} "
               f"top_k={policy.top_k} min_p={policy.min_p} reasoning={policy.reasoning_format}", flush=True)
         return {"steps": 0}
+    # the zero-std share and the dynamic-sampling draws the calibration predicts, before training and
+    # beside what each step logged after it (mbs.training.trap)
+    prov = policy.provenance
+    ds = train.trl.dynamic_sampling
+
+    def forecast(metrics: Path | None) -> dict[str, Any]:
+        return forecast_block(
+            str(train.data_dir), prov.policy if prov else None, prov.budget if prov else None, policy.group_size,
+            int(train.trl.prompts_per_step), metrics, seed=train.seed,
+            exclude=() if train.all_rows or prov is None else policy.other_sources,
+            steps=int(train.trl.max_steps), max_rounds=int(ds.max_rounds) if ds.enabled else None,
+        )
+
+    before = forecast(None)
+    if "dynamic_sampling" in before:
+        f = before["dynamic_sampling"]["forecast"]
+        log.info("forecast (calibration) for %d steps: dynamic sampling %s would draw %.1f rounds a step [%g, %g], "
+                 "%.0f rollouts in all [%g, %g] (%g%% predictive intervals)", f["steps"],
+                 "on" if ds.enabled else "(off)", f["rounds_per_step_mean"], *f["rounds_per_step_interval"],
+                 f["rollouts_total_mean"], *f["rollouts_total_interval"], 100 * f["level"])
     job = TrlJob(train, policy, str(out.path))
     result = job() if train.launcher == "local" else _await(train, job, "mbs-train-trl", summary)
     if result is None:  # submitted, not waited for
+        summary["trap_forecast"] = before
         return {"steps": 0}
     summary["result"] = result
-    # the zero-std share the calibration predicted, beside the one each step logged (mbs.training.trap)
-    prov = policy.provenance
-    summary["trap_forecast"] = forecast_block(
-        str(train.data_dir), prov.policy if prov else None, prov.budget if prov else None, policy.group_size,
-        int(train.trl.prompts_per_step), out.path / "metrics.jsonl", seed=train.seed,
-        exclude=() if train.all_rows or prov is None else policy.other_sources,
-    )
+    summary["draws"] = draw_totals(out.path / "metrics.jsonl", ds.enabled, int(ds.max_rounds))
+    summary["trap_forecast"] = forecast(out.path / "metrics.jsonl")
     return {"steps": int(result["steps"])}
+
+
+def draw_totals(metrics_path: Path, enabled: bool, max_rounds: int) -> dict[str, Any]:
+    """The ``draws`` block of a TRL run's ``summary.json``: what every step drew, summed
+    (``metrics.jsonl``'s ``groups_drawn``, ``groups_kept``, ``rollouts_drawn``, ``rounds``,
+    ``groups_padded``), with dynamic sampling's settings."""
+    rows = [json.loads(x) for x in metrics_path.read_text(encoding="utf-8").splitlines()] if metrics_path.is_file() else []
+    rows = [r for r in rows if "rollouts_drawn" in r]
+    keys = ("groups_drawn", "groups_kept", "rollouts_drawn", "rounds", "groups_padded")
+    return {"dynamic_sampling": bool(enabled), "max_rounds": int(max_rounds), "steps": len(rows),
+            **{k: int(sum(r.get(k, 0) for r in rows)) for k in keys}}

@@ -30,6 +30,31 @@ POLICY_KEYS = (
 
 
 @dataclass(frozen=True)
+class DynamicSampling:
+    """``train.trl.dynamic_sampling``: DAPO's dynamic sampling (Yu et al. 2025, §3.2) in the TRL engine.
+
+    Per optimizer step, groups whose rewards are all equal (zero GRPO advantage) are dropped and
+    more prompts drawn, one round of ``prompts_per_step`` prompts at a time, until the step holds
+    ``prompts_per_step`` groups with reward variance or ``max_rounds`` rounds were drawn (verl:
+    ``algorithm.filter_groups``; :mod:`mbs.training.dynamic_sampling`).
+
+    Attributes:
+        enabled: Drop zero-std groups and draw more (off: train on what the sampler gives).
+        max_rounds: Generation rounds per step at most, the first included (verl's
+            ``max_num_gen_batches``); at the cap the step trains on the groups it has, filled up
+            with dropped groups (zero advantage), and says so in ``metrics.jsonl``.
+    """
+
+    enabled: bool
+    max_rounds: int
+
+    @classmethod
+    def from_dict(cls, node: dict[str, Any]) -> DynamicSampling:
+        """From the resolved ``train.trl.dynamic_sampling`` node."""
+        return cls(enabled=bool(node["enabled"]), max_rounds=int(node["max_rounds"]))
+
+
+@dataclass(frozen=True)
 class TrlSettings:
     """``train.trl``: TRL's GRPO trainer (``train.engine=trl``), in config order.
 
@@ -51,6 +76,7 @@ class TrlSettings:
         gradient_checkpointing: Trade compute for activation memory.
         report_to: Experiment trackers (empty: none).
         progress: Show the trainer's progress bar.
+        dynamic_sampling: ``train.trl.dynamic_sampling`` (:class:`DynamicSampling`).
     """
 
     max_steps: int
@@ -70,11 +96,13 @@ class TrlSettings:
     gradient_checkpointing: bool
     report_to: tuple[str, ...]
     progress: bool
+    dynamic_sampling: DynamicSampling
 
     @classmethod
     def from_dict(cls, node: dict[str, Any]) -> TrlSettings:
         """From the resolved ``train.trl`` node (a plain dict; other keys are ignored)."""
-        return cls(**{**{k: node[k] for k in _names(cls)}, "report_to": tuple(node["report_to"] or ())})
+        return cls(**{**{k: node[k] for k in _names(cls)}, "report_to": tuple(node["report_to"] or ()),
+                      "dynamic_sampling": DynamicSampling.from_dict(node["dynamic_sampling"])})
 
     def to_dict(self) -> dict[str, Any]:
         """The settings as the resolved ``train.trl`` node (the ``trl`` block of the run's ``summary.json``)."""

@@ -19,9 +19,10 @@ import pyarrow.parquet as pq
 
 from mbs.io import Shard, shard_files
 from mbs.records import Calibration
+from mbs.training.dynamic_sampling import compare_draws, draw_forecast
 from mbs.training.forecast import compare_observed, counts_from_calibrations, trap_forecast
 
-__all__ = ["forecast_block", "observed_zero_std", "training_calibrations"]
+__all__ = ["forecast_block", "observed_draws", "observed_zero_std", "training_calibrations"]
 
 
 def training_calibrations(rows: Iterable[dict], policy: str, budget: int | None) -> tuple[list[Calibration], dict[str, int]]:
@@ -68,8 +69,23 @@ def observed_zero_std(metrics_path: str | Path) -> tuple[list[int], list[float]]
     return steps, values
 
 
+def observed_draws(metrics_path: str | Path) -> tuple[list[int], list[int]]:
+    """Per logged step of ``metrics.jsonl``, the generation rounds and the rollouts drawn (steps
+    logged before these were counted are left out)."""
+    rounds, rollouts = [], []
+    path = Path(metrics_path)
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            if row.get("rollouts_drawn") is not None:
+                rounds.append(int(row.get("rounds", 1)))
+                rollouts.append(int(row["rollouts_drawn"]))
+    return rounds, rollouts
+
+
 def forecast_block(data_dir: str | Path, policy: str | None, budget: int | None, group_size: int, prompts_per_step: int,
-                   metrics_path: str | Path | None = None, seed: int = 0, exclude: Iterable[str] = ()) -> dict[str, Any]:
+                   metrics_path: str | Path | None = None, seed: int = 0, exclude: Iterable[str] = (),
+                   steps: int | None = None, max_rounds: int | None = None) -> dict[str, Any]:
     """The ``trap_forecast`` block of a training summary (``{"skipped": reason}`` when it cannot be made).
 
     Args:
@@ -81,10 +97,17 @@ def forecast_block(data_dir: str | Path, policy: str | None, budget: int | None,
         metrics_path: The run's ``metrics.jsonl`` (``None`` or missing: the forecast alone).
         seed: Monte Carlo seed.
         exclude: Export sources whose rows the run did not train on.
+        steps: Optimizer steps the run trains (for the forecast of what dynamic sampling draws).
+        max_rounds: Dynamic sampling's round cap per step (``None``: dynamic sampling off; the
+            forecast of what it would draw, with ``steps``, is given all the same with verl's
+            default cap of 10 rounds).
 
     Returns:
         ``{"forecast": TrapForecast.to_dict(), "calibrations": {"rows", "found", "missing"},
-        "observed": compare_observed(...)}`` (``observed`` only once steps were logged).
+        "observed": compare_observed(...), "dynamic_sampling": {"enabled", "forecast", "observed"}}``
+        (``observed`` only once steps were logged; ``dynamic_sampling`` only with ``steps``: its
+        ``forecast`` is :func:`mbs.training.dynamic_sampling.draw_forecast`, its ``observed``
+        :func:`mbs.training.dynamic_sampling.compare_draws`, with dynamic sampling on).
     """
     if policy is None:
         return {"skipped": "the export names no calibrated policy: no pass rates to forecast from"}
@@ -95,9 +118,19 @@ def forecast_block(data_dir: str | Path, policy: str | None, budget: int | None,
     if not cals:
         return {"skipped": f"no training row has a calibration of {policy} at L={budget}", "calibrations": report}
     k, n, early = counts_from_calibrations(cals)
-    steps, values = observed_zero_std(metrics_path) if metrics_path else ([], [])
+    planned = steps
+    logged, values = observed_zero_std(metrics_path) if metrics_path else ([], [])
     fc = trap_forecast(k, n, group_size, prompts_per_step, early_stopped=early, steps=max(1, len(values)), seed=seed)
     block: dict[str, Any] = {"forecast": fc.to_dict(), "calibrations": report}
     if values:
-        block["observed"] = compare_observed(fc, values, steps=steps)
+        block["observed"] = compare_observed(fc, values, steps=logged)
+    if planned is not None:
+        ds = draw_forecast(fc.zbar_draws, prompts_per_step, group_size, int(planned), int(max_rounds or 10), level=fc.level, seed=seed)
+        block["dynamic_sampling"] = {"enabled": max_rounds is not None, "forecast": ds}
+        rounds, rollouts = observed_draws(metrics_path) if metrics_path else ([], [])
+        if max_rounds is not None and rounds:
+            block["dynamic_sampling"]["observed"] = compare_draws(
+                ds if len(rounds) == int(planned) else draw_forecast(
+                    fc.zbar_draws, prompts_per_step, group_size, len(rounds), int(max_rounds), level=fc.level, seed=seed),
+                rounds, rollouts)
     return block

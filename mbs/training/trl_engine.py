@@ -60,6 +60,7 @@ from mbs.training.checkpoints import (
     replace_dir,
     resume_hint,
 )
+from mbs.training.dynamic_sampling import METRIC_PREFIX
 from mbs.training.launch import TrainError
 from mbs.training.policy import TrainPolicy
 from mbs.training.settings import TrainSettings, TrlSettings
@@ -75,6 +76,10 @@ METRIC_KEYS = (
     "completions/max_length", "completions/clipped_ratio", "completions/mean_terminated_length", "loss",
     "learning_rate", "grad_norm", "kl", "entropy", "num_tokens",
 )
+
+#: What each step drew (:class:`mbs.training.dynamic_sampling.StepCount`), written to ``metrics.jsonl``
+#: without the ``dynamic_sampling/`` prefix TRL logs them under, as integers.
+DRAW_KEYS = ("groups_drawn", "groups_kept", "rollouts_drawn", "rounds", "groups_padded")
 
 
 def completion_text(completion: Any) -> str:
@@ -186,6 +191,7 @@ def _metrics_callback(path: Path, t0: float) -> Any:
                 return  # the end-of-training summary (train_runtime, ...) goes into summary.json
             row = {"step": int(state.global_step), "elapsed_s": round(time.perf_counter() - t0, 3)}
             row.update({k: logs[k] for k in METRIC_KEYS if k in logs})
+            row.update({k: int(round(logs[METRIC_PREFIX + k])) for k in DRAW_KEYS if METRIC_PREFIX + k in logs})
             append_lines(path, [row], row["step"])
 
     return MetricsCallback()
@@ -346,6 +352,7 @@ def _train(train: TrainSettings, policy: TrainPolicy, out: Path, resume: Path | 
     t0 = time.perf_counter()
     trainer = trainer_class()(
         model=policy.model, reward_funcs=[reward], args=args, train_dataset=ds, keep_checkpoints=keep,
+        dynamic_sampling=train.trl.dynamic_sampling,
         callbacks=[_metrics_callback(out / "metrics.jsonl", t0), finite_guard(str(out / "checkpoints"))],
     )
     if resume is not None:

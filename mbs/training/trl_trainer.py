@@ -32,6 +32,7 @@ before anything of the failing step is saved:
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import math
 import shutil
@@ -39,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from mbs.training.checkpoints import mark_complete, resume_hint, rotate
+from mbs.training.dynamic_sampling import StepCount, extra_rows, gather_groups, informative_groups
 from mbs.training.launch import TrainError
 
 __all__ = ["NonFiniteError", "finite_guard", "trainer_class"]
@@ -98,8 +100,14 @@ def finite_guard(output_dir: str) -> Any:
 def trainer_class() -> type:
     """``trl.GRPOTrainer`` with the behaviour of the module docstring.
 
-    The class takes one more keyword argument, ``keep_checkpoints`` (complete checkpoints kept,
-    ``None``: all; give ``GRPOConfig`` ``save_total_limit=None``, this class rotates).
+    The class takes two more keyword arguments: ``keep_checkpoints`` (complete checkpoints kept,
+    ``None``: all; give ``GRPOConfig`` ``save_total_limit=None``, this class rotates) and
+    ``dynamic_sampling`` (:class:`mbs.training.settings.DynamicSampling`; ``None`` or disabled:
+    every step trains on the groups TRL's sampler gives). Every step logs what it drew
+    (:class:`mbs.training.dynamic_sampling.StepCount`, under ``dynamic_sampling/``).
+
+    Raises (from the constructor):
+        TrainError: Dynamic sampling with more than one process.
     """
     from trl import GRPOTrainer
     from trl.trainer.utils import RepeatSampler
@@ -112,9 +120,51 @@ def trainer_class() -> type:
                 self.generator.manual_seed(int(self.seed) + int(epoch))
 
     class MbsGRPOTrainer(GRPOTrainer):
-        def __init__(self, *args: Any, keep_checkpoints: int | None = None, **kwargs: Any):
+        def __init__(self, *args: Any, keep_checkpoints: int | None = None, dynamic_sampling: Any = None, **kwargs: Any):
             super().__init__(*args, **kwargs)
             self.keep_checkpoints = keep_checkpoints
+            self.dynamic_sampling = dynamic_sampling if dynamic_sampling is not None and dynamic_sampling.enabled else None
+            if self.dynamic_sampling is not None and self.accelerator.num_processes > 1:
+                raise TrainError(
+                    f"train.trl.dynamic_sampling.enabled=true runs in one process; this run has "
+                    f"{self.accelerator.num_processes} (each would drop and redraw its own groups): use one process, "
+                    "or verl's algorithm.filter_groups (train.engine=verl)"
+                )
+
+        def _generate_and_score_completions(self, inputs: Any) -> Any:
+            """TRL's generation and scoring of a step's groups, counted (:class:`StepCount`), and with
+            dynamic sampling on, more rounds until the step holds enough groups with reward variance
+            (:mod:`mbs.training.dynamic_sampling`)."""
+            out = super()._generate_and_score_completions(inputs)
+            if not self.model.training:
+                return out
+            g = int(self.num_generations)
+            need = len(inputs) // g
+            keep = informative_groups(out["advantages"], g)
+            outputs, flags = [out], [keep]
+            ds = self.dynamic_sampling
+            if ds is not None and sum(keep) < need:
+                drawn = {json.dumps(row.get("prompt"), sort_keys=True, default=str) for row in inputs}
+                step = int(self.state.global_step) + 1
+                while sum(map(sum, flags)) < need and len(outputs) < int(ds.max_rounds):
+                    rows = extra_rows(self.train_dataset, need, g, int(self.args.seed), step, len(outputs), drawn)
+                    outputs.append(super()._generate_and_score_completions(rows))
+                    flags.append(informative_groups(outputs[-1]["advantages"], g))
+            kept = [(r, i) for r, f in enumerate(flags) for i, ok in enumerate(f) if ok][:need]
+            dropped = [(r, i) for r, f in enumerate(flags) for i, ok in enumerate(f) if not ok]
+            padded = max(0, need - len(kept)) if ds is not None else 0
+            count = StepCount(groups_drawn=sum(map(len, flags)), groups_kept=sum(map(sum, flags)),
+                              rollouts_drawn=sum(map(len, flags)) * g, rounds=len(outputs), groups_padded=padded)
+            for key, value in count.metrics().items():
+                self._metrics["train"][key].append(value)
+            if len(outputs) == 1:
+                return out
+            if padded:
+                log.warning("step %d: dynamic sampling reached train.trl.dynamic_sampling.max_rounds=%d with %d of %d groups "
+                            "holding reward variance; %d zero-std group(s) fill the step (no gradient)",
+                            int(self.state.global_step) + 1, int(ds.max_rounds), len(kept), need, padded)
+            picks = kept + dropped[:padded]
+            return gather_groups(outputs, picks, g, int(self._tokenizer.pad_token_id))
 
         def _get_train_sampler(self, dataset: Any = None) -> Any:
             s = super()._get_train_sampler(dataset)
