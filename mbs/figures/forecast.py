@@ -6,11 +6,13 @@ Reads ``summary.json`` of an ``mbs-train`` run, key ``trap_forecast``:
 missing before training has logged a step), and draws ``zero_std_forecast``: x = training step,
 y = zero-std groups (%); the observed per-step shares as points joined by a line, the forecast
 expected share as a horizontal line, its per-step predictive interval shaded light, and the
-credible interval of the expected share shaded dark.
+credible interval of the expected share shaded dark. ``reward_vs_cost`` (from ``metrics.jsonl``):
+the logged reward against the step and against the rollouts drawn so far.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -82,18 +84,59 @@ def zero_std_forecast(block: dict[str, Any], out_dir: str | Path, formats: Seque
     return save(fig, out_dir, "zero_std_forecast", formats)
 
 
+def reward_vs_cost(rows: Sequence[dict[str, Any]], out_dir: str | Path, formats: Sequence[str] = ("png", "pdf"),
+                   width: str = "single") -> list[Path]:
+    """``reward_vs_cost``: the reward each step logged against the step (left) and against the
+    rollouts drawn so far (right: the cost, which dynamic sampling raises; issue 42).
+
+    Args:
+        rows: ``metrics.jsonl`` lines with ``step``, ``reward`` and ``rollouts_drawn``.
+
+    Raises:
+        ValueError: No line holds a reward and the rollouts drawn.
+    """
+    rows = [r for r in rows if r.get("reward") is not None and r.get("rollouts_drawn") is not None]
+    if not rows:
+        raise ValueError("metrics.jsonl logs no step with reward and rollouts_drawn")
+    steps = [int(r["step"]) for r in rows]
+    reward = [float(r["reward"]) for r in rows]
+    drawn, total = [], 0
+    for r in rows:
+        total += int(r["rollouts_drawn"])
+        drawn.append(total)
+    fig, (left, right) = figure(width, aspect=0.45, ncols=2)
+    for ax, x, label in ((left, steps, "optimizer step"), (right, drawn, "rollouts drawn")):
+        ax.plot(x, reward, "o-", color=OBSERVED_COLOR, ms=3)
+        ax.set_xlabel(label)
+        ax.set_ylim(-0.02, 1.02)
+    left.set_ylabel("mean reward of the step's groups")
+    kept = sum(int(r.get("groups_kept", 0)) for r in rows)
+    groups = sum(int(r.get("groups_drawn", 0)) for r in rows)
+    fig.suptitle(f"{len(rows)} steps, {total:,} rollouts drawn; {kept} of {groups} groups had reward variance", fontsize=8)
+    return save(fig, out_dir, "reward_vs_cost", formats)
+
+
 def train_figures(run_dir: str | Path, out_dir: str | Path, formats: Sequence[str] = ("png", "pdf"),
                   width: str = "single") -> dict[str, Any]:
     """The figures of an ``mbs-train`` run directory (:data:`mbs.figures.stages.BY_STAGE` ``train``).
 
     Returns:
-        ``{"written": [paths], "skipped": {figure: reason}}``; a run without a trap forecast is
-        skipped with the reason named.
+        ``{"written": [paths], "skipped": {figure: reason}}``; a run without a trap forecast, or
+        whose ``metrics.jsonl`` counts no draws, is skipped with the reason named.
     """
     summary = read_summary(run_dir)
+    written: list[str] = []
+    skipped: dict[str, str] = {}
     try:
-        written = [str(p) for p in zero_std_forecast(summary.get(SUMMARY_KEY) or {}, Path(out_dir), formats, width)]
-        return {"written": written, "skipped": {}}
+        written += [str(p) for p in zero_std_forecast(summary.get(SUMMARY_KEY) or {}, Path(out_dir), formats, width)]
     except (ValueError, KeyError) as err:
         log.info("figure zero_std_forecast skipped: %s", err)
-        return {"written": [], "skipped": {"zero_std_forecast": str(err)}}
+        skipped["zero_std_forecast"] = str(err)
+    metrics = Path(run_dir) / "metrics.jsonl"
+    try:
+        rows = [json.loads(x) for x in metrics.read_text(encoding="utf-8").splitlines()] if metrics.is_file() else []
+        written += [str(p) for p in reward_vs_cost(rows, Path(out_dir), formats, width)]
+    except ValueError as err:
+        log.info("figure reward_vs_cost skipped: %s", err)
+        skipped["reward_vs_cost"] = str(err)
+    return {"written": written, "skipped": skipped}

@@ -172,12 +172,12 @@ def gather_groups(outputs: Sequence[dict[str, Any]], picks: Sequence[tuple[int, 
 
 
 def draw_forecast(zbar_draws: Any, prompts_per_step: int, group_size: int, steps: int, max_rounds: int,
-                  level: float = 0.9, seed: int = 0, sims: int = 2000) -> dict[str, Any]:
+                  level: float = 0.9, seed: int = 0, sims: int = 2000, gen_batch_size: int | None = None) -> dict[str, Any]:
     """What dynamic sampling will draw, forecast from the calibration (before training).
 
-    Each round draws ``prompts_per_step`` prompts, each informative (reward variance) with
-    probability ``s = 1 - zbar``; a step ends at the first round whose kept groups reach
-    ``prompts_per_step``, or at ``max_rounds``. ``zbar`` is drawn from the trap forecast's
+    Each round draws ``gen_batch_size`` prompts (default ``prompts_per_step``; verl's
+    ``data.gen_batch_size``), each informative (reward variance) with probability ``s = 1 - zbar``;
+    a step ends at the first round whose kept groups reach ``prompts_per_step``, or at ``max_rounds``. ``zbar`` is drawn from the trap forecast's
     posterior (:attr:`mbs.training.forecast.TrapForecast.zbar_draws`), so the intervals carry the
     calibration's uncertainty as well as the sampling of groups; the forecast is for the calibrated
     policy (training moves pass rates, so later steps can drift from it).
@@ -187,33 +187,37 @@ def draw_forecast(zbar_draws: Any, prompts_per_step: int, group_size: int, steps
         prompts_per_step: Prompts (groups) per step B, and per round.
         group_size: Completions per group G.
         steps: Optimizer steps S of the run.
-        max_rounds: Round cap per step (``train.trl.dynamic_sampling.max_rounds``).
+        max_rounds: Round cap per step (``train.trl.dynamic_sampling.max_rounds``; verl's
+            ``max_num_gen_batches``, 0 there meaning none: pass a large cap).
         level: Coverage of the predictive intervals.
         seed: Seed of the simulation.
         sims: Simulated runs (each with its own posterior draw of ``zbar``).
+        gen_batch_size: Prompts per round (``None``: ``prompts_per_step``).
 
     Returns:
         ``{"level", "rounds_per_step_mean", "rounds_per_step_interval", "rollouts_per_step_mean",
         "rollouts_per_step_interval", "rollouts_total_mean", "rollouts_total_interval",
         "p_step_at_cap"}``: per step and for the S steps of the run (rollouts = rounds x B x G),
-        and the probability that a step reaches the cap without filling.
+        and the probability that a step reaches the cap without filling (rollouts = rounds x
+        ``gen_batch_size`` x G).
     """
     rng = np.random.default_rng(seed)
     zbar = np.asarray(zbar_draws, dtype=np.float64)
     s = 1.0 - rng.choice(zbar, size=int(sims))
     b, cap = int(prompts_per_step), int(max_rounds)
-    kept = np.cumsum(rng.binomial(b, s[:, None, None], size=(int(sims), int(steps), cap)), axis=2)
+    gen = b if gen_batch_size is None else int(gen_batch_size)
+    kept = np.cumsum(rng.binomial(gen, s[:, None, None], size=(int(sims), int(steps), cap)), axis=2)
     filled = kept >= b
     rounds = np.where(filled.any(axis=2), filled.argmax(axis=2) + 1, cap)  # (sims, steps)
     tail = (1 - level) / 2
     per_step = rounds.ravel()
-    total = rounds.sum(axis=1) * b * int(group_size)
+    total = rounds.sum(axis=1) * gen * int(group_size)
     q = lambda x: [float(v) for v in np.quantile(x, [tail, 1 - tail])]  # noqa: E731
     return {
-        "level": float(level), "steps": int(steps), "max_rounds": cap,
+        "level": float(level), "steps": int(steps), "max_rounds": cap, "gen_batch_size": gen,
         "rounds_per_step_mean": float(per_step.mean()), "rounds_per_step_interval": q(per_step),
-        "rollouts_per_step_mean": float(per_step.mean() * b * group_size),
-        "rollouts_per_step_interval": [v * b * group_size for v in q(per_step)],
+        "rollouts_per_step_mean": float(per_step.mean() * gen * group_size),
+        "rollouts_per_step_interval": [v * gen * group_size for v in q(per_step)],
         "rollouts_total_mean": float(total.mean()), "rollouts_total_interval": q(total),
         "p_step_at_cap": float((~filled.any(axis=2)).mean()),
     }

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
+
 from mbs.io import RunDir, write_text_atomic
 from mbs.registry import Registry
 from mbs.training.launch import TrainError, check_data, job_env, submit
@@ -110,6 +112,8 @@ def run_verl(train: TrainSettings, out: RunDir, policy: TrainPolicy, summary: di
     shell += " \\\n    ".join(shlex.quote(c) for c in cmd) + "\n"
     write_text_atomic(out.path / "command.sh", shell)
     summary.update({"command": cmd, "env": env, "prompt_length": summary_pl, "known_differences": known_differences(policy)})
+    if filter_groups := verl_filter_groups(train):
+        summary["trap_forecast"] = verl_forecast(train, policy, filter_groups)
     counts = {"overrides": len(cmd) - 3}
     if train.dry_run:
         print(shlex.join(cmd), flush=True)
@@ -137,6 +141,42 @@ def run_verl(train: TrainSettings, out: RunDir, policy: TrainPolicy, summary: di
             raise TrainError(f"job {summary['job_id']}: verl exited with code {rc}; see {log_path} and {s.folder}")
         summary["returncode"] = rc
     return counts
+
+
+def verl_filter_groups(train: TrainSettings) -> dict[str, Any] | None:
+    """verl's ``algorithm.filter_groups`` node of the recipe when it is enabled, else ``None``."""
+    node = (train.verl.get("algorithm") or {}).get("filter_groups") or {}
+    return dict(node) if node.get("enable") else None
+
+
+def verl_forecast(train: TrainSettings, policy: TrainPolicy, filter_groups: dict[str, Any]) -> dict[str, Any]:
+    """The calibration's forecast of what verl's dynamic sampling (``filter_groups``) will draw,
+    beside the overrides that turn it on (logged and written to ``summary.json``).
+
+    Steps: ``trainer.total_training_steps`` where set, else ``trainer.total_epochs`` passes of
+    ``data.train_batch_size`` prompts over the training rows (verl drops the last short batch).
+    ``max_num_gen_batches`` 0 (no limit) is forecast with a cap of 1,000 rounds.
+    """
+    verl = train.verl
+    data, trainer = verl.get("data") or {}, verl.get("trainer") or {}
+    batch = int(data.get("train_batch_size") or 1)
+    gen = int(data.get("gen_batch_size") or batch)
+    steps = trainer.get("total_training_steps")
+    if not steps:
+        rows = pq.ParquetFile(Path(str(train.data_dir)) / "train.parquet").metadata.num_rows
+        steps = max(1, rows // batch) * int(trainer.get("total_epochs") or 1)
+    cap = int(filter_groups.get("max_num_gen_batches") or 0) or 1000
+    prov = policy.provenance
+    block = forecast_block(str(train.data_dir), prov.policy if prov else None, prov.budget if prov else None,
+                           policy.group_size, batch, None, seed=train.seed, steps=int(steps), max_rounds=cap,
+                           gen_batch_size=gen)
+    if "dynamic_sampling" in block:
+        f = block["dynamic_sampling"]["forecast"]
+        log.info("algorithm.filter_groups.enable=true: the calibration forecasts %.2f generation rounds of %d prompts a step "
+                 "[%g, %g], %.0f rollouts over %d steps [%g, %g] (%g%% predictive intervals; P(a step hits "
+                 "max_num_gen_batches) = %.3f)", f["rounds_per_step_mean"], gen, *f["rounds_per_step_interval"],
+                 f["rollouts_total_mean"], f["steps"], *f["rollouts_total_interval"], 100 * f["level"], f["p_step_at_cap"])
+    return block
 
 
 @ENGINES.register("trl")

@@ -85,7 +85,8 @@ def observed_draws(metrics_path: str | Path) -> tuple[list[int], list[int]]:
 
 def forecast_block(data_dir: str | Path, policy: str | None, budget: int | None, group_size: int, prompts_per_step: int,
                    metrics_path: str | Path | None = None, seed: int = 0, exclude: Iterable[str] = (),
-                   steps: int | None = None, max_rounds: int | None = None) -> dict[str, Any]:
+                   steps: int | None = None, max_rounds: int | None = None,
+                   gen_batch_size: int | None = None) -> dict[str, Any]:
     """The ``trap_forecast`` block of a training summary (``{"skipped": reason}`` when it cannot be made).
 
     Args:
@@ -101,6 +102,7 @@ def forecast_block(data_dir: str | Path, policy: str | None, budget: int | None,
         max_rounds: Dynamic sampling's round cap per step (``None``: dynamic sampling off; the
             forecast of what it would draw, with ``steps``, is given all the same with verl's
             default cap of 10 rounds).
+        gen_batch_size: Prompts per dynamic-sampling round (``None``: ``prompts_per_step``).
 
     Returns:
         ``{"forecast": TrapForecast.to_dict(), "calibrations": {"rows", "found", "missing"},
@@ -125,7 +127,8 @@ def forecast_block(data_dir: str | Path, policy: str | None, budget: int | None,
     if values:
         block["observed"] = compare_observed(fc, values, steps=logged)
     if planned is not None:
-        ds = draw_forecast(fc.zbar_draws, prompts_per_step, group_size, int(planned), int(max_rounds or 10), level=fc.level, seed=seed)
+        ds = draw_forecast(fc.zbar_draws, prompts_per_step, group_size, int(planned), int(max_rounds or 10), level=fc.level,
+                           seed=seed, gen_batch_size=gen_batch_size)
         block["dynamic_sampling"] = {"enabled": max_rounds is not None, "forecast": ds}
         rounds, rollouts = observed_draws(metrics_path) if metrics_path else ([], [])
         if max_rounds is not None and rounds:

@@ -3,6 +3,9 @@ skipped with a reason when the run has no forecast; registered for the train sta
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 
 from mbs.figures.stages import BY_STAGE
@@ -47,7 +50,13 @@ def test_train_run_directory_through_the_registry(tmp_path):
     assert BY_STAGE.get("train") is train_figures
     run = _train_run(tmp_path / "run", _block())
     drawn = train_figures(run, tmp_path / "figs")
-    assert drawn["skipped"] == {} and len(drawn["written"]) == 2
+    assert list(drawn["skipped"]) == ["reward_vs_cost"] and len(drawn["written"]) == 2  # no metrics.jsonl yet
+    # what each step drew (issue 42): the reward against steps and against rollouts drawn
+    (run / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": s, "reward": r, "rollouts_drawn": d, "groups_drawn": d // 4, "groups_kept": 2}) + "\n"
+        for s, r, d in ((1, 0.2, 16), (2, 0.3, 48), (3, 0.5, 8))))
+    drawn = train_figures(run, tmp_path / "figs")
+    assert drawn["skipped"] == {} and [Path(p).name for p in drawn["written"]][2:] == ["reward_vs_cost.png", "reward_vs_cost.pdf"]
     result = render(run, tmp_path / "report", formats=("png",))
     assert any(f.endswith("zero_std_forecast.png") for f in result["figures"])
 

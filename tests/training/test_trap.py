@@ -49,3 +49,36 @@ def test_forecast_block_beside_observed_steps(tmp_path):
     json.dumps(block)
     assert "skipped" in forecast_block(data, None, None, 4, 2)
     assert forecast_block(data, "nobody", 64, 4, 2)["skipped"].startswith("no training row has a calibration")
+
+
+def test_forecast_block_forecasts_dynamic_sampling_and_puts_the_draws_beside_it(tmp_path):
+    """Issue 42: before training, the rounds and rollouts dynamic sampling will draw; after it, what
+    each step drew (metrics.jsonl) beside that forecast."""
+    from mbs.training.trap import observed_draws
+
+    run = RunDir(tmp_path / "cal", "calibrate")
+    with run.shard("calibrations", Calibration) as shard:
+        shard.append([cal(f"p{i}", s) for i, s in enumerate([0, 0, 0, 0, 0, 0, 2, 4])])  # mostly trapped
+    data = tmp_path / "export"
+    data.mkdir()
+    pq.write_table(pa.Table.from_pylist([{"extra_info": {"id": f"p{i}", "run_dir": str(tmp_path / "cal")}} for i in range(8)]),
+                   data / "train.parquet")
+    before = forecast_block(data, "smol", 64, group_size=4, prompts_per_step=2, steps=3, max_rounds=6)
+    ds = before["dynamic_sampling"]
+    f = ds["forecast"]
+    assert ds["enabled"] and "observed" not in ds and f["steps"] == 3 and f["max_rounds"] == 6
+    assert 1 < f["rounds_per_step_mean"] <= 6 and f["rollouts_per_step_mean"] == f["rounds_per_step_mean"] * 2 * 4
+    lo, hi = f["rollouts_total_interval"]
+    assert lo <= f["rollouts_total_mean"] <= hi and lo >= 3 * 2 * 4
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text("".join(json.dumps({"step": s, "frac_reward_zero_std": 0.5, "rounds": r, "rollouts_drawn": r * 8}) + "\n"
+                               for s, r in ((1, 3), (2, 2), (3, 6))))
+    assert observed_draws(metrics) == ([3, 2, 6], [24, 16, 48])
+    after = forecast_block(data, "smol", 64, group_size=4, prompts_per_step=2, metrics_path=metrics, steps=3, max_rounds=6)
+    seen = after["dynamic_sampling"]["observed"]
+    assert seen["rollouts_total"] == 88 and seen["rounds"] == [3, 2, 6]
+    assert seen["total_within_forecast"] == (lo <= 88 <= hi)
+    # dynamic sampling off: what it would draw is forecast, nothing is compared
+    off = forecast_block(data, "smol", 64, group_size=4, prompts_per_step=2, metrics_path=metrics, steps=3)
+    assert off["dynamic_sampling"]["enabled"] is False and "observed" not in off["dynamic_sampling"]
+    json.dumps(after)

@@ -43,6 +43,8 @@ DRY_RUNS = {
     # adds +reward.custom_reward_function.reward_kwargs.reasoning_format
     "thinking": ["train.reasoning_format=think", "train.override=[reasoning_format]"],
     "dapo_manager": ["train.verl.reward.reward_manager.name=dapo"],
+    # DAPO's dynamic sampling (issue 42)
+    "dynamic_sampling": ["train.verl.algorithm.filter_groups.enable=true", "train.verl.algorithm.filter_groups.max_num_gen_batches=4"],
 }
 
 
@@ -62,6 +64,8 @@ def test_every_emitted_override_composes_and_validates_in_verl(make_cfg, data_di
         assert got["values"] == want, name
     assert expected[2][2]["reward.custom_reward_function.reward_kwargs.reasoning_format"] == "think"
     assert expected[3][2]["reward.reward_manager.name"] == "dapo"
+    assert (expected[4][2]["algorithm.filter_groups.enable"], expected[4][2]["algorithm.filter_groups.max_num_gen_batches"]) == (True, 4)
+    assert expected[0][2]["algorithm.filter_groups.enable"] is False
 
 
 def test_a_key_verl_does_not_have_fails(tmp_path):
