@@ -104,15 +104,16 @@ def reward_vs_cost(rows: Sequence[dict[str, Any]], out_dir: str | Path, formats:
     for r in rows:
         total += int(r["rollouts_drawn"])
         drawn.append(total)
-    fig, (left, right) = figure(width, aspect=0.45, ncols=2)
+    fig, (left, right) = figure(width, aspect=0.6, ncols=2)
     for ax, x, label in ((left, steps, "optimizer step"), (right, drawn, "rollouts drawn")):
         ax.plot(x, reward, "o-", color=OBSERVED_COLOR, ms=3)
         ax.set_xlabel(label)
         ax.set_ylim(-0.02, 1.02)
-    left.set_ylabel("mean reward of the step's groups")
+    left.set_ylabel("mean reward")
     kept = sum(int(r.get("groups_kept", 0)) for r in rows)
     groups = sum(int(r.get("groups_drawn", 0)) for r in rows)
-    fig.suptitle(f"{len(rows)} steps, {total:,} rollouts drawn; {kept} of {groups} groups had reward variance", fontsize=8)
+    fig.suptitle(f"{len(rows)} steps, {total:,} rollouts drawn\n{kept} of {groups} groups with reward variance", fontsize=7)
+    fig.tight_layout()
     return save(fig, out_dir, "reward_vs_cost", formats)
 
 
