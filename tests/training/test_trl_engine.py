@@ -95,3 +95,35 @@ def test_trl_trains_the_calibrated_policy_resumes_and_rewards_equal_compute_scor
         assert m["reward"] == pytest.approx(sum(scores) / len(scores), abs=1e-6)
         clipped = [x["clipped"] for x in lines if x["step"] == m["step"]]
         assert m["completions/clipped_ratio"] == pytest.approx(sum(clipped) / len(clipped), abs=1e-6)
+
+
+def test_dynamic_sampling_on_the_embedded_model_drops_exactly_the_zero_std_groups(make_cfg, hf_cache, tmp_path):
+    """Issue 42 on the real policy: a set holding trapped problems (every band exported), two steps
+    of dynamic sampling; the groups kept are those whose graded completions vary, and the counts add up."""
+    cal = calibrate.run(make_cfg("calibrate", [
+        "data=reasoning_gym", "data.size=6", "~data.levels", ONE_DIGIT, "calibrate.n=8", "calibrate.budgets=[32]",
+        "calibrate.figures=false", f"paths.cache_dir={hf_cache}",
+    ], out="cal_all"))
+    data = export.run(make_cfg("export", [f"export.runs=[{cal}]", "export.decontam.enabled=false", "export.split.val_fraction=0.2",
+                                          "export.select=all"], out="export_all"))
+    out = train.run(make_cfg("train", [
+        "train.engine=trl", f"train.data_dir={data}", f"paths.cache_dir={hf_cache}", "train.trl.max_steps=2",
+        "train.trl.progress=false", "train.trl.learning_rate=1e-5", "train.trl.prompts_per_step=1",
+        "train.trl.dynamic_sampling.enabled=true", "train.trl.dynamic_sampling.max_rounds=4",
+    ], out="train_ds"))
+    metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    lines = [json.loads(x) for x in (out / "completions.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2]
+    for m in metrics:
+        mine = [x["score"] for x in lines if x["step"] == m["step"]]
+        groups = [mine[i:i + 8] for i in range(0, len(mine), 8)]
+        assert m["rollouts_drawn"] == len(mine) == 8 * m["groups_drawn"] and m["groups_drawn"] == m["rounds"]
+        assert m["groups_kept"] == sum(len(set(g)) > 1 for g in groups)  # kept = the groups whose rewards vary
+        assert m["groups_padded"] == (0 if m["groups_kept"] >= 1 else 1) and 1 <= m["rounds"] <= 4
+        assert m["rounds"] == 4 or m["groups_kept"] >= 1  # drawing stopped as soon as the step was full
+    s = read_summary(out)
+    assert s["draws"]["rollouts_drawn"] == len(lines) and s["draws"]["steps"] == 2
+    ds = s["trap_forecast"]["dynamic_sampling"]
+    assert ds["enabled"] and ds["observed"]["rollouts_total"] == len(lines)
+    lo, hi = ds["forecast"]["rollouts_total_interval"]
+    assert lo <= ds["forecast"]["rollouts_total_mean"] <= hi
