@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from mbs.io import RunDir
-from mbs.launch import staged_outputs
+from mbs.launch import redact_file, staged_outputs
 from mbs.redact import redact_obj
 from mbs.validate import BACKEND_NODES, META_KEYS, RULES, ConfigError, problem
 
@@ -187,7 +187,9 @@ def hydra_files(cfg: Any, hydra_node: Any) -> dict[str, str]:
 @contextmanager
 def staged_hydra_outputs(cfg: Any) -> Iterator[None]:
     """Hold Hydra's files (:func:`hydra_files`) and job log back from the run directory until a
-    run is admitted there (:func:`mbs.launch.staged_outputs`).
+    run is admitted there (:func:`mbs.launch.staged_outputs`). In a multirun, the sweep's
+    ``multirun.yaml`` is redacted first (:func:`mbs.launch.redact_file`: a URL with a credential
+    from a config file, in any form Hydra writes it).
 
     Outside a Hydra run (tests calling a stage) it does nothing.
 
@@ -195,11 +197,14 @@ def staged_hydra_outputs(cfg: Any) -> Iterator[None]:
         cfg: The task config Hydra passed to the entry point.
     """
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
     if not HydraConfig.initialized():
         yield
         return
     hydra_node = HydraConfig.get()
+    if hydra_node.mode == RunMode.MULTIRUN:  # written by Hydra's sweeper, before any job started
+        redact_file(Path(hydra_node.runtime.cwd) / str(hydra_node.sweep.dir) / "multirun.yaml")
     with staged_outputs(Path(hydra_node.runtime.output_dir), lambda: hydra_files(cfg, hydra_node)):
         yield
 
