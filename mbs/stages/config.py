@@ -11,7 +11,8 @@ writes what :func:`hydra_files` renders). Library code below ``mbs/stages/`` nev
 config.
 
 Beyond single values, :func:`validate_config` checks what spans keys: ``shard.index`` is in
-``[0, shard.count)``, and a budget L (``calibrate.budgets``, a student's ``budget``, a
+``[0, shard.count)``, ``export.weights`` have a positive sum and ``export.runs`` holds run
+folders, and a budget L (``calibrate.budgets``, a student's ``budget``, a
 teacher's ``max_tokens``, ``eval.budgets``) fits the context window of the backend that
 draws it where the window is known (``backend.n_ctx`` of llama.cpp, ``max_model_len`` of
 vLLM). llama.cpp reads ``max_tokens <= 0`` as "until the context is full", so a budget that
@@ -226,7 +227,7 @@ def validate_config(cfg: Any) -> None:
     """
     plain = plain_config(cfg)
     found = [problem(key, value, check) for pattern, check in RULES for key, value in select(plain, pattern)]
-    found += [_check_shard(plain), *_check_context_windows(plain), *_check_backend_keys(plain)]
+    found += [_check_shard(plain), *_check_context_windows(plain), *_check_backend_keys(plain), *_check_export(plain)]
     problems = list(dict.fromkeys(p for p in found if p))
     if problems:
         raise ConfigError(problems)
@@ -239,6 +240,29 @@ def _check_shard(cfg: Any) -> str | None:
     if isinstance(index, (int, float)) and isinstance(count, (int, float)) and not index < count:
         return f"shard.index={index}: must be in [0, shard.count) = [0, {count})"
     return None
+
+
+def _check_export(cfg: Any) -> Iterator[str]:
+    """``export.weights`` (a mapping of weights with a positive sum: each weight's range is its
+    rule) and ``export.runs`` (run folders, or ``{name, path}`` items)."""
+    weights = _get(cfg, "export.weights")
+    if weights is not _ABSENT and weights is not None:
+        if not isinstance(weights, dict):
+            yield f"export.weights={weights!r}: must be a mapping of source name to weight, or null"
+        elif weights and all(isinstance(w, (int, float)) and not isinstance(w, bool) and w >= 0 for w in weights.values()) \
+                and not sum(weights.values()) > 0:
+            yield f"export.weights={weights}: the weights must have a positive sum"
+    runs = _get(cfg, "export.runs")
+    if runs is _ABSENT:
+        return
+    if not isinstance(runs, list):
+        yield f"export.runs={runs!r}: must be a list of run folders (or {{name: NAME, path: DIR}} items)"
+        return
+    for i, item in enumerate(runs):
+        ok = (isinstance(item, str) and item.strip()) or (
+            isinstance(item, dict) and set(item) == {"name", "path"} and all(isinstance(v, str) and v.strip() for v in item.values()))
+        if not ok:
+            yield f"export.runs.{i}={item!r}: must be a run folder or {{name: NAME, path: DIR}}"
 
 
 def _check_backend_keys(cfg: Any) -> Iterator[str]:
