@@ -135,6 +135,8 @@ THRESHOLD_RANGES: dict[str, Num] = {
 BOOL = OneOf((True, False))
 #: Which calibrated problems of a run ``mbs-export`` keeps (``export.select``).
 EXPORT_SELECTIONS: tuple[str, ...] = ("usable", *BANDS, "all")
+#: Figure file formats (matplotlib's ``savefig`` formats for figures).
+FIGURE_FORMATS: tuple[str, ...] = ("png", "pdf", "svg", "svgz", "eps", "ps", "pgf", "jpg", "jpeg", "tif", "tiff", "webp")
 TEMPERATURE = Num(lo=0)
 TOP_P = Num(lo=0, lo_open=True, hi=1)
 SECONDS = Num(lo=0, lo_open=True)
@@ -224,6 +226,31 @@ RULES: tuple[tuple[str, Check], ...] = (
     ("export.decontam.enabled", BOOL),
     ("export.decontam.n", COUNT),
     ("export.prompt_length.limit", Num(integer=True, lo=1, nullable=True)),  # null: only measure
+    # figures (width: the layout of mbs.figures.WIDTHS_IN; formats: matplotlib's file formats)
+    *((f"{node}.width", OneOf(("single", "double"))) for node in ("figures", "eval", "thesis")),
+    *((f"{node}.formats.*", OneOf(FIGURE_FORMATS)) for node in ("figures", "eval", "thesis")),
+    # the thesis experiment (mbs-thesis): each key in its own name, before anything runs
+    ("thesis.data.size", COUNT),
+    ("thesis.data.seed", Num(integer=True)),
+    ("thesis.data.limit", Num(integer=True, lo=0, nullable=True)),
+    ("thesis.n", COUNT),
+    ("thesis.budget", BUDGET),
+    ("thesis.temperature", TEMPERATURE),
+    ("thesis.top_p", TOP_P),
+    ("thesis.heldout", COUNT),
+    ("thesis.set_size", COUNT),
+    ("thesis.seeds", ListOf(Num(integer=True))),
+    ("thesis.split_seed", Num(integer=True)),
+    ("thesis.steps", COUNT),
+    ("thesis.eval_every", COUNT),
+    ("thesis.prompts_per_step", COUNT),
+    ("thesis.learning_rate", Num(lo=0, lo_open=True)),
+    ("thesis.beta", Num(lo=0)),
+    ("thesis.eval_k", COUNT),
+    ("thesis.extra_budgets", ListOf(BUDGET, nonempty=False)),
+    ("thesis.recalibrate", BOOL),
+    ("thesis.keep_checkpoints", BOOL),
+    ("thesis.batch_size", COUNT),
     # grading
     ("verifier.workers", Num(integer=True, lo=0, nullable=True)),
     ("verifier.timeout_s", SECONDS),

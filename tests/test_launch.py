@@ -13,9 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.fault_server import FaultServer
-
 from omegaconf import OmegaConf
+from support.fault_server import FaultServer
 
 from mbs.launch import DeferredFileHandler, redact_file
 from mbs.redact import redact_text, secret_override
