@@ -106,8 +106,10 @@ def check_train_data(
             _check_sources(path, rows, set(sources))
     train_rows = read["train"]
     by_source = Counter(_source(r) for r in train_rows)
-    dropped = {s: {"rows": by_source[s], "why": why} for s, why in sorted(drop.items()) if by_source.get(s)}
-    trained = len(train_rows) - sum(d["rows"] for d in dropped.values())
+    dropped: dict[str, dict[str, Any]] = {
+        s: {"rows": by_source[s], "why": why} for s, why in sorted(drop.items()) if by_source.get(s)
+    }
+    trained = len(train_rows) - sum(int(d["rows"]) for d in dropped.values())
     path = folder / "train.parquet"
     if trained < least:
         left = "; ".join(f"{d['rows']} row(s) of source {s!r}: {d['why']}" for s, d in dropped.items())
