@@ -27,6 +27,7 @@ from mbs.stages import calibrate
 from mbs.stages.config import open_run
 from mbs.stages.export import run
 from mbs.stages.pipeline import export_runs
+from mbs.training.train_data import check_train_data, known_sources
 
 LONG = (
     "A farmer plants rows of beans along a straight fence that is exactly one hundred metres long and "
@@ -191,6 +192,9 @@ def test_mixing_weights_set_the_ratio(make_cfg, cal_dir, tmp_path):
     assert s["sources"]["calibrate"]["exported"] == 4 and s["sources"]["synthesize_mbs"]["exported"] == 8
     ids = [r["extra_info"]["id"] for r in rows(out / "train.parquet") + rows(out / "val.parquet")]
     assert len(ids) == len(set(ids)) == 12
+    # every row's source is one the export's provenance records: mbs-train's data check takes it whole
+    assert known_sources(out) == ["calibrate", "synthesize_mbs"]
+    assert check_train_data(out, sources=known_sources(out), drop={}).trained == s["rows"]["train"]
 
     with pytest.raises(ValueError, match="short of rows"):
         run(make_cfg("export", [f"export.runs=[{cal_dir},{syn}]", "export.decontam.enabled=false",
