@@ -5,9 +5,12 @@ Used by the entry points of ``mbs/cli.py`` (``mbs-calibrate ...``); the stages t
 nothing of it.
 
 * :func:`refuse_secrets` ends a command whose overrides carry a secret (``+backend.api_key=...``,
-  a ``sk-...`` value; :func:`mbs.redact.secret_override`) with exit status 2 before Hydra reads
-  them, naming the key but never the value: Hydra would echo it in its own error message and
-  write it into ``.hydra/``. Keys are read from the environment variable ``api_key_env`` names.
+  a ``sk-...`` value, a URL with a credential, in a single run or any value of a ``-m`` sweep;
+  :func:`mbs.redact.secret_override`) with exit status 2 before Hydra reads them, naming the key
+  but never the value: Hydra would echo it in its own error message and write it into
+  ``multirun.yaml`` and ``.hydra/``. Keys are read from the environment variable ``api_key_env``
+  names, a credentialed URL from ``${oc.env:VAR}``. What a multirun's ``multirun.yaml`` holds
+  anyway (a URL of a config file) is redacted by each of its jobs (:func:`redact_file`).
 * :func:`staged_outputs` keeps Hydra's files (rendered at the stage boundary:
   :func:`mbs.stages.config.staged_hydra_outputs`) out of the run directory until a
   :class:`mbs.io.RunDir` there admits the run (lock taken, sampling config accepted;
@@ -35,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from mbs.io import on_admit, restore_on_failure, write_text_atomic
-from mbs.redact import secret_override
+from mbs.redact import credentialed_url, install_log_redaction, redact_text, secret_override
 
 #: Folder of the run directory receiving Hydra's ``config.yaml``, ``hydra.yaml`` and ``overrides.yaml``.
 HYDRA_SUBDIR = ".hydra"
@@ -49,6 +52,16 @@ def command_name() -> str:
 def refuse_secrets(main: Callable[..., Any]) -> Callable[..., Any]:
     """Wrap a ``@hydra.main`` entry point: overrides carrying a secret end the command.
 
+    Every override of the command line is checked, each value of a multirun sweep (``-m
+    a=x,y``) included (:func:`mbs.redact.secret_override`): an API key, a credential-shaped
+    value, or a URL with a credential (``http://user:password@host``, ``?api-key=...``), which
+    Hydra would otherwise write into ``multirun.yaml`` and every job's ``.hydra/`` files (escaped
+    as ``http\\://user\\:password@host``) and print in its launcher's lines. The message points
+    to the environment-variable route: ``backend.api_key_env=VAR`` for a key,
+    ``backend.base_url='${oc.env:VAR}'`` for a URL (saved files keep the reference, not the
+    value). Log redaction (:func:`mbs.redact.install_log_redaction`) is installed before Hydra
+    starts, so its own log lines (the launcher's ``#0 : overrides``) are redacted too.
+
     Raises:
         SystemExit: Status 2 when an override of ``sys.argv`` carries a secret; the message
             names each such key, never its value.
@@ -57,12 +70,18 @@ def refuse_secrets(main: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(main)
     def entry(*args: Any, **kwargs: Any) -> Any:
         if not args and not kwargs:  # the console script: Hydra reads sys.argv
-            keys = [key for key in map(secret_override, sys.argv[1:]) if key]
-            if keys:
+            install_log_redaction()
+            found = [(key, credentialed_url(arg)) for arg in sys.argv[1:] if (key := secret_override(arg))]
+            if found:
+                routes = []
+                if any(url for _, url in found):
+                    routes.append("put a URL with a credential in an environment variable and name it, e.g. "
+                                  "backend.base_url='${oc.env:MY_BASE_URL}' (saved files keep the reference, not the URL)")
+                if not all(url for _, url in found):
+                    routes.append("put an API key in an environment variable and name it with backend.api_key_env=VAR")
                 print(
-                    f"{command_name()}: error: {', '.join(keys)}: refusing a secret on the command line "
-                    "(the value is not shown, and nothing was written); put an API key in an environment "
-                    "variable and name it with backend.api_key_env=VAR",
+                    f"{command_name()}: error: {', '.join(dict.fromkeys(k for k, _ in found))}: refusing a secret on "
+                    f"the command line (the value is not shown, and nothing was written); {'; '.join(routes)}",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -139,6 +158,26 @@ def log_to_files(logger: logging.Logger, level: int, msg: str, *args: Any) -> No
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler) and record.levelno >= handler.level:
             handler.handle(record)
+
+
+def redact_file(path: str | Path) -> bool:
+    """Rewrite the text file ``path`` (atomically) with every URL and credential redacted
+    (:func:`mbs.redact.redact_text`), when it holds any: Hydra's ``multirun.yaml``, which its
+    sweeper writes before the jobs start.
+
+    Returns:
+        Whether the file was rewritten (``False``: missing, or nothing to redact).
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    clean = redact_text(text)
+    if clean == text:
+        return False
+    write_text_atomic(path, clean)
+    return True
 
 
 def write_hydra_files(run_dir: Path, files: Mapping[str, str]) -> None:

@@ -11,8 +11,11 @@ through :func:`redact_text`. A credential in a text outside a URL (an ``sk-...``
 key, a ``Bearer`` header) is masked as well.
 
 :func:`secret_override` tells a command-line override that carries a secret (a key named like
-``api_key``, ``token`` or ``password``, or a value that looks like a credential): the command
-line refuses it, naming the key but never the value (``mbs/launch.py``).
+``api_key``, ``token`` or ``password``, a value that looks like a credential, or a URL carrying
+one: :func:`credentialed_url`): the command line refuses it, naming the key but never the value
+(``mbs/launch.py``), and points to the environment-variable route. Every URL pattern here also
+matches the escaped form Hydra writes an override in (``http\\://user\\:pw@host``), so what
+reaches ``multirun.yaml``, ``.hydra/*`` or Hydra's log lines by another route is redacted too.
 
 >>> redact_url("http://user:sk-123@host:8000/v1?api-key=sk-9&x=1")
 'http://***@host:8000/v1?api-key=***&x=***'
@@ -29,8 +32,17 @@ from typing import Any
 
 MASK = "***"
 
-#: A URL: scheme, optional user info, host and the rest up to whitespace or a quote.
-_URL = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.\-]*://)(?P<userinfo>[^\s/@\"'<>]+@)?(?P<rest>[^\s\"'<>]*)")
+#: A URL: scheme, optional user info, host and the rest up to whitespace, a quote or the next
+#: URL (a sweep's ``http://a/v1,http://u:pw@b/v1``). The ``://`` may be escaped as Hydra writes
+#: an override's value into ``overrides.yaml``, ``hydra.yaml``, ``multirun.yaml`` and its
+#: launcher's log lines (``http\://user\:pw@host``; the backslash doubled in a double-quoted
+#: YAML string).
+_SCHEME = r"[a-zA-Z][a-zA-Z0-9+.\-]*(?:\\{1,2})?://"
+_URL = re.compile(
+    rf"(?P<scheme>\b{_SCHEME})(?P<userinfo>[^\s/@\"'<>]+@)?(?P<rest>(?:(?!\b{_SCHEME})[^\s\"'<>])*)"
+)
+#: Hydra's escape of a special character in an override value (``\:``, ``\=``, ``\,``, ...).
+_HYDRA_ESCAPE = re.compile(r"\\+(?=[\\()\[\]{}:=, \t])")
 _QUERY_VALUE = re.compile(r"(?P<sep>[?&;])(?P<name>[^=&;#\s]+)=(?P<value>[^&;#\s]*)")
 #: A config key holding a secret (its last dotted part); names of environment variables
 #: (``api_key_env``) are not secrets.
@@ -71,23 +83,49 @@ def redact_text(text: str) -> str:
     return _URL.sub(_redact_match, text)
 
 
+def credentialed_url(text: str) -> bool:
+    """Whether ``text`` holds a URL carrying a credential: user info (``user:password@`` or a
+    token before ``@``) or a query parameter named like a secret (``?api-key=...``,
+    ``&token=...``). Hydra's escapes (``http\\://user\\:pw@host``) are read through.
+
+    >>> credentialed_url("http://user:pw@host/v1"), credentialed_url("http\\\\://u\\\\:pw@host/v1")
+    (True, True)
+    >>> credentialed_url("https://host/v1?api-key=x"), credentialed_url("http://127.0.0.1:8000/v1?x=1")
+    (True, False)
+    """
+    for m in _URL.finditer(_HYDRA_ESCAPE.sub("", text)):
+        if m.group("userinfo"):
+            return True
+        rest = m.group("rest")
+        if "?" in rest and any(
+            _SECRET_NAME.match(q.group("name")) and q.group("value")
+            for q in _QUERY_VALUE.finditer("?" + rest.split("?", 1)[1])
+        ):
+            return True
+    return False
+
+
 def secret_override(arg: str) -> str | None:
     """The key of a command-line override that carries a secret, else ``None``.
 
     A secret is a key whose last part names one (``api_key``, ``hf_token``, ``password``, ...;
-    not ``api_key_env``, which names an environment variable) or a value that looks like a
-    credential (see :func:`redact_text`). Options (``--cfg``, ``-m``) are not overrides.
+    not ``api_key_env``, which names an environment variable), a value that looks like a
+    credential (see :func:`redact_text`) or a value holding a URL with a credential
+    (:func:`credentialed_url`; every value of a sweep ``a,b`` is checked). Options (``--cfg``,
+    ``-m``) are not overrides.
 
     >>> secret_override("+backend.api_key=x"), secret_override("backend.api_key_env=MY_KEY")
     ('backend.api_key', None)
     >>> secret_override("backend.model=sk-0123456789abcdefghij")
     'backend.model'
+    >>> secret_override("backend.base_url=http://user:pw@host/v1")
+    'backend.base_url'
     """
     if arg.startswith("-") or "=" not in arg:
         return None
     key, value = arg.split("=", 1)
     key = key.lstrip("+~").split("@", 1)[0]
-    if _SECRET_NAME.match(key.rsplit(".", 1)[-1]) or _SECRET_VALUE.search(value):
+    if _SECRET_NAME.match(key.rsplit(".", 1)[-1]) or _SECRET_VALUE.search(value) or credentialed_url(value):
         return key
     return None
 

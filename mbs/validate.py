@@ -25,6 +25,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from mbs import errors
 from mbs.llm import NON_ARGS
+from mbs.records import BANDS
 
 
 class ConfigError(errors.ConfigError):
@@ -131,6 +132,11 @@ THRESHOLD_RANGES: dict[str, Num] = {
     "K": COUNT, "D": COUNT, "N_d": NONNEG, "N_t": COUNT, "N_l": COUNT, "N_c": COUNT, "N": COUNT,
     "alpha_leaf": SHARE, "alpha_parent": SHARE,
 }
+BOOL = OneOf((True, False))
+#: Which calibrated problems of a run ``mbs-export`` keeps (``export.select``).
+EXPORT_SELECTIONS: tuple[str, ...] = ("usable", *BANDS, "all")
+#: Figure file formats (matplotlib's ``savefig`` formats for figures).
+FIGURE_FORMATS: tuple[str, ...] = ("png", "pdf", "svg", "svgz", "eps", "ps", "pgf", "jpg", "jpeg", "tif", "tiff", "webp")
 TEMPERATURE = Num(lo=0)
 TOP_P = Num(lo=0, lo_open=True, hi=1)
 SECONDS = Num(lo=0, lo_open=True)
@@ -203,11 +209,48 @@ RULES: tuple[tuple[str, Check], ...] = (
     ("eval.limit", Num(integer=True, lo=0, nullable=True)),
     ("eval.temperature", TEMPERATURE),
     ("eval.top_p", TOP_P),
-    # export
-    ("export.split.val_fraction", Num(lo=0, hi=1, hi_open=True)),
-    ("export.dedup.near.threshold", SHARE),
-    ("export.decontam.n", COUNT),
+    # export (every key the stage reads; export.weights and export.runs also by validate_config)
+    ("export.include_data", BOOL),
+    ("export.select", OneOf(EXPORT_SELECTIONS)),
+    ("export.select_budget", Num(integer=True, lo=1, nullable=True)),
+    ("export.weights.*", Num(lo=0)),
     ("export.mix.total", Num(integer=True, lo=1, nullable=True)),
+    ("export.mix.repeat", BOOL),
+    ("export.split.val_fraction", Num(lo=0, hi=1, hi_open=True)),
+    ("export.dedup.exact", BOOL),
+    ("export.dedup.near.enabled", BOOL),
+    ("export.dedup.near.threshold", SHARE),
+    ("export.dedup.near.num_perm", COUNT),
+    ("export.dedup.near.shingle", COUNT),
+    ("export.dedup.near.same_answer_only", BOOL),
+    ("export.decontam.enabled", BOOL),
+    ("export.decontam.n", COUNT),
+    ("export.prompt_length.limit", Num(integer=True, lo=1, nullable=True)),  # null: only measure
+    # figures (width: the layout of mbs.figures.WIDTHS_IN; formats: matplotlib's file formats)
+    *((f"{node}.width", OneOf(("single", "double"))) for node in ("figures", "eval", "thesis")),
+    *((f"{node}.formats.*", OneOf(FIGURE_FORMATS)) for node in ("figures", "eval", "thesis")),
+    # the thesis experiment (mbs-thesis): each key in its own name, before anything runs
+    ("thesis.data.size", COUNT),
+    ("thesis.data.seed", Num(integer=True)),
+    ("thesis.data.limit", Num(integer=True, lo=0, nullable=True)),
+    ("thesis.n", COUNT),
+    ("thesis.budget", BUDGET),
+    ("thesis.temperature", TEMPERATURE),
+    ("thesis.top_p", TOP_P),
+    ("thesis.heldout", COUNT),
+    ("thesis.set_size", COUNT),
+    ("thesis.seeds", ListOf(Num(integer=True))),
+    ("thesis.split_seed", Num(integer=True)),
+    ("thesis.steps", COUNT),
+    ("thesis.eval_every", COUNT),
+    ("thesis.prompts_per_step", COUNT),
+    ("thesis.learning_rate", Num(lo=0, lo_open=True)),
+    ("thesis.beta", Num(lo=0)),
+    ("thesis.eval_k", COUNT),
+    ("thesis.extra_budgets", ListOf(BUDGET, nonempty=False)),
+    ("thesis.recalibrate", BOOL),
+    ("thesis.keep_checkpoints", BOOL),
+    ("thesis.batch_size", COUNT),
     # grading
     ("verifier.workers", Num(integer=True, lo=0, nullable=True)),
     ("verifier.timeout_s", SECONDS),
@@ -258,12 +301,12 @@ RULES: tuple[tuple[str, Check], ...] = (
     ("train.trl.beta", Num(lo=0)),
     ("train.trl.save_steps", COUNT),
     ("train.trl.save_total_limit", Num(integer=True, lo=1, nullable=True)),
-    *((f"train.trl.{k}", OneOf((True, False))) for k in ("resume", "bf16", "use_vllm", "gradient_checkpointing", "progress")),
-    ("train.trl.dynamic_sampling.enabled", OneOf((True, False))),
+    *((f"train.trl.{k}", BOOL) for k in ("resume", "bf16", "use_vllm", "gradient_checkpointing", "progress")),
+    ("train.trl.dynamic_sampling.enabled", BOOL),
     ("train.trl.dynamic_sampling.max_rounds", COUNT),
-    ("train.allow_policy_mismatch", OneOf((True, False))),
+    ("train.allow_policy_mismatch", BOOL),
     # resume
-    ("resume.allow_config_change", OneOf((True, False))),
+    ("resume.allow_config_change", BOOL),
 )
 
 #: The rule of each key of :data:`RULES` (for :func:`check_rule`).

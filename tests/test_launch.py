@@ -1,7 +1,8 @@
 """The command line around a stage (issue 30): a refused start leaves every file of an existing
 run directory as it was (Hydra's own included), no secret reaches a file or the terminal
-through an override, each error is printed once, and a resume at a new server address reuses
-the cache."""
+through an override (issue 46: a credentialed URL, in a run or a ``-m`` sweep, is refused, and
+redaction matches Hydra's escaped forms), each error is printed once, and a resume at a new
+server address reuses the cache."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 from support.fault_server import FaultServer
 
-from mbs.launch import DeferredFileHandler
+from mbs.launch import DeferredFileHandler, redact_file
 from mbs.redact import redact_text, secret_override
+from mbs.stages.config import hydra_files
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = REPO / "tests"
@@ -28,17 +31,18 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(TESTS), os.environ.get("PYTHONPATH", "")])}
 
 
-def _calibrate(run_dir: Path, data: Path, *more: str, backend: tuple[str, ...] | None = None):
+def _calibrate(run_dir: Path, data: Path, *more: str, backend: tuple[str, ...] | None = None,
+               env: dict[str, str] | None = None, multirun: bool = False):
     backend = backend or (
         "~backend", "+backend._target_=support.fakes.FakeBackend", "+backend.label=fake", "+backend.rates={EASY: 1.0}",
     )
     cmd = [
-        sys.executable, "-c", "from mbs.cli import calibrate; calibrate()",
+        sys.executable, "-c", "from mbs.cli import calibrate; calibrate()", *(["-m"] if multirun else []),
         "data=jsonl", f"data.path={data}", "data.origin=toy", "calibrate.n=2", "calibrate.budgets=[16]",
         "calibrate.figures=false", *backend, "verifier.workers=1",
         f"hydra.run.dir={run_dir}", f"paths.root={run_dir.parent}", f"paths.cache_dir={run_dir.parent / 'cache'}", *more,
     ]
-    return subprocess.run(cmd, check=False, capture_output=True, text=True, env=_env(), timeout=300)
+    return subprocess.run(cmd, check=False, capture_output=True, text=True, env={**_env(), **(env or {})}, timeout=300)
 
 
 def snapshot(run_dir: Path) -> dict[str, bytes]:
@@ -136,14 +140,15 @@ def test_a_run_refused_by_the_lock_writes_nothing_into_the_running_run(tmp_path,
 
 def test_resume_at_a_new_server_address_makes_no_request(tmp_path, toy_jsonl):
     """The same model behind another host or port (a requeue, a proxy, a new server) is the same
-    model: the run is admitted and every sample comes from the cache. A credentialed URL typed on
-    the command line reaches no file."""
+    model: the run is admitted and every sample comes from the cache. A credentialed URL given
+    through the environment (the route the command line points to) reaches no file."""
     run = tmp_path / "run"
     openai = ("backend=openai", "backend.model=m", "backend.max_retries=0", "backend.api_key_env=null")
     with FaultServer([]) as first, FaultServer([]) as second:
         password = "pw-hunter2-5678"  # not credential-shaped: the URL is taken, and redacted
         url = f"http://user:{password}@127.0.0.1:{first.port}/v1?api-key={password}"
-        done = _calibrate(run, toy_jsonl, f"backend.base_url='{url}'", backend=openai)
+        env = {"MBS_TEST_BASE_URL": url}
+        done = _calibrate(run, toy_jsonl, "backend.base_url=${oc.env:MBS_TEST_BASE_URL}", backend=openai, env=env)
         assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
         assert first.hits and password not in done.stdout + done.stderr
         written = snapshot(run)
@@ -154,6 +159,73 @@ def test_resume_at_a_new_server_address_makes_no_request(tmp_path, toy_jsonl):
         assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
         assert second.hits == []  # zero new requests
     assert (run / "manifest.json").is_file()
+
+
+PASSWORD = "pw-hunter2-5678"
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        f"backend.base_url=http://user:{PASSWORD}@127.0.0.1:9/v1",
+        f"backend.base_url='http://user:{PASSWORD}@127.0.0.1:9/v1'",
+        f"backend.base_url=http\\://user\\:{PASSWORD}@127.0.0.1\\:9/v1",  # as Hydra escapes it
+        f"backend.base_url=http://127.0.0.1:9/v1,http://u:{PASSWORD}@127.0.0.1:9/v1",  # one value of a sweep
+        f"backend.base_url=https://127.0.0.1:9/v1?api-key={PASSWORD}",
+    ],
+)
+def test_a_credentialed_url_is_refused_in_runs_and_sweeps(tmp_path, toy_jsonl, override):
+    """Issue 46: a URL with a credential on the command line (single run or ``-m`` sweep) is refused
+    before Hydra reads it (it would reach multirun.yaml, every job's .hydra/ and the launcher's
+    lines), naming the key and the environment-variable route, never the value."""
+    sweep = tmp_path / "sweep"
+    openai = ("backend=openai", "backend.model=m", "backend.max_retries=0", "backend.api_key_env=null")
+    for mode in ((), ("calibrate.n=1,2", f"hydra.sweep.dir={sweep}")):
+        res = _calibrate(tmp_path / "run", toy_jsonl, *mode, override, backend=openai, multirun=bool(mode))
+        out = res.stdout + res.stderr
+        assert res.returncode == 2, out[-2000:]
+        assert "backend.base_url: refusing a secret on the command line" in out and "${oc.env:" in out, out
+        assert PASSWORD not in out and "Traceback" not in out
+        assert not (tmp_path / "run").exists() and not sweep.exists()
+
+
+def test_a_sweep_through_the_environment_writes_no_credential(tmp_path, toy_jsonl):
+    """The environment-variable route in a ``-m`` sweep: multirun.yaml and every job's files and
+    log keep ``${oc.env:...}``; no job prints the password."""
+    sweep = tmp_path / "sweep"
+    openai = ("backend=openai", "backend.model=m", "backend.max_retries=0", "backend.api_key_env=null")
+    with FaultServer([]) as server:
+        url = f"http://user:{PASSWORD}@127.0.0.1:{server.port}/v1"
+        res = _calibrate(tmp_path / "unused", toy_jsonl, "backend.base_url=${oc.env:MBS_TEST_BASE_URL}", "calibrate.n=1,2",
+                         f"hydra.sweep.dir={sweep}", backend=openai, env={"MBS_TEST_BASE_URL": url}, multirun=True)
+        assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+        assert server.hits and PASSWORD not in res.stdout + res.stderr
+    written = snapshot(sweep)
+    assert "multirun.yaml" in written and {"0/manifest.json", "1/manifest.json", "1/.hydra/overrides.yaml"} <= set(written)
+    for path, data in written.items():
+        assert PASSWORD.encode() not in data, path
+
+
+def test_redaction_matches_what_hydra_writes(tmp_path):
+    """Hydra escapes an override's value (``http\\://user\\:pw@host``, ``\\=``) in overrides.yaml,
+    hydra.yaml, multirun.yaml and its launcher's lines: every form is redacted."""
+    escaped = f"backend.base_url=http\\://user\\:{PASSWORD}@host\\:8000/v1?api-key\\={PASSWORD}&x\\=1"
+    for text in (escaped, escaped.replace("\\", "\\\\"), f"\t#0 : {escaped} calibrate.n=1"):
+        clean = redact_text(text)
+        assert PASSWORD not in clean and "***@host" in clean, clean
+    assert redact_text("http\\://127.0.0.1\\:8000/v1") == "http\\://127.0.0.1\\:8000/v1"
+    # the files the stage writes from Hydra's node (.hydra/hydra.yaml, overrides.yaml)
+    node = OmegaConf.create({"overrides": {"task": [escaped, "calibrate.n=1"]}, "job": {"override_dirname": escaped}})
+    files = hydra_files(OmegaConf.create({"backend": {"base_url": escaped.split("=", 1)[1]}}), node)
+    assert set(files) == {"config.yaml", "hydra.yaml", "overrides.yaml"}
+    for name, text in files.items():
+        assert PASSWORD not in text, name
+    # multirun.yaml, which Hydra's sweeper writes before the jobs: each job redacts it
+    multirun = tmp_path / "multirun.yaml"
+    multirun.write_text(OmegaConf.to_yaml(OmegaConf.create({"backend": {"base_url": f"http://u:{PASSWORD}@h/v1"},
+                                                            "hydra": {"overrides": {"task": [escaped]}}})))
+    assert redact_file(multirun) and PASSWORD not in multirun.read_text()
+    assert not redact_file(multirun) and not redact_file(tmp_path / "missing.yaml")
 
 
 @pytest.mark.parametrize(
@@ -167,7 +239,12 @@ def test_resume_at_a_new_server_address_makes_no_request(tmp_path, toy_jsonl):
         ("backend.max_tokens_param=max_completion_tokens", None),
         ("calibrate.budgets=[64,128]", None),
         (f"backend.extra_body={{auth: 'Bearer {SECRET}'}}", "backend.extra_body"),
-        ("backend.base_url=http://u:p@host/v1", None),  # allowed; redacted wherever it is written
+        ("backend.base_url=http://u:p@host/v1", "backend.base_url"),  # refused: the environment route instead
+        ("backend.base_url=http\\://u\\:p@host/v1", "backend.base_url"),  # Hydra's escaped form
+        ("backend.base_url=http://127.0.0.1:8000/v1,http://u@h/v1", "backend.base_url"),  # a sweep value
+        ("backend.base_url=https://h/v1?api-key=abc", "backend.base_url"),
+        ("backend.base_url=http://127.0.0.1:8000/v1?x=1", None),
+        ("backend.base_url=${oc.env:MY_BASE_URL}", None),
         ("--cfg", None),
     ],
 )

@@ -94,7 +94,7 @@ def assemble(
     Args:
         sources: The export's sources, in order.
         kept: The clean ``(source, problem)`` rows (:func:`mbs.export.build.clean`).
-        removed: The removal records (only counted, for the error message).
+        removed: The removal records (only counted by reason, for the error message).
         weights: See :func:`mix`.
         total: See :func:`mix`.
         repeat: See :func:`mix`.
@@ -108,11 +108,19 @@ def assemble(
         The :class:`Assembled` rows.
 
     Raises:
-        ValueError: Bad weights, or nothing left to export.
+        ConfigError: Bad weights, or nothing left to export (names the rows each source
+            loaded and the removals by reason).
     """
     by_source, final = mix(sources, kept, weights, total, repeat, seed)
     if not final:
-        raise ConfigError(f"mbs-export: nothing left to export after cleaning ({len(removed)} rows removed; see removed.jsonl)")
+        loaded = ", ".join(f"{s.name} ({s.run_dir or 'data'}): {len(s.problems)}" for s in sources)
+        reasons = Counter(str(r["reason"]) for r in removed)
+        why = ", ".join(f"{n} {reason}" for reason, n in sorted(reasons.items()))
+        raise ConfigError(
+            f"mbs-export: nothing left to export: rows loaded per source: {loaded}; "
+            f"{len(removed)} removed{f' ({why})' if why else ''}; nothing was written "
+            "(a calibration source keeps the problems export.select names: try export.select=all)"
+        )
     flags = split_rows([family_of(p) for _, p in final], val_fraction, salt)
     files: dict[str, list[dict[str, Any]]] = {"train": [], "val": []}
     for (s, p), val in zip(final, flags):
@@ -152,19 +160,20 @@ def source_summary(
     return out
 
 
-def prompt_lengths(files: Mapping[str, Sequence[dict[str, Any]]], tokenizer: Any, limit: int | None) -> dict[str, Any]:
+def prompt_lengths(files: Mapping[str, Sequence[dict[str, Any]]], counter: PromptCounter, limit: int | None) -> dict[str, Any]:
     """Prompt tokens of the written rows against ``limit`` (warns when some are over).
 
     Args:
         files: ``"train"`` / ``"val"`` -> verl rows.
-        tokenizer: The ``export.prompt_length.tokenizer`` setting (:class:`mbs.export.prompt_length.PromptCounter`).
+        counter: Counts prompt tokens (the ``export.prompt_length.tokenizer``, loaded before the
+            run directory was opened).
         limit: Tokens a prompt may have (``None``: no limit).
 
     Returns:
         :func:`mbs.export.prompt_length.length_report`'s report.
     """
     rows = ((r["extra_info"]["id"], split, r["prompt"]) for split, rs in files.items() for r in rs)
-    report = length_report(rows, PromptCounter(tokenizer), None if limit is None else int(limit))
+    report = length_report(rows, counter, None if limit is None else int(limit))
     if report["over_limit"]["all"]:
         log.warning(
             "%d exported row(s) have prompts over export.prompt_length.limit=%s tokens (%s; longest %d): verl's "

@@ -22,6 +22,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from mbs.errors import ConfigError
+
 #: Template tokens allowed per message by the upper bound.
 PER_MESSAGE = 16
 
@@ -34,7 +36,8 @@ class PromptCounter:
             upper bound.
 
     Raises:
-        ValueError: ``transformers`` is missing or the tokenizer cannot be loaded (names it).
+        mbs.errors.ConfigError: ``transformers`` is missing or the tokenizer cannot be loaded
+            (names it; a :class:`ValueError`).
     """
 
     def __init__(self, tokenizer: str | None = None):
@@ -44,11 +47,11 @@ class PromptCounter:
             try:
                 from transformers import AutoTokenizer
             except ImportError as err:
-                raise ValueError(f"tokenizer={tokenizer!r} needs the transformers package (pip install transformers)") from err
+                raise ConfigError(f"tokenizer={tokenizer!r} needs the transformers package (pip install transformers)") from err
             try:
                 self.tok = AutoTokenizer.from_pretrained(str(tokenizer), local_files_only=True)
             except (OSError, ValueError) as err:
-                raise ValueError(f"tokenizer={tokenizer!r} cannot be loaded from local files: {err}") from err
+                raise ConfigError(f"tokenizer={tokenizer!r} cannot be loaded from local files: {err}") from err
 
     @property
     def exact(self) -> bool:

@@ -32,11 +32,14 @@ from omegaconf import DictConfig, OmegaConf
 from mbs.data import load_problems
 from mbs.errors import UserError
 from mbs.io import Shard, read_records, read_summary, shard_files
-from mbs.records import BANDS, Calibration, Problem
+from mbs.records import Calibration, Problem
+from mbs.validate import EXPORT_SELECTIONS
 
 log = logging.getLogger(__name__)
 
-SELECTIONS = ("usable", *BANDS, "all")
+#: Which calibrated problems of a run become rows (``export.select``; the range of its rule in
+#: :data:`mbs.validate.RULES`).
+SELECTIONS = EXPORT_SELECTIONS
 
 
 class SourceError(UserError, ValueError):

@@ -129,18 +129,61 @@ def check_verl_rows(path: str | os.PathLike, prompt_key: str = "prompt", reward_
         if col not in ds.column_names:
             raise SchemaError(f"{path}: column {col!r} missing (columns: {ds.column_names})")
     for i, row in enumerate(ds):
-        where = f"{path} row {i}"
-        msgs = row[prompt_key]
-        if not isinstance(msgs, list) or not msgs:
-            raise SchemaError(f"{where}: {prompt_key} must be a non-empty list of chat messages")
-        for m in msgs:
-            if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
-                raise SchemaError(f"{where}: {prompt_key} message {m!r} needs string role and content")
-        if not isinstance(row[reward_fn_key], str) or not row[reward_fn_key]:
-            raise SchemaError(f"{where}: {reward_fn_key} must be a non-empty string")
-        gt = (row["reward_model"] or {}).get("ground_truth")
-        if not isinstance(gt, str) or not gt:
-            raise SchemaError(f"{where}: reward_model.ground_truth must be a non-empty string")
-        if not isinstance((row["extra_info"] or {}).get("index"), int):
-            raise SchemaError(f"{where}: extra_info.index must be an integer")
+        found = row_problem(row, prompt_key, reward_fn_key)
+        if found:
+            raise SchemaError(f"{path} row {i}: {found}")
     return len(ds)
+
+
+def row_problem(row: dict[str, Any], prompt_key: str = "prompt", reward_fn_key: str = "data_source") -> str | None:
+    """What a row lacks of what verl and the trainers read (``None``: nothing): a non-empty
+    prompt of ``{role, content}`` strings, ``data_source``, ``reward_model.ground_truth`` and an
+    integer ``extra_info.index``."""
+    msgs = row.get(prompt_key)
+    if not isinstance(msgs, list) or not msgs:
+        return f"{prompt_key} must be a non-empty list of chat messages"
+    for m in msgs:
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            return f"{prompt_key} message {m!r} needs string role and content"
+    if not isinstance(row.get(reward_fn_key), str) or not row[reward_fn_key]:
+        return f"{reward_fn_key} must be a non-empty string"
+    gt = (row.get("reward_model") or {}).get("ground_truth")
+    if not isinstance(gt, str) or not gt:
+        return "reward_model.ground_truth must be a non-empty string"
+    if not isinstance((row.get("extra_info") or {}).get("index"), int):
+        return "extra_info.index must be an integer"
+    return None
+
+
+def read_verl_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Every row of an exported parquet file, read with pyarrow and checked: a readable file
+    (not truncated or corrupted), the columns of :data:`SCHEMA` and, in each row, what verl and
+    the trainers read (:func:`row_problem`). ``mbs-train`` reads its data with it before any
+    model loads.
+
+    Returns:
+        The rows, as dicts.
+
+    Raises:
+        SchemaError: The file cannot be read as parquet, lacks a column of :data:`SCHEMA`
+            (names each), or a row lacks a field (names the file, row, id and field).
+    """
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as err:
+        raise SchemaError(f"{path}: not a readable parquet file (truncated or corrupted?): {type(err).__name__}: {err}; "
+                          "write it again with mbs-export") from err
+    missing = [name for name in SCHEMA.names if name not in table.column_names]
+    if missing:
+        raise SchemaError(f"{path}: column(s) {missing} of verl's schema missing (columns: {table.column_names}); "
+                          "not a file mbs-export wrote: write it again with mbs-export")
+    try:
+        rows = table.to_pylist()
+    except (pa.ArrowException, OSError) as err:
+        raise SchemaError(f"{path}: rows cannot be read ({type(err).__name__}: {err}); write it again with mbs-export") from err
+    for i, row in enumerate(rows):
+        found = row_problem(row)
+        if found:
+            pid = (row.get("extra_info") or {}).get("id") if isinstance(row.get("extra_info"), dict) else None
+            raise SchemaError(f"{path} row {i}{f' (id {pid!r})' if pid else ''}: {found}")
+    return rows

@@ -11,7 +11,8 @@ writes what :func:`hydra_files` renders). Library code below ``mbs/stages/`` nev
 config.
 
 Beyond single values, :func:`validate_config` checks what spans keys: ``shard.index`` is in
-``[0, shard.count)``, and a budget L (``calibrate.budgets``, a student's ``budget``, a
+``[0, shard.count)``, ``export.weights`` have a positive sum and ``export.runs`` holds run
+folders, and a budget L (``calibrate.budgets``, a student's ``budget``, a
 teacher's ``max_tokens``, ``eval.budgets``) fits the context window of the backend that
 draws it where the window is known (``backend.n_ctx`` of llama.cpp, ``max_model_len`` of
 vLLM). llama.cpp reads ``max_tokens <= 0`` as "until the context is full", so a budget that
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from mbs.io import RunDir
-from mbs.launch import staged_outputs
+from mbs.launch import redact_file, staged_outputs
 from mbs.redact import redact_obj
 from mbs.validate import BACKEND_NODES, META_KEYS, RULES, ConfigError, problem
 
@@ -187,7 +188,9 @@ def hydra_files(cfg: Any, hydra_node: Any) -> dict[str, str]:
 @contextmanager
 def staged_hydra_outputs(cfg: Any) -> Iterator[None]:
     """Hold Hydra's files (:func:`hydra_files`) and job log back from the run directory until a
-    run is admitted there (:func:`mbs.launch.staged_outputs`).
+    run is admitted there (:func:`mbs.launch.staged_outputs`). In a multirun, the sweep's
+    ``multirun.yaml`` is redacted first (:func:`mbs.launch.redact_file`: a URL with a credential
+    from a config file, in any form Hydra writes it).
 
     Outside a Hydra run (tests calling a stage) it does nothing.
 
@@ -195,11 +198,14 @@ def staged_hydra_outputs(cfg: Any) -> Iterator[None]:
         cfg: The task config Hydra passed to the entry point.
     """
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
     if not HydraConfig.initialized():
         yield
         return
     hydra_node = HydraConfig.get()
+    if hydra_node.mode == RunMode.MULTIRUN:  # written by Hydra's sweeper, before any job started
+        redact_file(Path(hydra_node.runtime.cwd) / str(hydra_node.sweep.dir) / "multirun.yaml")
     with staged_outputs(Path(hydra_node.runtime.output_dir), lambda: hydra_files(cfg, hydra_node)):
         yield
 
@@ -221,7 +227,7 @@ def validate_config(cfg: Any) -> None:
     """
     plain = plain_config(cfg)
     found = [problem(key, value, check) for pattern, check in RULES for key, value in select(plain, pattern)]
-    found += [_check_shard(plain), *_check_context_windows(plain), *_check_backend_keys(plain)]
+    found += [_check_shard(plain), *_check_context_windows(plain), *_check_backend_keys(plain), *_check_export(plain)]
     problems = list(dict.fromkeys(p for p in found if p))
     if problems:
         raise ConfigError(problems)
@@ -234,6 +240,29 @@ def _check_shard(cfg: Any) -> str | None:
     if isinstance(index, (int, float)) and isinstance(count, (int, float)) and not index < count:
         return f"shard.index={index}: must be in [0, shard.count) = [0, {count})"
     return None
+
+
+def _check_export(cfg: Any) -> Iterator[str]:
+    """``export.weights`` (a mapping of weights with a positive sum: each weight's range is its
+    rule) and ``export.runs`` (run folders, or ``{name, path}`` items)."""
+    weights = _get(cfg, "export.weights")
+    if weights is not _ABSENT and weights is not None:
+        if not isinstance(weights, dict):
+            yield f"export.weights={weights!r}: must be a mapping of source name to weight, or null"
+        elif weights and all(isinstance(w, (int, float)) and not isinstance(w, bool) and w >= 0 for w in weights.values()) \
+                and not sum(weights.values()) > 0:
+            yield f"export.weights={weights}: the weights must have a positive sum"
+    runs = _get(cfg, "export.runs")
+    if runs is _ABSENT:
+        return
+    if not isinstance(runs, list):
+        yield f"export.runs={runs!r}: must be a list of run folders (or {{name: NAME, path: DIR}} items)"
+        return
+    for i, item in enumerate(runs):
+        ok = (isinstance(item, str) and item.strip()) or (
+            isinstance(item, dict) and set(item) == {"name", "path"} and all(isinstance(v, str) and v.strip() for v in item.values()))
+        if not ok:
+            yield f"export.runs.{i}={item!r}: must be a run folder or {{name: NAME, path: DIR}}"
 
 
 def _check_backend_keys(cfg: Any) -> Iterator[str]:

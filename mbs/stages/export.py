@@ -38,6 +38,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from mbs.export.assemble import assemble, prompt_lengths, source_summary
 from mbs.export.build import benchmark_index, check_templates, clean, collect_sources
+from mbs.export.prompt_length import PromptCounter
 from mbs.export.verl_schema import check_verl_rows, write_parquet
 from mbs.io import write_text_atomic
 from mbs.stages.config import open_run, validate_config
@@ -57,40 +58,49 @@ def run(cfg: DictConfig) -> Path:
     Returns:
         The run directory (holding ``train.parquet`` and ``val.parquet``).
 
+    Every ``export.*`` value is checked at once (:func:`mbs.stages.config.validate_config`), then
+    the sources, the benchmarks and the tokenizer are loaded and the rows cleaned, mixed and
+    split, all before the run directory is opened: a start refused for any of them (or with
+    nothing to export) writes nothing.
+
     Raises:
-        ValueError: No source, mismatched templates, bad weights, or an empty result.
+        mbs.validate.ConfigError: Bad ``export.*`` values (each named), no source, mismatched
+            templates, bad weights, a tokenizer that does not load, or an empty result.
         mbs.export.sources.SourceError: A run directory cannot be exported.
         mbs.data.DataError: A benchmark or data source cannot be loaded.
     """
     validate_config(cfg)
     logging.getLogger("mbs").setLevel(cfg.log_level)
     ecfg = cfg.export
-    out = open_run(cfg, cfg.out_dir, STAGE)
+    # every input is read and the rows are built before the run directory is opened: a start
+    # refused for its inputs (or with nothing to export) writes nothing
+    timings: dict[str, float] = {}
     t0 = time.perf_counter()
     sources = collect_sources(ecfg, cfg.data)
     check_templates(sources, ecfg.templates)
-    out.timings["load"] = time.perf_counter() - t0
+    timings["load"] = time.perf_counter() - t0
     t1 = time.perf_counter()
     index, bench_counts = benchmark_index(ecfg.decontam)
-    out.timings["benchmarks"] = time.perf_counter() - t1
-
+    counter = PromptCounter(ecfg.prompt_length.tokenizer)
+    timings["benchmarks"] = time.perf_counter() - t1
     t2 = time.perf_counter()
     kept, removed = clean([(s, p) for s in sources for p in s.problems], ecfg.dedup, index)
-    out.timings["clean"] = time.perf_counter() - t2
-
+    timings["clean"] = time.perf_counter() - t2
     weights = cast(dict[str, float], OmegaConf.to_container(ecfg.weights)) if ecfg.weights else {}
     rows = assemble(
         sources, kept, removed, weights=weights, total=ecfg.mix.total, repeat=bool(ecfg.mix.repeat), seed=int(cfg.seed),
         val_fraction=float(ecfg.split.val_fraction), salt=str(ecfg.split.salt), templates=ecfg.templates,
         verifier_path=cfg.verifier.path,
     )
+    out = open_run(cfg, cfg.out_dir, STAGE)
+    out.timings.update(timings)
     paths = {split: write_parquet(rs, out.path / f"{split}.parquet") for split, rs in rows.files.items()}
     checked = {split: check_verl_rows(path) for split, path in paths.items()}
     for split, n in checked.items():
         if n == 0:
             log.warning("%s.parquet is empty (%d row(s) in all): verl needs rows in both files", split, len(rows.final))
     write_text_atomic(out.path / "removed.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in removed))
-    lengths = prompt_lengths(rows.files, ecfg.prompt_length.tokenizer, ecfg.prompt_length.limit)
+    lengths = prompt_lengths(rows.files, counter, ecfg.prompt_length.limit)
 
     reasons = Counter(r["reason"] for r in removed)
     per_source = source_summary(sources, rows, removed, weights)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -45,12 +46,12 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mbs.calibration.sampling import Group, RolloutWriter
 from mbs.data import load_problems
-from mbs.errors import ConfigError
+from mbs.errors import UserError
 from mbs.export.verl_schema import write_parquet
 from mbs.figures.report import render
 from mbs.io import read_records, read_summary, write_json_atomic
 from mbs.llm import close_all
-from mbs.records import Calibration, Rollout
+from mbs.records import Calibration, Problem, Rollout
 from mbs.stages import calibrate, train
 from mbs.stages.config import open_run, validate_config
 from mbs.stages.pipeline import export_runs, stage_node, sub_config
@@ -58,6 +59,7 @@ from mbs.thesis import SETS, Sampler, build_sets, split_heldout
 from mbs.thesis_summary import summarize
 from mbs.training.policy import resolve_policy
 from mbs.training.settings import TrainSettings
+from mbs.validate import ConfigError
 from mbs.verify.pool import GradingPool
 
 log = logging.getLogger(__name__)
@@ -132,25 +134,77 @@ def _write_sets(export_dir: Path, root: Path, sets: dict[str, list[str]], heldou
     return out
 
 
+#: A ``data.*`` key named in a data loader's message (``data.tasks[0]``): the thesis's corpus is ``thesis.data``.
+_DATA_KEY = re.compile(r"(?<![\w./])data\.")
+
+
+def check_config(cfg: DictConfig) -> list[Problem]:
+    """Check the whole thesis config before anything is written, every problem at once and in the
+    names the user sets (``thesis.n=0``, not the ``calibrate.n`` it becomes): the ranges of
+    :data:`mbs.validate.RULES` (``thesis.*``, the export and calibration keys), the corpus
+    ``thesis.data`` (loaded: an unknown task or parameter is named as ``thesis.data.tasks[0]``),
+    and the sizes against the corpus: ``thesis.heldout`` and ``thesis.set_size`` problems must fit
+    in it, and ``thesis.prompts_per_step`` in a training set.
+
+    Returns:
+        The corpus's problems (``thesis.data``).
+
+    Raises:
+        mbs.validate.ConfigError: Every problem found, one line each.
+    """
+    found: list[str] = []
+    try:
+        validate_config(cfg)
+    except ConfigError as err:
+        found += err.problems
+    t = cfg.thesis
+    corpus: list[Problem] | None = None
+    try:
+        corpus = load_problems(OmegaConf.create(OmegaConf.to_container(t.data, resolve=True)))[0]
+    except UserError as err:
+        found.append(_DATA_KEY.sub("thesis.data.", str(err)))
+    heldout, size, per_step = (_count(t.get(k)) for k in ("heldout", "set_size", "prompts_per_step"))
+    if corpus is not None and heldout is not None:
+        n = len(corpus)
+        where = f"thesis.data gives {n} problem(s) (thesis.data.size={t.data.get('size')} per task, thesis.data.tasks={list(t.data.get('tasks') or [])})"
+        if heldout >= n:
+            found.append(f"thesis.heldout={heldout}: {where}; hold out 1 to {n - 1}, or grow thesis.data.size")
+        elif size is not None and heldout + size > n:
+            found.append(f"thesis.set_size={size} and thesis.heldout={heldout}: a training set is drawn from the problems not "
+                         f"held out, {heldout} + {size} > {n}: {where}; grow thesis.data.size or lower them")
+    if size is not None and per_step is not None and per_step > size:
+        found.append(f"thesis.prompts_per_step={per_step}: more than the thesis.set_size={size} problems of a training set")
+    if found:
+        raise ConfigError(list(dict.fromkeys(found)))
+    assert corpus is not None
+    return corpus
+
+
+def _count(value: Any) -> int | None:
+    """``value`` as a count when it is an integer of at least 1 (else its rule reports it)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and float(value).is_integer() and value >= 1
+    return int(value) if ok else None
+
+
 def run(cfg: DictConfig) -> Path:
     """Run the thesis experiment into ``cfg.out_dir`` (see the module docstring).
 
     Returns:
         The run directory.
 
+    The whole config is checked first (:func:`check_config`), before the run directory is opened.
+
     Raises:
-        ConfigError: Bad sizes (too few problems of a band for a set, more held-out problems than
-            the corpus has, steps below 1).
+        ConfigError: Bad ``thesis.*`` values (each named, all at once, before anything is
+            written), or too few problems of a band for a set (known after the calibration).
         mbs.training.launch.TrainError: A training run failed.
         mbs.errors.MissingExtraError: The ``trl`` extra is not installed.
     """
-    validate_config(cfg)
+    corpus_problems = check_config(cfg)
     logging.getLogger("mbs").setLevel(cfg.log_level)
     t = cfg.thesis
     steps = schedule(int(t.steps), int(t.eval_every))
     seeds = [int(s) for s in t.seeds]
-    if not seeds:
-        raise ConfigError("thesis.seeds is empty: name at least one seed")
     L, N, k = int(t.budget), int(t.n), int(t.eval_k)
     budgets = sorted({L, *(int(b) for b in t.extra_budgets)})
     out = open_run(cfg, cfg.out_dir, STAGE)
@@ -167,7 +221,7 @@ def run(cfg: DictConfig) -> Path:
     heldout, pool = split_heldout(corpus, int(t.heldout), int(t.split_seed))
     sets = build_sets(pool, corpus, int(t.set_size), int(t.split_seed))
     set_dirs = _write_sets(export_dir, root, sets, heldout)
-    problems = {p.id: p for p in load_problems(OmegaConf.create(OmegaConf.to_container(t.data, resolve=True)))[0]}
+    problems = {p.id: p for p in corpus_problems}
     templates, vcfg = cfg.calibrate.templates, cfg.verifier
     eval_groups = {b: [Group.of(problems[i], b, templates, vcfg) for i in heldout] for b in budgets}
     recal_groups = {name: [Group.of(problems[i], L, templates, vcfg) for i in ids] for name, ids in sets.items()}

@@ -122,7 +122,7 @@ def run_verl(train: TrainSettings, out: RunDir, policy: TrainPolicy, summary: di
             check_data(str(train.data_dir), train_batch_size(train), rows_out=summary["data_rows"])
         except TrainError as err:
             log.warning("dry run: %s", err)
-            summary["warnings"] = [str(err)]
+            summary.setdefault("warnings", []).append(str(err))
         return counts
     summary["data_rows"] = check_data(str(train.data_dir), train_batch_size(train))
     log_path = str(out.path / "train.log")
@@ -196,8 +196,15 @@ def run_trl(train: TrainSettings, out: RunDir, policy: TrainPolicy, summary: dic
     """
     check_reasoning_format(policy.reasoning_format)
     summary["trl"] = train.trl.to_dict()
-    summary["data_rows"] = check_data(str(train.data_dir), int(train.trl.prompts_per_step),
-                                      batch_key="train.trl.prompts_per_step", need_val=False)
+    summary["data_rows"] = {}
+    try:
+        check_data(str(train.data_dir), int(train.trl.prompts_per_step), rows_out=summary["data_rows"],
+                   batch_key="train.trl.prompts_per_step", need_val=False)
+    except TrainError as err:
+        if not train.dry_run:
+            raise
+        log.warning("dry run: %s", err)
+        summary.setdefault("warnings", []).append(str(err))
     if train.dry_run:
         print(f"mbs-train (trl): would train {policy.model} on {train.data_dir}: N={policy.group_size} "
               f"L={policy.max_completion_length} temperature={policy.temperature} top_p={policy.top_p} "

@@ -45,9 +45,10 @@ def check_data(
         need_val: Whether ``val.parquet`` must hold rows (verl validates on it; TRL does not read it).
 
     Raises:
-        TrainError: A file is missing or empty, or holds fewer training rows than one
+        TrainError: A file is missing, unreadable or empty, or holds fewer training rows than one
             batch (names the file, the counts and the override that fixes it).
     """
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     rows = {} if rows_out is None else rows_out
@@ -55,7 +56,11 @@ def check_data(
         path = Path(data_dir) / f"{split}.parquet"
         if not path.is_file():
             raise TrainError(f"{path} not found: run mbs-export first (train.data_dir={data_dir})")
-        rows[split] = pq.ParquetFile(path).metadata.num_rows
+        try:
+            rows[split] = pq.ParquetFile(path).metadata.num_rows
+        except (pa.ArrowException, OSError) as err:
+            raise TrainError(f"{path}: not a readable parquet file (truncated or corrupted?): {type(err).__name__}: {err}; "
+                             "write it again with mbs-export") from err
         if rows[split] == 0 and (split == "train" or need_val):
             raise TrainError(f"{path} has no rows: training needs training and validation rows (export more problems)")
     if train_batch_size and rows["train"] < train_batch_size:

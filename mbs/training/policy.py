@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from mbs.errors import ConfigError
 from mbs.training.provenance import ExportProvenance, MissingProvenanceError, PolicyProvenance, policy_mismatch
 from mbs.training.settings import POLICY_KEYS, TrainSettings
 
-__all__ = ["POLICY_KEYS", "TrainPolicy", "resolve_policy"]
+__all__ = ["POLICY_KEYS", "TrainPolicy", "resolve_policy", "with_checkpoint"]
 
 log = logging.getLogger(__name__)
 
@@ -260,6 +260,20 @@ def resolve_policy(train: TrainSettings, convert: bool = True) -> TrainPolicy:
         provenance=prov, overrides=overrides, other_sources=export.others(prov) if export else {}, gguf=gguf,
         mismatch=tuple(mismatch),
     )
+
+
+def with_checkpoint(policy: TrainPolicy, cache_dir: str) -> TrainPolicy:
+    """``policy`` resolved with ``convert=False``, its GGUF now converted into the trainable
+    checkpoint its :attr:`TrainPolicy.model` names (once per file content; loads the model: the
+    stage calls it after the config and the data are checked). Other policies are returned as
+    they are.
+
+    Raises:
+        mbs.errors.MissingExtraError: torch, transformers or gguf is not installed.
+    """
+    if policy.gguf is None:
+        return policy
+    return replace(policy, model=_load_path(policy.model, policy.gguf, cache_dir, convert=True))
 
 
 def _show(value: Any) -> str:

@@ -64,6 +64,7 @@ from mbs.training.dynamic_sampling import METRIC_PREFIX
 from mbs.training.launch import TrainError
 from mbs.training.policy import TrainPolicy
 from mbs.training.settings import TrainSettings, TrlSettings
+from mbs.training.train_data import dropped_sources
 from mbs.training.trl_trainer import finite_guard, trainer_class
 
 __all__ = ["METRIC_KEYS", "Reward", "TrlJob", "batch_sizes", "last_checkpoint", "resume_point", "train_trl"]
@@ -328,7 +329,7 @@ def _train(train: TrainSettings, policy: TrainPolicy, out: Path, resume: Path | 
     from trl import GRPOConfig
 
     ds = datasets.load_dataset("parquet", data_files={"train": str(Path(str(train.data_dir)) / "train.parquet")})["train"]
-    drop = set(policy.other_sources) if policy.provenance is not None and not train.all_rows else set()
+    drop = set(dropped_sources(train, policy))  # named in a warning by mbs-train's data check
     if drop:  # rows calibrated for another policy or setup: their bands say nothing about this one
         before = len(ds)
         ds = ds.filter(lambda row: (row["extra_info"] or {}).get("source") not in drop)

@@ -187,7 +187,7 @@ def prompt_length(train: TrainSettings) -> dict[str, Any]:
         The length report with ``max_prompt_length`` (the value verl gets) and ``derived``.
 
     Raises:
-        TrainError: A parquet file is missing, ``train.tokenizer`` cannot be loaded, or a
+        TrainError: A parquet file is missing or unreadable, ``train.tokenizer`` cannot be loaded, or a
             configured ``max_prompt_length`` is shorter than a prompt (names the rows and the fix).
     """
     data_dir = Path(str(train.data_dir))
@@ -197,7 +197,10 @@ def prompt_length(train: TrainSettings) -> dict[str, Any]:
         path = data_dir / f"{split}.parquet"
         if not path.is_file():
             raise TrainError(f"{path} not found: run mbs-export first (train.data_dir={data_dir})")
-        rows += parquet_prompts(path)
+        try:
+            rows += parquet_prompts(path)
+        except (OSError, ValueError, KeyError) as err:  # pyarrow's errors are OSError / ValueError
+            raise TrainError(f"{path}: its prompts cannot be read ({type(err).__name__}: {err}); write it again with mbs-export") from err
     try:
         counter = PromptCounter(train.tokenizer)
     except ValueError as err:

@@ -13,6 +13,7 @@ from support.fakes import fake_backend_overrides
 from support.verl import source, verl_package_dir
 
 from mbs.data import load_problems
+from mbs.errors import ConfigError
 from mbs.export.decontam import NgramIndex
 from mbs.export.dedup import exact_duplicates, near_duplicates, normal_form, words
 from mbs.export.mix import quotas, take
@@ -26,6 +27,7 @@ from mbs.stages import calibrate
 from mbs.stages.config import open_run
 from mbs.stages.export import run
 from mbs.stages.pipeline import export_runs
+from mbs.training.train_data import check_train_data, known_sources
 
 LONG = (
     "A farmer plants rows of beans along a straight fence that is exactly one hundred metres long and "
@@ -190,6 +192,9 @@ def test_mixing_weights_set_the_ratio(make_cfg, cal_dir, tmp_path):
     assert s["sources"]["calibrate"]["exported"] == 4 and s["sources"]["synthesize_mbs"]["exported"] == 8
     ids = [r["extra_info"]["id"] for r in rows(out / "train.parquet") + rows(out / "val.parquet")]
     assert len(ids) == len(set(ids)) == 12
+    # every row's source is one the export's provenance records: mbs-train's data check takes it whole
+    assert known_sources(out) == ["calibrate", "synthesize_mbs"]
+    assert check_train_data(out, sources=known_sources(out), drop={}).trained == s["rows"]["train"]
 
     with pytest.raises(ValueError, match="short of rows"):
         run(make_cfg("export", [f"export.runs=[{cal_dir},{syn}]", "export.decontam.enabled=false",
@@ -230,6 +235,55 @@ def test_data_config_source_and_pipeline_steps(make_cfg, cal_dir, toy_jsonl, tmp
         sources_from_run(out, "usable", None, None)
     with pytest.raises(ValueError, match="no source"):
         run(make_cfg("export", [], out="none"))
+
+
+def test_every_bad_export_key_is_named_at_once_and_nothing_is_written(make_cfg, tmp_path, cal_dir):
+    """Issue 46: each bad ``export.*`` value is named (in one error, before anything is written),
+    ``export.prompt_length.limit`` included."""
+    bad = {
+        "export.prompt_length.limit=-5": "export.prompt_length.limit=-5: must be an integer >= 1 or null",
+        "export.select=best": "export.select='best': must be one of usable, solved_all, goldilocks, failed_all, all",
+        "export.select_budget=0": "export.select_budget=0: must be",
+        "export.mix.total=0": "export.mix.total=0: must be",
+        "export.mix.repeat=maybe": "export.mix.repeat='maybe': must be one of True, False",
+        "export.split.val_fraction=1.5": "export.split.val_fraction=1.5: must be",
+        "export.dedup.near.num_perm=0": "export.dedup.near.num_perm=0: must be",
+        "export.dedup.near.shingle=0": "export.dedup.near.shingle=0: must be",
+        "export.dedup.near.threshold=2": "export.dedup.near.threshold=2: must be",
+        "export.decontam.n=0": "export.decontam.n=0: must be",
+        "export.weights={calibrate: -1}": "export.weights.calibrate=-1: must be a number >= 0",
+    }
+    with pytest.raises(ConfigError) as err:
+        run(make_cfg("export", [f"export.runs=[{cal_dir}]", *bad], out="bad"))
+    assert f"{len(bad)} config errors" in str(err.value)
+    for line in bad.values():
+        assert line in str(err.value), line
+    assert not (tmp_path / "bad").exists()
+    with pytest.raises(ConfigError, match=r"export.weights=\{'calibrate': 0\}: the weights must have a positive sum"):
+        run(make_cfg("export", [f"export.runs=[{cal_dir}]", "export.weights={calibrate: 0}"], out="bad"))
+    with pytest.raises(ConfigError, match=r"export.runs.0=\{'name': 'a'\}: must be a run folder"):
+        run(make_cfg("export", ["export.runs=[{name: a}]"], out="bad"))
+    assert not (tmp_path / "bad").exists()
+
+
+def test_a_start_refused_for_its_inputs_writes_nothing(make_cfg, tmp_path, cal_dir):
+    """Sources, the tokenizer and the rows are built before the run directory is opened: a missing
+    source, a tokenizer that does not load or nothing to export leave no run directory, and the
+    empty export says what each source held and why rows went, not a file it never wrote."""
+    with pytest.raises(SourceError):
+        run(make_cfg("export", [f"export.runs=[{tmp_path / 'missing'}]"], out="bad"))
+    with pytest.raises(ConfigError, match="tokenizer='/nonexistent/tok' cannot be loaded"):
+        run(make_cfg("export", [f"export.runs=[{cal_dir}]", "export.prompt_length.tokenizer=/nonexistent/tok",
+                                "export.decontam.enabled=false"], out="bad"))
+    syn = make_synth_dir(tmp_path / "syn", [
+        Problem(id="mbs/p", data_source="mbs/none/synth", prompt="Prove it.", ground_truth=None, answer_type="unverifiable:proof"),
+    ])
+    with pytest.raises(ConfigError) as err:
+        run(make_cfg("export", [f"export.runs=[{syn}]", "export.decontam.enabled=false"], out="bad"))
+    msg = str(err.value)
+    assert "nothing left to export" in msg and f"synthesize_mbs ({syn}): 1" in msg and "1 unverifiable" in msg, msg
+    assert "removed.jsonl" not in msg and "nothing was written" in msg
+    assert not (tmp_path / "bad").exists()
 
 
 def test_cli_contract_writes_parquet_into_hydra_run_dir(tmp_path, cal_dir):
