@@ -10,10 +10,12 @@ the experiment; this module decides what it trains on and what its numbers are:
   three training sets of equal size from the rest: **goldilocks** (usable problems), **trapped**
   (``failed_all`` and ``solved_all`` in the corpus's proportion) and **uncalibrated** (a random
   sample);
-* :func:`accuracy_summary` and :func:`paired_difference`: avg@k on the held-out problems with a
-  bootstrap interval over problems per seed, an interval over problems of the seed-averaged
-  accuracy and a t band across seeds; differences between sets paired over problems and seeds
-  (bootstrap interval and Wilcoxon signed-rank test on per-problem differences);
+* :func:`accuracy_summary`: avg@k on the held-out problems with a bootstrap interval over problems
+  per seed, an interval over problems of the seed-averaged accuracy and a t band across seeds;
+* :func:`crossed_difference`, :func:`holm` and :func:`contrasts`: differences between arms at the
+  unit that varies (training seeds and problems crossed: a two-way bootstrap interval and a
+  sign-flip permutation test over seeds of the mean), one pre-declared primary contrast
+  (``thesis.primary``) and Holm-corrected secondary ones;
 * :func:`zero_std_counts`: the observed zero-std group share of a set's training steps, with its
   Wilson interval, to put beside the calibration's forecast (:mod:`mbs.training.forecast`);
 * :func:`migration`: which training problems moved band after training;
@@ -39,12 +41,17 @@ from mbs.records import BANDS, Calibration, Rollout
 from mbs.stats import bootstrap_mean, share
 
 __all__ = [
-    "SETS", "accuracy_summary", "build_sets", "migration", "paired_difference", "per_problem_accuracy",
-    "results_table", "seed_band", "split_heldout", "zero_std_counts",
+    "ARMS", "SETS", "accuracy_summary", "build_sets", "contrasts", "crossed_difference", "holm", "migration",
+    "per_problem_accuracy", "results_table", "seed_band", "split_heldout", "zero_std_counts",
 ]
 
 #: The training sets, in the order of tables and figures.
 SETS = ("goldilocks", "trapped", "uncalibrated")
+#: The arms trained: each set, and ``dynamic``: the uncalibrated set with dynamic sampling (DAPO's online
+#: filter, :mod:`mbs.training.dynamic_sampling`), the way practitioners avoid zero-std groups today.
+ARMS = (*SETS, "dynamic")
+#: The set each arm trains on.
+ARM_SET = {"goldilocks": "goldilocks", "trapped": "trapped", "uncalibrated": "uncalibrated", "dynamic": "uncalibrated"}
 
 
 def split_heldout(calibrations: Sequence[Calibration], heldout: int, seed: int) -> tuple[list[str], list[Calibration]]:
@@ -169,31 +176,111 @@ def accuracy_summary(by_seed: Mapping[int, Mapping[str, float]], seed: int = 0) 
     }
 
 
-def paired_difference(a: Mapping[int, Mapping[str, float]], b: Mapping[int, Mapping[str, float]], seed: int = 0) -> dict[str, Any]:
-    """Set A minus set B on the same held-out problems and seeds (paired over both).
+def crossed_difference(a: Mapping[int, Mapping[str, float]], b: Mapping[int, Mapping[str, float]], seed: int = 0,
+                       level: float = 0.95, draws: int = 4000) -> dict[str, Any]:
+    """Arm A minus arm B at the unit that varies: training seeds and held-out problems, crossed.
 
-    The unit is the problem: its accuracy difference is averaged over the seeds both sets share,
-    then the mean difference gets a 95% percentile-bootstrap interval over problems and a two-sided
-    Wilcoxon signed-rank test (zero differences dropped; ``p = 1`` when every difference is 0).
+    Each training seed trains each arm once, so a seed's model (and the draw of what it trained on)
+    is one unit and the held-out problems are another; both vary. With ``D[s, p]`` the accuracy
+    difference on problem ``p`` between the two models of seed ``s``:
+
+    * the estimate is the mean of ``D``;
+    * its interval resamples seeds and problems independently (a two-way, crossed percentile
+      bootstrap of the mean; conservative: it counts the interaction twice);
+    * the test is a sign-flip permutation test over seeds of the per-seed mean differences (exact
+      over all 2^S sign patterns up to 16 seeds, else 20,000 random ones): under the null the sign
+      of each seed's difference is exchangeable; it tests the mean, which the table reports. With
+      S seeds its smallest p is 2 / 2^S (0.25 at 3 seeds);
+    * beside them, the Student-t interval across the S per-seed means.
+
+    Args:
+        a, b: ``{seed: {problem id: accuracy}}`` of the two arms, on the same problems.
+        seed: Seed of the bootstrap and of random sign patterns.
+        level: Interval coverage.
+        draws: Bootstrap draws.
 
     Returns:
-        ``{"difference", "ci", "wilcoxon_p", "problems", "seeds", "a_better", "b_better", "ties"}``.
+        ``{"difference", "ci" (crossed bootstrap), "t_ci_seeds", "sign_flip_p", "seed_differences",
+        "seeds", "problems", "a_better_seeds", "b_better_seeds"}``.
 
     Raises:
-        ValueError: No seed in common.
+        ValueError: No seed in common, or no problem every common seed evaluated.
     """
     seeds = sorted(set(a) & set(b))
     if not seeds:
-        raise ValueError("paired_difference: the two sets share no seed")
+        raise ValueError("crossed_difference: the two arms share no seed")
     ids = sorted(set.intersection(*(set(a[s]) & set(b[s]) for s in seeds)))
-    d = [float(np.mean([a[s][p] - b[s][p] for s in seeds])) for p in ids]
-    nonzero = [x for x in d if x != 0]
-    p = float(sps.wilcoxon(nonzero).pvalue) if nonzero else 1.0
+    if not ids:
+        raise ValueError("crossed_difference: no held-out problem is scored for both arms at every seed")
+    d = np.array([[a[s][p] - b[s][p] for p in ids] for s in seeds], dtype=float)  # (seeds, problems)
+    per_seed = d.mean(axis=1)
+    rng = np.random.default_rng(seed)
+    si = rng.integers(0, len(seeds), size=(draws, len(seeds)))
+    pi = rng.integers(0, len(ids), size=(draws, len(ids)))
+    boot = np.array([d[np.ix_(si[k], pi[k])].mean() for k in range(draws)])
+    tail = (1 - level) / 2
+    observed = abs(per_seed.mean())
+    if len(seeds) <= 16:
+        signs = np.array(np.meshgrid(*[[-1.0, 1.0]] * len(seeds))).reshape(len(seeds), -1).T
+    else:
+        signs = rng.choice([-1.0, 1.0], size=(20_000, len(seeds)))
+    p = float(np.mean(np.abs((signs * per_seed).mean(axis=1)) >= observed - 1e-12))
     return {
-        "difference": float(np.mean(d)), "ci": [round(x, 4) for x in bootstrap_mean(d, seed=seed)], "wilcoxon_p": p,
-        "problems": len(ids), "seeds": seeds, "a_better": sum(x > 0 for x in d), "b_better": sum(x < 0 for x in d),
-        "ties": sum(x == 0 for x in d),
+        "difference": float(d.mean()), "ci": [round(float(x), 4) for x in np.quantile(boot, [tail, 1 - tail])],
+        "t_ci_seeds": [round(x, 4) for x in seed_band(per_seed.tolist(), level)], "sign_flip_p": p,
+        "seed_differences": [round(float(x), 4) for x in per_seed], "seeds": seeds, "problems": len(ids),
+        "a_better_seeds": int(np.sum(per_seed > 0)), "b_better_seeds": int(np.sum(per_seed < 0)),
     }
+
+
+def holm(pvalues: Mapping[str, float]) -> dict[str, float]:
+    """Holm's step-down adjustment of a family of p-values (controls the family-wise error rate).
+
+    The i-th smallest of m p-values becomes ``max_{j <= i} min(1, (m - j + 1) p_(j))``.
+
+    Args:
+        pvalues: ``{contrast: p}``.
+
+    Returns:
+        ``{contrast: adjusted p}``, same keys.
+    """
+    order = sorted(pvalues, key=lambda k: pvalues[k])
+    m, running, out = len(order), 0.0, {}
+    for i, key in enumerate(order):
+        running = max(running, min(1.0, (m - i) * float(pvalues[key])))
+        out[key] = running
+    return {k: out[k] for k in pvalues}
+
+
+def contrasts(finals: Mapping[str, Mapping[int, Mapping[str, float]]], primary: Sequence[str],
+              secondary: Sequence[Sequence[str]], seed: int = 0) -> dict[str, Any]:
+    """The pre-declared primary contrast and the Holm-corrected secondary ones (:func:`crossed_difference`).
+
+    Args:
+        finals: ``{arm: {seed: {problem: accuracy}}}`` at the final step and budget L.
+        primary: ``(A, B)``: the one contrast declared before the run (``thesis.primary``).
+        secondary: The other ``(A, B)`` pairs; their sign-flip p-values are adjusted together (Holm).
+        seed: Bootstrap seed.
+
+    Returns:
+        ``{"primary": {"contrast": "A - B", ...}, "secondary": {"A - B": {..., "p_holm"}}}``; arms
+        without results are left out (named under ``missing``).
+    """
+    out: dict[str, Any] = {"primary": None, "secondary": {}, "missing": []}
+    a, b = primary
+    if a in finals and b in finals:
+        out["primary"] = {"contrast": f"{a} - {b}", **crossed_difference(finals[a], finals[b], seed=seed)}
+    else:
+        out["missing"].append(f"{a} - {b}")
+    for x, y in secondary:
+        if x in finals and y in finals:
+            out["secondary"][f"{x} - {y}"] = crossed_difference(finals[x], finals[y], seed=seed)
+        else:
+            out["missing"].append(f"{x} - {y}")
+    adjusted = holm({k: v["sign_flip_p"] for k, v in out["secondary"].items()})
+    for key, value in adjusted.items():
+        out["secondary"][key]["p_holm"] = value
+    return out
 
 
 def zero_std_counts(shares: Sequence[float], prompts_per_step: int) -> dict[str, Any]:
@@ -229,16 +316,21 @@ def _fmt(x: float | None, ci: Sequence[float] | None = None) -> str:
 
 
 def results_table(summary: Mapping[str, Any]) -> dict[str, dict[str, str]]:
-    """The final-accuracy table and the paired tests, as ``{name: {"md", "tex"}}``.
+    """The final-accuracy table and the contrasts, as ``{name: {"md", "tex"}}``.
 
     Args:
-        summary: The thesis run's ``summary.json`` (``final``, ``paired``, ``zero_std``, ``budget``).
+        summary: The thesis run's ``summary.json`` (``final``, ``contrasts``, ``zero_std``, ``budget``).
+
+    Returns:
+        ``{"final": ..., "paired": ...}``: every arm's avg@k per budget with its intervals and its
+        zero-std share beside the forecast; the primary contrast first, then the secondary ones
+        with their sign-flip p before and after Holm's correction.
     """
     L = summary["budget"]
     budgets = [L] + [b for b in summary.get("extra_budgets", []) if b != L]
-    head = ["set"] + [f"avg@{summary['eval_k']} L={b}" for b in budgets] + ["seed band (L)", "zero-std share (obs.)", "forecast [90%]"]
+    head = ["arm"] + [f"avg@{summary['eval_k']} L={b}" for b in budgets] + ["seed band (L)", "zero-std share (obs.)", "forecast [90%]"]
     rows = []
-    for name in ["base", *SETS]:
+    for name in ["base", *ARMS]:
         fin = summary["final"].get(name)
         if not fin:
             continue
@@ -256,13 +348,19 @@ def results_table(summary: Mapping[str, Any]) -> dict[str, dict[str, str]]:
     md = "| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n" + "".join("| " + " | ".join(r) + " |\n" for r in rows)
     tex = ("\\begin{tabular}{l" + "r" * (len(head) - 1) + "}\n\\toprule\n" + " & ".join(head) + " \\\\\n\\midrule\n"
            + "".join(" & ".join(c.replace("_", "\\_") for c in r) + " \\\\\n" for r in rows) + "\\bottomrule\n\\end{tabular}\n")
-    phead = ["A - B", "difference (avg@k, L)", "95% CI", "Wilcoxon p", "A better / B better / ties", "problems x seeds"]
+    phead = ["A - B", "role", "difference (avg@k, L)", "95% CI (seeds x problems)", "t CI (seeds)", "sign-flip p",
+             "Holm p", "seeds A better / B better", "seeds x problems"]
     prow = []
-    for key, t in (summary.get("paired") or {}).items():
-        prow.append([key, f"{t['difference']:+.3f}", f"[{t['ci'][0]:+.3f}, {t['ci'][1]:+.3f}]", f"{t['wilcoxon_p']:.3g}",
-                     f"{t['a_better']} / {t['b_better']} / {t['ties']}", f"{t['problems']} x {len(t['seeds'])}"])
+    tests = summary.get("contrasts") or {}
+    listed = ([(tests["primary"]["contrast"], "primary", tests["primary"])] if tests.get("primary") else []) + [
+        (key, "secondary", t) for key, t in (tests.get("secondary") or {}).items()]
+    for key, role, t in listed:
+        prow.append([key, role, f"{t['difference']:+.3f}", f"[{t['ci'][0]:+.3f}, {t['ci'][1]:+.3f}]",
+                     f"[{t['t_ci_seeds'][0]:+.3f}, {t['t_ci_seeds'][1]:+.3f}]", f"{t['sign_flip_p']:.3g}",
+                     f"{t['p_holm']:.3g}" if "p_holm" in t else "-",
+                     f"{t['a_better_seeds']} / {t['b_better_seeds']}", f"{len(t['seeds'])} x {t['problems']}"])
     pmd = "| " + " | ".join(phead) + " |\n|" + "---|" * len(phead) + "\n" + "".join("| " + " | ".join(r) + " |\n" for r in prow)
-    ptex = ("\\begin{tabular}{lrrrrr}\n\\toprule\n" + " & ".join(phead) + " \\\\\n\\midrule\n"
+    ptex = ("\\begin{tabular}{ll" + "r" * (len(phead) - 2) + "}\n\\toprule\n" + " & ".join(phead) + " \\\\\n\\midrule\n"
             + "".join(" & ".join(c.replace("_", "\\_") for c in r) + " \\\\\n" for r in prow) + "\\bottomrule\n\\end{tabular}\n")
     return {"final": {"md": md, "tex": tex}, "paired": {"md": pmd, "tex": ptex}}
 

@@ -8,22 +8,40 @@ calibration), so a rerun that draws nothing new writes the same numbers. The ari
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from mbs.calibration import calibrate_group
 from mbs.records import Calibration, Rollout
-from mbs.thesis import SETS, accuracy_summary, migration, paired_difference, per_problem_accuracy, zero_std_counts
+from mbs.thesis import ARM_SET, ARMS, accuracy_summary, contrasts, migration, per_problem_accuracy, zero_std_counts
 from mbs.training.forecast import compare_observed, counts_from_calibrations, trap_forecast
 from mbs.training.trap import observed_zero_std
 
-__all__ = ["PAIRS", "summarize"]
+__all__ = ["SECONDARY", "summarize"]
 
-#: The paired comparisons of the table (A - B), at the final step and budget L.
-PAIRS = (("goldilocks", "trapped"), ("goldilocks", "uncalibrated"), ("uncalibrated", "trapped"),
-         ("goldilocks", "base"), ("trapped", "base"), ("uncalibrated", "base"))
+#: The secondary contrasts (A - B) at the final step and budget L, Holm-corrected together; the
+#: primary one is ``thesis.primary`` (goldilocks - uncalibrated), left out of this list when it is in it.
+SECONDARY = (("goldilocks", "trapped"), ("goldilocks", "uncalibrated"), ("goldilocks", "dynamic"), ("dynamic", "uncalibrated"),
+             ("uncalibrated", "trapped"), ("goldilocks", "base"), ("dynamic", "base"), ("uncalibrated", "base"),
+             ("trapped", "base"))
+
+
+def _drawn(root: Path, arm: str, seed: int) -> dict[int, int]:
+    """Rollouts one training run drew up to each step (``metrics.jsonl``), cumulated; empty before it counted them."""
+    path = root / "runs" / arm / f"seed{seed}" / "metrics.jsonl"
+    out, total = {}, 0
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            if row.get("rollouts_drawn") is not None:
+                total += int(row["rollouts_drawn"])
+                out[int(row["step"])] = total
+    return out
 
 
 def _by(rollouts: Sequence[Rollout]) -> dict[tuple[str, int], list[Rollout]]:
@@ -100,8 +118,9 @@ def summarize(t: Any, root: Path, corpus: Sequence[Calibration], heldout: Sequen
     band_of = {c.problem_id: c.band for c in corpus}
     cal_of = {c.problem_id: c for c in corpus}
     curves: dict[str, Any] = {}
-    for name in SETS:
+    for name in ARMS:
         curves[name] = {}
+        drawn = {seed: _drawn(root, name, seed) for seed in seeds}
         for s in steps:
             by_seed = {}
             for seed in seeds:
@@ -110,10 +129,13 @@ def summarize(t: Any, root: Path, corpus: Sequence[Calibration], heldout: Sequen
                 if acc is not None:
                     by_seed[seed] = acc
             if by_seed:
-                curves[name][str(s)] = {**accuracy_summary(by_seed), "rollouts_drawn": s * B * N}
+                # the rollouts each seed's run drew up to step s (dynamic sampling draws more than s x B x N)
+                counts = [drawn[x].get(s, s * B * N) if s else 0 for x in by_seed]
+                curves[name][str(s)] = {**accuracy_summary(by_seed), "rollouts_drawn": float(np.mean(counts)),
+                                        "rollouts_drawn_seeds": counts}
     final: dict[str, Any] = {}
     finals: dict[str, dict[int, dict[str, float]]] = {}
-    for name in ("base", *SETS):
+    for name in ("base", *ARMS):
         final[name] = {}
         for b in budgets:
             by_seed = {}
@@ -129,22 +151,23 @@ def summarize(t: Any, root: Path, corpus: Sequence[Calibration], heldout: Sequen
                                                               if r.problem_id in held_set) / len(toks)}
                 if b == L:
                     finals[name] = by_seed
-    paired = {f"{a} - {b}": paired_difference(finals[a], finals[b]) for a, b in PAIRS if a in finals and b in finals}
+    primary = tuple(str(x) for x in t.primary)
+    tests = contrasts(finals, primary, [pair for pair in SECONDARY if tuple(pair) != primary])
     prior = trap_forecast(*counts_from_calibrations(corpus)[:2], N, B).prior  # fitted to the whole corpus
-    zero = {name: _zero_std(root, name, seeds, [cal_of[i] for i in sets[name]], prior, N, B) for name in SETS}
+    zero = {name: _zero_std(root, name, seeds, [cal_of[i] for i in sets[ARM_SET[name]]], prior, N, B) for name in ARMS}
     moves: dict[str, Any] = {}
-    for name in SETS:
+    for name in ARMS:
         calib_to_after: Counter = Counter()
         base_to_after: Counter = Counter()
         calib_to_base: Counter = Counter()
         seeds_done = []
         for seed in seeds:
             after = _bands(recals, f"{name}/seed{seed}/final", N)
-            base = {i: b for i, b in _bands(recals, f"base/seed{seed}", N).items() if i in set(sets[name])}
+            base = {i: b for i, b in _bands(recals, f"base/seed{seed}", N).items() if i in set(sets[ARM_SET[name]])}
             if not after:
                 continue
             seeds_done.append(seed)
-            before = {i: band_of[i] for i in sets[name]}
+            before = {i: band_of[i] for i in sets[ARM_SET[name]]}
             for key, m in (("c", migration(before, after)), ("b", migration(base, after)), ("cb", migration(before, base))):
                 target = {"c": calib_to_after, "b": base_to_after, "cb": calib_to_base}[key]
                 for a, row in m.items():
@@ -164,7 +187,8 @@ def summarize(t: Any, root: Path, corpus: Sequence[Calibration], heldout: Sequen
         "heldout": {"problems": len(heldout), "bands": dict(Counter(band_of[i] for i in heldout))},
         "sets": {name: {"problems": len(ids), "bands": dict(Counter(band_of[i] for i in ids)),
                         "overlap_with_heldout": len(set(ids) & set(heldout))} for name, ids in sets.items()},
-        "curves": curves, "final": final, "paired": paired, "zero_std": zero, "migration": moves,
+        "arms": {name: ARM_SET[name] + (" with dynamic sampling" if name == "dynamic" else "") for name in ARMS},
+        "curves": curves, "final": final, "contrasts": tests, "zero_std": zero, "migration": moves,
         "trained": dict(trained),
         "train_seconds": _train_seconds(root, trained),
     }
@@ -172,7 +196,6 @@ def summarize(t: Any, root: Path, corpus: Sequence[Calibration], heldout: Sequen
 
 def _train_seconds(root: Path, trained: Mapping[str, str]) -> dict[str, Any]:
     """Seconds per TRL step, from each run's last ``metrics.jsonl`` line (``elapsed_s`` of its last segment)."""
-    import json
 
     out = {}
     for tag, rel in trained.items():

@@ -104,7 +104,7 @@ class OneOf:
 class ListOf:
     """A list whose every item passes ``item`` (``nonempty``: at least one item)."""
 
-    item: Num
+    item: Num | OneOf
     nonempty: bool = True
 
     def describe(self) -> str:
@@ -251,6 +251,8 @@ RULES: tuple[tuple[str, Check], ...] = (
     ("thesis.recalibrate", BOOL),
     ("thesis.keep_checkpoints", BOOL),
     ("thesis.batch_size", COUNT),
+    ("thesis.dynamic_max_rounds", COUNT),
+    ("thesis.primary", ListOf(OneOf(("goldilocks", "trapped", "uncalibrated", "dynamic", "base")))),
     # grading
     ("verifier.workers", Num(integer=True, lo=0, nullable=True)),
     ("verifier.timeout_s", SECONDS),

@@ -1,18 +1,22 @@
 """The thesis experiment's arithmetic (mbs.thesis): held-out split, equal training sets by band,
-accuracies with intervals, paired tests, zero-std counts, band migration and the table."""
+accuracies with intervals, contrasts at the seed level, zero-std counts, band migration and the table."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from mbs.errors import ConfigError
 from mbs.records import Calibration, Rollout
 from mbs.thesis import (
+    ARMS,
     SETS,
     accuracy_summary,
     build_sets,
+    contrasts,
+    crossed_difference,
+    holm,
     migration,
-    paired_difference,
     per_problem_accuracy,
     results_table,
     seed_band,
@@ -103,17 +107,48 @@ def test_seed_band_is_the_t_interval():
     assert seed_band([0.3]) == (0.3, 0.3)
 
 
-def test_paired_difference_pairs_over_problems_and_seeds():
-    a = {s: {f"p{i}": 1.0 for i in range(12)} for s in (0, 1)}
-    b = {s: {f"p{i}": 0.0 if i < 10 else 1.0 for i in range(12)} for s in (0, 1)}
-    d = paired_difference(a, b)
-    assert d["difference"] == pytest.approx(10 / 12)
-    assert (d["a_better"], d["b_better"], d["ties"]) == (10, 0, 2)
-    assert d["wilcoxon_p"] < 0.01 and d["ci"][0] > 0
-    same = paired_difference(a, a)
-    assert same["difference"] == 0 and same["wilcoxon_p"] == 1.0
+def test_crossed_difference_is_tested_at_the_seed_level():
+    """Issue 43: the unit is the training seed (crossed with problems): a difference every seed
+    shows is significant only with enough seeds, and the interval counts the spread between seeds."""
+    rng = np.random.default_rng(0)
+    ids = [f"p{i}" for i in range(30)]
+
+    def arms(n_seeds, effect, seed_sd):
+        a, b = {}, {}
+        for s in range(n_seeds):
+            shift = effect + rng.normal(0, seed_sd)
+            base = rng.uniform(0.2, 0.6, size=len(ids))
+            a[s] = {p: float(np.clip(x + shift, 0, 1)) for p, x in zip(ids, base)}
+            b[s] = {p: float(x) for p, x in zip(ids, base)}
+        return a, b
+
+    few = crossed_difference(*arms(3, 0.1, 0.0))
+    assert few["difference"] == pytest.approx(0.1, abs=0.02) and few["sign_flip_p"] == 0.25  # 2 of 8 sign patterns
+    many = crossed_difference(*arms(10, 0.1, 0.02))
+    assert many["sign_flip_p"] <= 2 / 1024 + 1e-12 and many["ci"][0] > 0 and many["a_better_seeds"] == 10
+    noisy = crossed_difference(*arms(10, 0.0, 0.1))
+    assert noisy["ci"][0] < 0 < noisy["ci"][1] and noisy["sign_flip_p"] > 0.05
+    # seed-to-seed spread widens the crossed interval beyond the problems-only one
+    spread = crossed_difference(*arms(6, 0.1, 0.15))
+    assert spread["ci"][1] - spread["ci"][0] > few["ci"][1] - few["ci"][0]
     with pytest.raises(ValueError, match="share no seed"):
-        paired_difference(a, {5: a[0]})
+        crossed_difference({0: {"p": 1.0}}, {5: {"p": 1.0}})
+
+
+def test_holm_adjusts_step_down():
+    adjusted = holm({"a": 0.01, "b": 0.04, "c": 0.03, "d": 0.5})
+    # sorted 0.01, 0.03, 0.04, 0.5 -> 4 x 0.01, 3 x 0.03, max(0.09, 2 x 0.04), max(0.09, 0.5)
+    assert adjusted == pytest.approx({"a": 0.04, "c": 0.09, "b": 0.09, "d": 0.5})
+    assert holm({"x": 0.6, "y": 0.9}) == {"x": 1.0, "y": 1.0}
+
+
+def test_contrasts_name_the_primary_and_correct_the_rest():
+    accs = {arm: {s: {"p1": v, "p2": v} for s in range(4)} for arm, v in (("goldilocks", 0.6), ("uncalibrated", 0.4), ("trapped", 0.3))}
+    out = contrasts(accs, ("goldilocks", "uncalibrated"), [("goldilocks", "trapped"), ("uncalibrated", "trapped"), ("dynamic", "base")])
+    assert out["primary"]["contrast"] == "goldilocks - uncalibrated" and out["primary"]["difference"] == pytest.approx(0.2)
+    assert "p_holm" not in out["primary"] and set(out["secondary"]) == {"goldilocks - trapped", "uncalibrated - trapped"}
+    assert all(v["p_holm"] >= v["sign_flip_p"] for v in out["secondary"].values())
+    assert out["missing"] == ["dynamic - base"]
 
 
 def test_zero_std_counts_turn_shares_into_group_counts():
@@ -130,20 +165,25 @@ def test_migration_counts_every_transition():
     assert sum(v for row in m.values() for v in row.values()) == 3  # d and e are in one map only
 
 
-def test_results_table_lists_every_set_and_pair():
+def test_results_table_lists_every_arm_and_contrast():
     acc = {"mean": 0.5, "ci": [0.4, 0.6], "seed_band": [0.45, 0.55]}
+    test = {"difference": 0.1, "ci": [0.0, 0.2], "t_ci_seeds": [-0.05, 0.25], "sign_flip_p": 0.25, "a_better_seeds": 3,
+            "b_better_seeds": 0, "problems": 8, "seeds": [0, 1, 2]}
     summary = {
         "budget": 48, "extra_budgets": [24], "eval_k": 4,
-        "final": {n: {"48": acc, "24": acc} for n in ("base", *SETS)},
+        "final": {n: {"48": acc, "24": acc} for n in ("base", *ARMS)},
         "zero_std": {"trapped": {"observed": {"value": 1.0, "ci": [0.9, 1.0], "n": 16},
                                  "forecast": {"expected_share": 0.95, "interval": [0.8, 1.0]}}},
-        "paired": {"goldilocks - trapped": {"difference": 0.1, "ci": [0.0, 0.2], "wilcoxon_p": 0.04, "a_better": 5,
-                                            "b_better": 1, "ties": 2, "problems": 8, "seeds": [0, 1, 2]}},
+        "contrasts": {"primary": {"contrast": "goldilocks - uncalibrated", **test},
+                      "secondary": {"goldilocks - trapped": {**test, "p_holm": 0.75}}},
     }
     t = results_table(summary)
     md = t["final"]["md"]
-    assert md.count("\n") == 2 + 4 and "| trapped | 0.500 [0.400, 0.600]" in md and "1.000 [0.900, 1.000]" in md
-    assert "+0.100" in t["paired"]["md"] and "8 x 3" in t["paired"]["md"]
+    assert md.count("\n") == 2 + 5 and "| trapped | 0.500 [0.400, 0.600]" in md and "1.000 [0.900, 1.000]" in md
+    assert "| dynamic |" in md
+    lines = t["paired"]["md"].splitlines()
+    assert lines[2].startswith("| goldilocks - uncalibrated | primary | +0.100") and "| 0.25 | - |" in lines[2]
+    assert lines[3].startswith("| goldilocks - trapped | secondary") and "| 0.25 | 0.75 |" in lines[3] and "3 x 8" in lines[3]
     assert t["final"]["tex"].startswith("\\begin{tabular}") and "goldilocks - trapped" in t["paired"]["tex"]
 
 
@@ -156,13 +196,13 @@ def test_figures_from_a_summary_and_skips_named(tmp_path):
     grid = {a: {b: int(a == b) for b in ("solved_all", "goldilocks", "failed_all")} for a in ("solved_all", "goldilocks", "failed_all")}
     summary = {
         "stage": "thesis", "budget": 48, "n": 4, "eval_k": 2, "prompts_per_step": 2, "extra_budgets": [24],
-        "curves": {n: {"0": {**acc, "rollouts_drawn": 0}, "2": {**acc, "rollouts_drawn": 16}} for n in SETS},
-        "final": {n: {"48": acc, "24": acc} for n in ("base", *SETS)},
+        "curves": {n: {"0": {**acc, "rollouts_drawn": 0}, "2": {**acc, "rollouts_drawn": 16}} for n in ARMS},
+        "final": {n: {"48": acc, "24": acc} for n in ("base", *ARMS)},
         "zero_std": {n: {"observed": {"value": 0.5, "ci": [0.2, 0.8], "n": 4}, "per_seed": {"0": {"1": 0.5, "2": 0.5}},
                          "forecast": {"expected_share": 0.4, "interval": [0.1, 0.7], "per_step_interval": [0.0, 1.0], "level": 0.9}}
-                     for n in SETS},
-        "migration": {n: {"seeds": [0], "calibration_to_trained": grid, "calibration_to_base": grid} for n in SETS},
-        "paired": {},
+                     for n in ARMS},
+        "migration": {n: {"seeds": [0], "calibration_to_trained": grid, "calibration_to_base": grid} for n in ARMS},
+        "contrasts": {},
     }
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "summary.json").write_text(json.dumps(summary))

@@ -23,12 +23,13 @@ from typing import Any
 
 from mbs.figures import BAND_COLORS, figure, save
 from mbs.io import read_summary
-from mbs.thesis import SETS, results_table
+from mbs.thesis import ARMS, results_table
 
 log = logging.getLogger(__name__)
 
 #: Line colour of each training set.
-SET_COLORS = {"goldilocks": BAND_COLORS["goldilocks"], "trapped": BAND_COLORS["failed_all"], "uncalibrated": "#8172B2"}
+SET_COLORS = {"goldilocks": BAND_COLORS["goldilocks"], "trapped": BAND_COLORS["failed_all"], "uncalibrated": "#8172B2",
+              "dynamic": "#CCB974"}
 BANDS_SHORT = {"solved_all": "solved", "goldilocks": "Goldil.", "failed_all": "failed"}
 
 
@@ -39,15 +40,15 @@ def accuracy_vs_step(summary: dict[str, Any], out_dir: Path, formats: Sequence[s
         ValueError: The summary has no accuracy curve.
     """
     curves = summary.get("curves") or {}
-    if not any(curves.get(s) for s in SETS):
+    if not any(curves.get(s) for s in ARMS):
         raise ValueError("summary has no accuracy curves (no evaluation finished)")
     fig, axes = figure("double" if width == "single" else width, aspect=0.33, ncols=2)
     for ax, key, label in ((axes[0], None, "training step"), (axes[1], "rollouts_drawn", "training rollouts drawn")):
-        for name in SETS:
+        for name in ARMS:
             pts = sorted(curves.get(name, {}).items(), key=lambda kv: int(kv[0]))
             if not pts:
                 continue
-            x = [int(s) if key is None else v[key] for s, v in pts]
+            x = [int(s) if key is None else v.get(key, int(s) * summary["n"] * summary["prompts_per_step"]) for s, v in pts]
             y = [100 * v["mean"] for _, v in pts]
             lo = [100 * v["seed_band"][0] for _, v in pts]
             hi = [100 * v["seed_band"][1] for _, v in pts]
@@ -57,7 +58,7 @@ def accuracy_vs_step(summary: dict[str, Any], out_dir: Path, formats: Sequence[s
         ax.set_xlabel(label)
         ax.set_ylabel(f"held-out avg@{summary['eval_k']} (%)")
     axes[0].set_title(f"Held-out accuracy at L={summary['budget']} (band: 95% t across seeds)")
-    axes[1].set_title(f"against rollouts drawn (N={summary['n']}, B={summary['prompts_per_step']})")
+    axes[1].set_title(f"against rollouts drawn (N={summary['n']}, B={summary['prompts_per_step']}; dynamic: every round)")
     axes[0].legend(frameon=False, fontsize=6)
     return save(fig, out_dir, "accuracy_vs_step", formats)
 
@@ -69,10 +70,10 @@ def zero_std_vs_forecast(summary: dict[str, Any], out_dir: Path, formats: Sequen
         ValueError: No set logged a step.
     """
     zero = summary.get("zero_std") or {}
-    if not any((zero.get(s) or {}).get("observed", {}).get("n") for s in SETS):
+    if not any((zero.get(s) or {}).get("observed", {}).get("n") for s in ARMS):
         raise ValueError("summary has no logged training step")
-    fig, axes = figure("double" if width == "single" else width, aspect=0.3, ncols=len(SETS))
-    for ax, name in zip(axes, SETS):
+    fig, axes = figure("double" if width == "single" else width, aspect=0.3, ncols=len(ARMS))
+    for ax, name in zip(axes, ARMS):
         z = zero.get(name) or {}
         fc = z.get("forecast") or {}
         steps = sorted({int(st) for per in (z.get("per_seed") or {}).values() for st in per})
@@ -100,11 +101,11 @@ def zero_std_vs_forecast(summary: dict[str, Any], out_dir: Path, formats: Sequen
 def _migration_grid(summary: dict[str, Any], out_dir: Path, formats: Sequence[str], width: str, key: str, stem: str,
                     xlabel: str, ylabel: str) -> list[Path]:
     moves = summary.get("migration") or {}
-    if not any((moves.get(s) or {}).get("seeds") for s in SETS):
+    if not any((moves.get(s) or {}).get("seeds") for s in ARMS):
         raise ValueError("summary has no re-calibration of a trained policy")
     order = ("solved_all", "goldilocks", "failed_all")
-    fig, axes = figure("double" if width == "single" else width, aspect=0.3, ncols=len(SETS))
-    for ax, name in zip(axes, SETS):
+    fig, axes = figure("double" if width == "single" else width, aspect=0.3, ncols=len(ARMS))
+    for ax, name in zip(axes, ARMS):
         m = (moves.get(name) or {}).get(key) or {}
         grid = [[m.get(a, {}).get(b, 0) for b in order] for a in order]
         top = max(1, max(max(r) for r in grid))

@@ -55,7 +55,7 @@ from mbs.records import Calibration, Problem, Rollout
 from mbs.stages import calibrate, train
 from mbs.stages.config import open_run, validate_config
 from mbs.stages.pipeline import export_runs, stage_node, sub_config
-from mbs.thesis import SETS, Sampler, build_sets, split_heldout
+from mbs.thesis import ARM_SET, ARMS, Sampler, build_sets, split_heldout
 from mbs.thesis_summary import summarize
 from mbs.training.policy import resolve_policy
 from mbs.training.settings import TrainSettings
@@ -92,8 +92,9 @@ def _calibrate_corpus(cfg: DictConfig, root: Path) -> Path:
     return calibrate.run(sub)
 
 
-def _train_cfg(cfg: DictConfig, data_dir: Path, out_dir: Path, seed: int, steps: int) -> DictConfig:
-    """The ``mbs-train`` config of one set and seed, trained up to ``steps``."""
+def _train_cfg(cfg: DictConfig, data_dir: Path, out_dir: Path, seed: int, steps: int, dynamic: bool = False) -> DictConfig:
+    """The ``mbs-train`` config of one set and seed, trained up to ``steps`` (``dynamic``: with dynamic
+    sampling, at most ``thesis.dynamic_max_rounds`` generation rounds a step)."""
     t = cfg.thesis
     sub = sub_config(cfg, out_dir, train=stage_node("train", "train", ["grpo"]))
     with open_dict(sub):
@@ -104,6 +105,7 @@ def _train_cfg(cfg: DictConfig, data_dir: Path, out_dir: Path, seed: int, steps:
         trl.learning_rate, trl.lr_scheduler_type = float(t.learning_rate), "constant"
         trl.beta, trl.loss_type, trl.seed = float(t.beta), str(t.loss_type), int(seed)
         trl.save_steps, trl.save_total_limit, trl.resume, trl.progress = int(t.eval_every), 1, True, False
+        trl.dynamic_sampling.enabled, trl.dynamic_sampling.max_rounds = bool(dynamic), int(t.dynamic_max_rounds)
     return sub
 
 
@@ -174,6 +176,9 @@ def check_config(cfg: DictConfig) -> list[Problem]:
                          f"held out, {heldout} + {size} > {n}: {where}; grow thesis.data.size or lower them")
     if size is not None and per_step is not None and per_step > size:
         found.append(f"thesis.prompts_per_step={per_step}: more than the thesis.set_size={size} problems of a training set")
+    primary = list(t.get("primary") or [])
+    if len(primary) != 2 or primary[0] == primary[1]:
+        found.append(f"thesis.primary={primary}: name two different arms, A and B of the contrast A - B")
     if found:
         raise ConfigError(list(dict.fromkeys(found)))
     assert corpus is not None
@@ -245,18 +250,19 @@ def run(cfg: DictConfig) -> Path:
             if bool(t.recalibrate):  # the sets' bands under the evaluation backend before training (the control)
                 rc(f"base/seed{seed}", base_be, sorted({g.id: g for gs in recal_groups.values() for g in gs}.values(),
                                                         key=lambda g: g.id), N, seed)
-            for name in SETS:
+            for name in ARMS:
                 run_dir = root / "runs" / name / f"seed{seed}"
                 tag = f"{name}/seed{seed}"
                 finished = (ev.done(f"{tag}/step{steps[-1]}", eval_groups[L], k)
                             and all(ev.done(f"{tag}/final", eval_groups[b], k) for b in budgets)
-                            and (not t.recalibrate or rc.done(f"{tag}/final", recal_groups[name], N)))
+                            and (not t.recalibrate or rc.done(f"{tag}/final", recal_groups[ARM_SET[name]], N)))
                 for s in steps[1:]:
                     last = s == steps[-1]
                     if finished or (ev.done(f"{tag}/step{s}", eval_groups[L], k) and not last):
                         continue
                     log.info("thesis: training %s to step %d", tag, s)
-                    summary = read_summary(train.run(_train_cfg(cfg, set_dirs[name], run_dir, seed, s)))
+                    summary = read_summary(train.run(_train_cfg(cfg, set_dirs[ARM_SET[name]], run_dir, seed, s,
+                                                                dynamic=name == "dynamic")))
                     close_all()
                     final = summary["result"]["final"]
                     be = _backend(cfg, final, f"{tag}/step{s}", policy.top_k, policy.min_p)
@@ -265,7 +271,7 @@ def run(cfg: DictConfig) -> Path:
                         for b in budgets:
                             ev(f"{tag}/final", be, eval_groups[b], k, seed)
                         if bool(t.recalibrate):
-                            rc(f"{tag}/final", be, recal_groups[name], N, seed)
+                            rc(f"{tag}/final", be, recal_groups[ARM_SET[name]], N, seed)
                 if not bool(t.keep_checkpoints):
                     shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
                 trained[tag] = str(run_dir.relative_to(root))

@@ -5,7 +5,6 @@ evaluates and re-calibrates, and a rerun in the same directory does no new work.
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -13,7 +12,7 @@ import pytest
 
 from mbs.io import read_manifest, read_summary
 from mbs.llm import close_all
-from mbs.thesis import SETS
+from mbs.thesis import ARM_SET, ARMS, SETS
 
 pytestmark = pytest.mark.slow
 
@@ -43,19 +42,21 @@ def test_quick_thesis_runs_measures_and_resumes(make_cfg):
     # step 0 is the base model's evaluation, shared by every set of the seed
     step0 = {name: s["curves"][name]["0"]["mean"] for name in SETS}
     assert len(set(step0.values())) == 1 and step0["goldilocks"] == s["final"]["base"]["48"]["mean"]
-    for name in SETS:
+    for name in ARMS:
         assert set(s["curves"][name]) == {"0", "1"}
         assert set(s["final"][name]) == {"24", "48"}
-        assert s["curves"][name]["1"]["rollouts_drawn"] == 1 * 1 * 4
-        # the zero-std share TRL logged is the share of its groups whose rewards (completions.jsonl) are equal
         run_dir = out / "runs" / name / "seed0"
         metrics = [json.loads(x) for x in _lines(run_dir / "metrics.jsonl")]
-        groups = defaultdict(list)
-        for c in map(json.loads, _lines(run_dir / "completions.jsonl")):
-            groups[(c["step"], c["id"])].append(float(c["score"]))
-            assert c["id"] in ids[name]  # TRL trained on the set's problems only
-        assert [m["step"] for m in metrics] == [1]
-        share = np.mean([np.std(v) == 0 for (st, _), v in groups.items() if st == 1])
+        # rollouts drawn: one group of 4 a round; the dynamic arm draws rounds until a group varies (at most 8)
+        assert s["curves"][name]["1"]["rollouts_drawn"] == metrics[0]["rollouts_drawn"] == 4 * metrics[0]["rounds"]
+        assert metrics[0]["rounds"] == 1 or (name == "dynamic" and metrics[0]["rounds"] <= 8)
+        # the zero-std share TRL logged is the share of its groups whose rewards (completions.jsonl) are equal
+        scores = [(c["step"], c["id"], float(c["score"])) for c in map(json.loads, _lines(run_dir / "completions.jsonl"))]
+        assert all(i in ids[ARM_SET[name]] for _, i, _ in scores)  # TRL trained on the set's problems only
+        groups = [[x[2] for x in scores[k:k + 4]] for k in range(0, len(scores), 4)]  # groups of N=4, in order
+        assert [m["step"] for m in metrics] == [1] and len(groups) == metrics[0]["groups_drawn"]
+        assert metrics[0]["groups_kept"] == sum(np.std(v) > 0 for v in groups)
+        share = np.mean([np.std(v) == 0 for v in groups])
         assert metrics[0]["frac_reward_zero_std"] == pytest.approx(share)
         z = s["zero_std"][name]
         assert z["observed"]["n"] == 1 and z["observed"]["value"] == pytest.approx(share)
@@ -68,7 +69,10 @@ def test_quick_thesis_runs_measures_and_resumes(make_cfg):
     for p in ("zero_std_vs_forecast", "accuracy_vs_step", "band_migration", "band_migration_base"):
         assert (out / "figures" / "thesis" / f"{p}.png").stat().st_size > 1000
     table = (out / "tables" / "thesis_final.md").read_text()
-    assert all(f"| {name} |" in table for name in ("base", *SETS))
+    assert all(f"| {name} |" in table for name in ("base", *ARMS))
+    primary = s["contrasts"]["primary"]
+    assert primary["contrast"] == "goldilocks - uncalibrated" and primary["seeds"] == [0] and primary["problems"] == 6
+    assert "goldilocks - dynamic" in s["contrasts"]["secondary"]
     assert "thesis" in (out / "report.html").read_text()
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and "final" in p.parts}
     evals, manifest = _lines(next(out.glob("eval_rollouts.*.jsonl"))), read_manifest(out)
