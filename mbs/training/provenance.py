@@ -271,6 +271,8 @@ def distribution_of(backend: Mapping[str, Any], temperature: Any, top_p: Any) ->
     kind = _backend_kind(backend)
     dist: dict[str, Any] = {"backend": kind, "temperature": _float(temperature), "top_p": _float(top_p),
                             **engine_sampling(kind, backend)}
+    if kind == "llamacpp":  # the weights: the GGUF named (its SHA-256) and, in "weights", what llama.cpp ran of it
+        dist.update({k: v for k, v in _model_identity(backend, kind).items() if k in ("model", "model_sha256")})
     prov = PolicyProvenance(source="", run_dir="", stage="", trainable=True, backend=kind, **{
         k: dist[k] for k in ("temperature", "top_p", "top_k", "min_p", "sampler", "weights")})
     trainers = {}
