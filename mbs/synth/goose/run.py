@@ -107,6 +107,7 @@ def candidate_row(c: Candidate) -> dict[str, Any]:
         "end": c.end,
         "distractors": list(c.distractors),
         "origins": list(c.origins),
+        "options_rejected_equivalent": c.equivalent,
     }
 
 
@@ -118,7 +119,9 @@ def candidate_from_row(row: dict[str, Any], where: str) -> Candidate:
     """
     try:
         p = Passage(id=row["passage_id"], text=row["passage"], origin=row["origin"], parents=list(row["parents"]))
-        return Candidate(p, int(row["start"]), int(row["end"]), list(row["distractors"]), list(row["origins"]))
+        return Candidate(
+            p, int(row["start"]), int(row["end"]), list(row["distractors"]), list(row["origins"]), int(row.get("options_rejected_equivalent", 0))
+        )
     except KeyError as err:
         raise ValueError(f"{where}: candidate row lacks field {err}") from None
 
@@ -158,7 +161,8 @@ class _Book:
 
     def reject(self, pid: str, stage: str, err: Rejected, attempt: int = 0) -> None:
         self.candidates.pop(pid, None)
-        row = {"passage_id": pid, "stage": stage, "reason": err.reason, "detail": err.detail, "attempt": attempt}
+        row = {"passage_id": pid, "stage": stage, "reason": err.reason, "detail": err.detail, "attempt": attempt,
+               "options_rejected_equivalent": err.equivalent}
         self.rej_shard.append([row])
         self.rejected[pid] = row
 
@@ -237,6 +241,7 @@ def build_with_teacher(
 
     k = bounds.options
     pending = ready
+    same: Counter = Counter()  # distractors equivalent to the answer, per passage over its attempts
     for attempt in range(attempts):
         reqs = [
             request(user_messages(goose.teacher.mask_template, n_distractors=str(k - 1), n_options=str(k), passage=p.text), attempt)
@@ -251,9 +256,12 @@ def build_with_teacher(
                 start, end = locate_span(p, span)
                 cand = Candidate(p, start, end, [d.strip() for d in distractors], [f"teacher:{t.name}"] * len(distractors))
                 validate(cand, bounds)
+                cand.equivalent = same[p.id]
                 book.audited(p.id, 0, auditor.candidate(cand))
                 book.accept(cand)
             except Rejected as err:
+                same[p.id] += err.equivalent
+                err.equivalent = same[p.id]
                 book.attempt_rejections[err.reason] += 1
                 if attempt + 1 < attempts:
                     retry[ri] = p
@@ -506,6 +514,9 @@ def run(settings: SynthSettings, out: RunDir) -> dict[str, Any]:
         "rejected": dict(sorted(rejected.items())),
         "rejected_total": sum(rejected.values()),
         "attempt_rejections": dict(sorted(book.attempt_rejections.items())),
+        # candidate options (grid cells, perturbations, teacher distractors) rejected as equivalent to the answer
+        "options_rejected_equivalent": sum(c.equivalent for pid, c in book.candidates.items() if pid in passage_ids)
+        + sum(r.get("options_rejected_equivalent", 0) for pid, r in book.rejected.items() if pid in passage_ids),
         "resumed_decisions": book.resumed,
         "effective_share": (len(kept_ids) / n_filtered) if filtered and n_filtered else None,
         "effective_share_ci": share(len(kept_ids), n_filtered) if filtered and n_filtered else None,
