@@ -10,16 +10,17 @@ or ``C(10, 5)``). Each formula is a chain of sides joined by relations (``a = b 
 multiplication, ``^`` as power, postfix ``!``; LaTeX: math-verify through
 :func:`mbs.verify.compare.parse_gold`). Two pieces are *equivalent* when their prose is the same
 after :func:`normalise` and their formulas have the same relations and sides of the same value
-(numerically equal at three points for the free symbols): both then assert the same values, so
+(numerically equal at four points for the free symbols): both then assert the same values, so
 ``12 + (3 - 5) = 10`` equals ``12 - (5 - 3) = 10`` while ``12 + (5 - 3) = 10`` (a false claim)
 and ``12 - (5 - 3) = 11`` do not. Two options are equivalent when their pieces are, in the same
-order or in an order that puts no piece before one whose result it uses (:func:`uses_result`).
+order or in an order that swaps no two pieces of which one uses the other's result (:func:`uses_result`).
 A formula that does not parse, or one too large to evaluate safely (a power tower, a huge
 factorial, more than :data:`MAX_FORMULA_CHARS` characters), stays prose and is compared as text.
 """
 
 from __future__ import annotations
 
+import cmath
 import functools
 import re
 import unicodedata
@@ -55,10 +56,13 @@ _FUNCS: dict[str, Any] = {
     "log": sympy.log, "ln": sympy.log, "exp": sympy.exp, "max": sympy.Max, "min": sympy.Min, "gcd": sympy.gcd, "lcm": sympy.lcm,
 }
 #: Short English words that are prose unless an operator or relation touches them.
-_STOP = frozenset("a an am as at be by do go he i if in is it me my no of on or so to up us we".split())
+_STOP = frozenset(
+    ["a", "an", "am", "as", "at", "be", "by", "do", "go", "he", "i", "if", "in", "is", "it", "me", "my", "no", "of", "on",
+     "or", "so", "to", "up", "us", "we"]
+)
 _PLACEHOLDER = "\x00"
 #: LaTeX formulas (groups 1-4) and quoted labels (group 5: ``"0-1" transitions`` is prose, not 0 - 1).
-_LATEX = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]|(\"[^\"\n]{0,40}\"|“[^”\n]{0,40}”)", re.S)
+_LATEX = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]|(\"[^\"\n]{0,40}\"|“[^”\n]{0,40}”)", re.DOTALL)
 _TOKEN = re.compile(
     r"(?P<num>\d+(?:\.\d+)?)"
     r"|(?P<name>[A-Za-z]+(?:_(?:[A-Za-z0-9]+|\([^()]*\)|\{[^{}]*\}))?'*)"
@@ -70,7 +74,7 @@ _TOKEN = re.compile(
     r"|(?P<comma>,)"
     r"|(?P<space>[ \t]+)"
     r"|(?P<other>.)",
-    re.S,
+    re.DOTALL,
 )
 _PLAIN_REL = re.compile(r"<=|>=|!=|==|[=<>≤≥≠]")
 _LATEX_REL = re.compile(r"\\(?:leq?|geq?|neq?|lt|gt)(?![A-Za-z])|<=|>=|!=|[=<>≤≥≠]")
@@ -330,7 +334,7 @@ def same_value(a: Any, b: Any) -> bool:
             vb = complex(sympy.N(b, 30, subs=point))
         except (TypeError, ValueError, ZeroDivisionError, OverflowError, AttributeError):
             continue
-        if any(v != v or abs(v) == float("inf") for v in (va, vb)):
+        if not (cmath.isfinite(va) and cmath.isfinite(vb)):
             continue
         compared = True
         if abs(va - vb) > _REL_TOL * max(1.0, abs(va), abs(vb)):
@@ -393,8 +397,8 @@ def uses_result(earlier: str, later: str) -> bool:
 
 def equivalent(option: str, answer: str) -> bool:
     """Whether ``option`` says what ``answer`` says (see the module docstring): equal after
-    :func:`normalise`, or piece by piece equivalent, in order or reordered without a piece
-    coming before one whose result it uses.
+    :func:`normalise`, or piece by piece equivalent, in order or reordered where no two pieces
+    whose order changed depend on each other (:func:`uses_result` either way). Symmetric.
 
     Examples:
         >>> equivalent("12 + (3 - 5) = 10", "12 - (5 - 3) = 10")
@@ -415,7 +419,9 @@ def equivalent(option: str, answer: str) -> bool:
         if j is None:
             return False
         order.append(j)
-    # wrong when a piece now comes before an answer piece whose result it uses
+    # two pieces in the other order say the same only when neither uses the other's result
     return not any(
-        then < first and uses_result(a[then].text, a[first].text) for pos, first in enumerate(order) for then in order[pos + 1 :]
+        then < first and (uses_result(a[then].text, a[first].text) or uses_result(a[first].text, a[then].text))
+        for pos, first in enumerate(order)
+        for then in order[pos + 1 :]
     )
