@@ -424,6 +424,6 @@ def teacher_free_candidate(passage: Passage, steps: StepSettings, bounds: Bounds
         except Rejected as err:
             reasons.setdefault(err.reason, []).append(err)
     worst = max(reasons.values(), key=len)
-    err = Rejected(worst[0].reason, f"no maskable step range passed ({', '.join(f'{r}: {len(v)}' for r, v in sorted(reasons.items()))})")
-    err.equivalent = stats["options_rejected_equivalent"]
-    raise err
+    failed = Rejected(worst[0].reason, f"no maskable step range passed ({', '.join(f'{r}: {len(v)}' for r, v in sorted(reasons.items()))})")
+    failed.equivalent = stats["options_rejected_equivalent"]
+    raise failed
