@@ -1,7 +1,8 @@
 """Golden Goose distractors that are also correct (issue 41, item 1): the equivalence check by
-evaluation, the generators that no longer make such distractors, and whole runs on generated
+evaluation, the generators that no longer make such distractors, whole runs on generated
 arithmetic passages and on 60 CHAMP passages where no item has an option equivalent to its
-answer while the shortcut audit holds."""
+answer while the shortcut audit holds, and the teacher path (validation by evaluation, the
+optional judge pass) on a scripted teacher."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import random
 
 import pytest
+from omegaconf import OmegaConf, open_dict
 from support.goose_teacher import student_overrides
 
 from mbs.io import read_records, read_summary
@@ -16,6 +18,7 @@ from mbs.stages.synthesize import run
 from mbs.synth.goose.build import LETTERS, Bounds, Candidate, Rejected, seeded_rng, validate
 from mbs.synth.goose.distractors import make_distractors
 from mbs.synth.goose.equivalence import equivalent, plain_formulas, uses_result
+from mbs.synth.goose.replies import format_judge_reply, format_mask_reply
 from mbs.synth.goose.sources import Passage
 
 # (option, answer, equivalent?)
@@ -170,3 +173,71 @@ def test_sixty_champ_passages_have_no_option_equivalent_to_the_answer(make_cfg):
     s = assert_no_equivalent_option_and_audit_holds(run(make_cfg("synthesize", goose_overrides("goose.source=champ", limit=60))))
     assert s["passages"] == 60 and s["items_built"] >= 55
     assert s["options_rejected_equivalent"] > 0
+
+
+# --------------------------------------------------------------------------------------
+# The teacher path: validation by evaluation, the optional judge pass
+# --------------------------------------------------------------------------------------
+
+
+def handshake(i: int, people: int) -> tuple[str, str, list[str]]:
+    """Passage P<i>: a handshake count whose key step is masked; the span and 8 wrong distractors."""
+    ordered = people * (people - 1)
+    span = f"Since every handshake is counted twice, there are {ordered}/2={ordered // 2} handshakes."
+    text = (
+        f"Passage P{i}. We want the number of handshakes among {people} people. Each person shakes hands with "
+        f"{people - 1} others, which gives {people}*{people - 1}={ordered} ordered pairs. {span} That is the whole count."
+    )
+    wrong = [v for v in range(ordered // 2 - 6, ordered // 2 + 7) if v != ordered // 2][:8]
+    return text, span, [f"Since every handshake is counted twice, there are {ordered}/2={v} handshakes." for v in wrong]
+
+
+def teacher_run(make_cfg, tmp_path, *more: str, out: str = "run"):
+    """Three teacher-built passages: P1 good, P2 with a distractor right in words only, P3 with one
+    right by evaluation (``2*h/2=h`` for ``ordered/2=h``)."""
+    rows, replies = [], {}
+    judge_correct = "As every handshake gets counted two times, we divide"  # P2's extra distractor, right in words
+    spans = {}
+    for i in (1, 2, 3):
+        text, span, ds = handshake(i, 5 + i)
+        h = (5 + i) * (4 + i) // 2
+        if i == 2:
+            ds[-1] = f"{judge_correct}: {2 * h}/2={h} handshakes."
+        if i == 3:
+            ds[-1] = f"Since every handshake is counted twice, there are 2*{h}/2={h} handshakes."
+        rows.append({"id": f"p{i}", "text": text})
+        spans[i] = (span, ds)
+    replies[judge_correct] = format_judge_reply([False] * 7 + [True])
+    replies["The span at [MASK]:"] = format_judge_reply([False] * 8)
+    for i, (span, ds) in spans.items():
+        replies[f"Passage P{i}."] = format_mask_reply(span, ds)
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = make_cfg("synthesize", [
+        "method=goose", "goose.source=jsonl", f"goose.path={corpus}", "goose.id_field=id", "goose.origin=toy",
+        "goose.filter.enabled=false", "goose.audit.policy=report", "synth.figures=false", "verifier.workers=0",
+        *student_overrides(), *more,
+    ], out=out)
+    with open_dict(cfg):
+        cfg.teacher.pool[0].name = "scripted"
+        cfg.teacher.pool[0].backend = OmegaConf.create(
+            {"_target_": "support.goose_teacher.ScriptedTeacher", "replies": replies, "name": "scripted"}
+        )
+    return run(cfg)
+
+
+def test_teacher_distractor_equivalent_by_evaluation_is_rejected_and_counted(make_cfg, tmp_path):
+    s = read_summary(teacher_run(make_cfg, tmp_path))
+    assert s["items_built"] == 2 and s["rejected"] == {"distractor_equivalent": 1}
+    assert s["options_rejected_equivalent"] == 1
+    rejected = {r["passage_id"]: r for r in read_records(tmp_path / "run", "rejected")}
+    assert rejected["toy/p3"]["options_rejected_equivalent"] == 1
+
+
+def test_judge_pass_rejects_a_distractor_the_teacher_finds_correct(make_cfg, tmp_path):
+    out = teacher_run(make_cfg, tmp_path, "goose.teacher.judge=true")
+    s = read_summary(out)
+    assert s["items_built"] == 1 and s["rejected"] == {"distractor_equivalent": 1, "distractor_judged_correct": 1}
+    assert {it["source_id"] for it in read_records(out, "items")} == {"toy/p1"}
+    # the judge saw the masked passage, the span and the numbered candidates: one more call per validated item
+    assert s["backends"]["teacher:scripted"]["samples"] == 3 + 2

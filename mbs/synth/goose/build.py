@@ -66,6 +66,7 @@ REASONS = {
     "empty_option": "an option is empty",
     "distractor_equals_answer": "a distractor equals the answer after normalisation",
     "distractor_equivalent": "a distractor says what the answer says once its formulas are evaluated (mbs.synth.goose.equivalence)",
+    "distractor_judged_correct": "the teacher's judge pass found a distractor correct in the passage (goose.teacher.judge)",
     "duplicate_distractors": "two distractors are equal after normalisation",
     "length_ratio": "a distractor's length is outside goose.distractors length bounds",
     "shortcut": "a passage-free solver of the shortcut audit answers the item (goose.audit)",

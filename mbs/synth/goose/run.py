@@ -64,6 +64,7 @@ from mbs.synth.goose.build import (
     validate,
 )
 from mbs.synth.goose.distractors import teacher_free_candidate
+from mbs.synth.goose.judge import judge_candidates
 from mbs.synth.goose.settings import Bounds, GooseSettings
 from mbs.synth.goose.shortcuts import Auditor, audit_corpus, audit_report, enforce_audit
 from mbs.synth.goose.sources import MASK, Passage, has_reasoning, load_passages, segment
@@ -190,9 +191,10 @@ def build_with_teacher(
     """LLM-teacher construction: optional passage extraction, then span masking and distractors.
 
     All passages' requests go to the (cached) teacher as one batch per round, so served
-    backends work on many at once. A reply that fails parsing or validation is retried with
-    the next sample index up to ``goose.teacher.attempts`` times; the passage is then rejected
-    with the last reason. Each built item is audited (:func:`enforce_audit` applies the policy
+    backends work on many at once. With ``goose.teacher.judge`` the teacher then checks each
+    validated item's distractors (:func:`mbs.synth.goose.judge.judge_candidates`, one batch per
+    round). A reply that fails parsing, validation or the judge is retried with the next sample
+    index up to ``goose.teacher.attempts`` times; the passage is then rejected with the last reason. Each built item is audited (:func:`enforce_audit` applies the policy
     afterwards: teacher items are rejected, not rebuilt). Decisions are appended as they are made.
 
     Raises:
@@ -242,12 +244,29 @@ def build_with_teacher(
     k = bounds.options
     pending = ready
     same: Counter = Counter()  # distractors equivalent to the answer, per passage over its attempts
+
+    def accept(cand: Candidate) -> None:
+        cand.equivalent = same[cand.passage.id]
+        book.audited(cand.passage.id, 0, auditor.candidate(cand))
+        book.accept(cand)
+
+    def failed(p: Passage, err: Rejected, attempt: int) -> bool:
+        """Count the rejection; ``True`` when the passage gets another attempt."""
+        same[p.id] += err.equivalent
+        err.equivalent = same[p.id]
+        book.attempt_rejections[err.reason] += 1
+        if attempt + 1 < attempts:
+            return True
+        book.reject(p.id, "mask", err, attempt)
+        return False
+
     for attempt in range(attempts):
         reqs = [
             request(user_messages(goose.teacher.mask_template, n_distractors=str(k - 1), n_options=str(k), passage=p.text), attempt)
             for p in pending
         ]
         retry: dict[int, Passage] = {}
+        built: dict[int, Candidate] = {}  # validated, waiting for the judge pass
         for ri, comps in backend.generate_iter(reqs):
             p = pending[ri]
             try:
@@ -256,17 +275,20 @@ def build_with_teacher(
                 start, end = locate_span(p, span)
                 cand = Candidate(p, start, end, [d.strip() for d in distractors], [f"teacher:{t.name}"] * len(distractors))
                 validate(cand, bounds)
-                cand.equivalent = same[p.id]
-                book.audited(p.id, 0, auditor.candidate(cand))
-                book.accept(cand)
-            except Rejected as err:
-                same[p.id] += err.equivalent
-                err.equivalent = same[p.id]
-                book.attempt_rejections[err.reason] += 1
-                if attempt + 1 < attempts:
-                    retry[ri] = p
+                if goose.teacher.judge:
+                    built[ri] = cand
                 else:
-                    book.reject(p.id, "mask", err, attempt)
+                    accept(cand)  # decided as it streams in: a killed run keeps it
+            except Rejected as err:
+                if failed(p, err, attempt):
+                    retry[ri] = p
+        order = sorted(built)
+        verdicts = judge_candidates([built[i] for i in order], backend, request, goose.teacher.judge_template, attempt) if built else []
+        for ri, verdict in zip(order, verdicts):
+            if verdict is None:
+                accept(built[ri])
+            elif failed(built[ri].passage, verdict, attempt):
+                retry[ri] = built[ri].passage
         pending = [retry[i] for i in sorted(retry)]
     backends.update(meter.report())
 
