@@ -17,7 +17,7 @@ from mbs.io import read_records, read_summary
 from mbs.stages.synthesize import run
 from mbs.synth.goose.build import LETTERS, Bounds, Candidate, Rejected, seeded_rng, validate
 from mbs.synth.goose.distractors import make_distractors
-from mbs.synth.goose.equivalence import equivalent, plain_formulas, uses_result
+from mbs.synth.goose.equivalence import equivalent, parse_chain, plain_formulas, uses_result
 from mbs.synth.goose.replies import format_judge_reply, format_mask_reply
 from mbs.synth.goose.sources import Passage
 
@@ -67,6 +67,10 @@ def test_formulas_are_found_in_prose_and_large_ones_are_text():
     # a power tower is not evaluated: it stays text and is compared as such
     assert not equivalent("so 5^5^5^5 = 5^5^5^5 + 0", "so 5^5^5^5 = 5^5^5^5")
     assert equivalent("so 5^5^5^5 holds", "so 5^5^5^5  holds")
+    # nor is a factorial or binomial that parsing alone would compute
+    for big in ("10000000!", "C(100000, 50000)", "\\binom{100000}{3}", "(2^10)!"):
+        assert parse_chain(big) is None, big
+    assert parse_chain("C(10, 5) = 252").relations == ("=",)
 
 
 def test_uses_result():

@@ -15,7 +15,13 @@ after :func:`normalise` and their formulas have the same relations and sides of 
 and ``12 - (5 - 3) = 11`` do not. Two options are equivalent when their pieces are, in the same
 order or in an order that swaps no two pieces of which one uses the other's result (:func:`uses_result`).
 A formula that does not parse, or one too large to evaluate safely (a power tower, a huge
-factorial, more than :data:`MAX_FORMULA_CHARS` characters), stays prose and is compared as text.
+factorial, more than :data:`MAX_FORMULA_CHARS` characters), stays prose and is compared as text;
+so do quoted labels (``"1-0" transitions``). Numbers in prose are compared as text too.
+
+The check errs towards *equivalent*: a true claim with other numbers and the same values
+(``12 - (4 - 2) = 10`` for ``12 - (5 - 3) = 10``) counts as equivalent, and an unknown function
+``T(n-1)`` is read as the product ``T*(n-1)`` (equal arguments still give equal products), so a
+rejected option is at worst a usable one lost, never a correct one kept.
 """
 
 from __future__ import annotations
@@ -76,6 +82,8 @@ _TOKEN = re.compile(
     r"|(?P<other>.)",
     re.DOTALL,
 )
+#: Factorials and binomials of numbers of four digits or more: parsing alone would compute them.
+_TOO_BIG = re.compile(r"\d{4,}\s*!|(?:\bC|binom)\s*[({]\s*\d{4,}")
 _PLAIN_REL = re.compile(r"<=|>=|!=|==|[=<>≤≥≠]")
 _LATEX_REL = re.compile(r"\\(?:leq?|geq?|neq?|lt|gt)(?![A-Za-z])|<=|>=|!=|[=<>≤≥≠]")
 _REL_NAME = {
@@ -134,13 +142,16 @@ class Piece:
 
 
 def _safe(expr: Any) -> bool:
-    """No power tower (a power inside an exponent), no exponent or factorial above 10^4."""
+    """No power tower (a power inside an exponent), no factorial of a factorial or of a power, no
+    exponent or factorial argument above 10^4, no integer above 10^200: what is evaluated stays small."""
     for node in sympy.preorder_traversal(expr):
-        if isinstance(node, sympy.Pow):
-            e = node.exp
-            if any(isinstance(n, sympy.Pow) for n in sympy.preorder_traversal(e)) or e.is_number and abs(e) > 10**4:
+        if isinstance(node, (sympy.Pow, sympy.factorial)):
+            inner = node.exp if isinstance(node, sympy.Pow) else node.args[0]
+            if any(isinstance(n, (sympy.Pow, sympy.factorial)) for n in sympy.preorder_traversal(inner)):
                 return False
-        if isinstance(node, sympy.factorial) and node.args[0].is_number and abs(node.args[0]) > 10**4:
+            if inner.is_number and abs(inner) > 10**4:
+                return False
+        if isinstance(node, sympy.Integer) and abs(node) > 10**200:
             return False
     return True
 
@@ -201,7 +212,7 @@ def parse_chain(text: str, latex: bool = False) -> Chain | None:
         >>> parse_chain("12 - (5 - 3) = 10").relations
         ('=',)
     """
-    if not text.strip() or len(text) > MAX_FORMULA_CHARS:
+    if not text.strip() or len(text) > MAX_FORMULA_CHARS or _TOO_BIG.search(text):
         return None
     sides, rels = _split_top(text, _LATEX_REL if latex else _PLAIN_REL)
     values = [(_latex_side if latex else _plain_side)(s) for s in sides]

@@ -441,6 +441,9 @@ def run(settings: SynthSettings, out: RunDir) -> dict[str, Any]:
 
     Returns:
         The summary: ``passages`` (in), ``items_built``, ``rejected`` (counts by reason),
+        ``options_rejected_equivalent`` (candidate options rejected as equivalent to the answer by
+        evaluation, :mod:`mbs.synth.goose.equivalence`: grid cells and perturbations of the builds
+        kept or rejected, teacher distractors of rejected replies),
         ``effective_share`` (Goldilocks items / filtered items), ``letters`` (answer-letter
         distribution of built and kept items), ``options`` (k), ``student`` (accuracy against the
         1/k chance level, the Goldilocks share a guessing policy would reach), ``bands``,
