@@ -503,7 +503,8 @@ def rejections(nodes: list[TreeNode]) -> dict[str, int]:
         if n.depth == 0:
             for a in n.problem.metadata.get("mbs", {}).get("trace_attempts", []):
                 if a["score"] != 1.0:
-                    c["trace/" + ("no reference solution" if a["index"] is None else "not verified")] += 1
+                    kind = "cut by the token limit" if a.get("finish_reason") == "length" else "not verified"
+                    c["trace/" + ("no reference solution" if a["index"] is None else kind)] += 1
         for a in n.effectivity.get("attempts", []):
             if not a.get("passed"):
                 c["decomposition/" + reason_kind(a.get("reason"))] += 1
@@ -531,7 +532,8 @@ def effectivity_summary(nodes: list[TreeNode]) -> dict[str, Any]:
 
 
 def summarize(settings: SynthSettings, state: RunState, grower: SynthBase) -> dict[str, Any]:
-    """The MBS summary: contract keys, funnel, rejections, effectivity, tokens, judges, backends.
+    """The MBS summary: contract keys, funnel, rejections, effectivity, tokens, judges, backends,
+    and ``traces_cut_by_length`` (Stage-1 traces refused because they ended at the token limit).
 
     ``yield`` is the paper's (share of hard seeds with >= 1 qualified problem);
     ``yield_by_path`` splits it into ``decomposed`` and ``root_only`` (they sum to ``yield``;
@@ -549,6 +551,8 @@ def summarize(settings: SynthSettings, state: RunState, grower: SynthBase) -> di
         rejections=rejections(state.nodes),
         effectivity=effectivity_summary(state.nodes),
         trace_teachers=dict(Counter(r.problem.metadata.get("mbs", {}).get("trace_teacher") or "none" for r in roots)),
+        # Stage-1 traces refused unread because they ended at the token limit (finish reason length)
+        traces_cut_by_length=sum(a.get("finish_reason") == "length" for r in roots for a in r.problem.metadata.get("mbs", {}).get("trace_attempts", [])),
         judges=judge_summary([v for n in state.nodes for v in n.variants], grower.judges),
         **setup_summary(settings, grower, state),
         weakest=grower.weakest.name,

@@ -12,7 +12,9 @@ no verified trace after |T| x N_t attempts is discarded, with the reason recorde
 
 A thinking teacher's trace is verified on its final answer only (its drafts never count), a trace
 cut off while thinking is rejected unread, and the accepted trace keeps its reasoning beside the
-written solution (:mod:`mbs.synth.traces`).
+written solution (:mod:`mbs.synth.traces`). A trace cut by the token limit (finish reason
+``length``) is rejected unread too, thinking or not: an early boxed answer of a solution that
+never finished is no verified trace (issue 41, item 5; :data:`CUT_BY_LENGTH_REASON`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from mbs.synth.problems import clip
 from mbs.verify import Grade
 
 SOURCES = ("live", "reference")
+#: Grade reason of a Stage-1 trace that ended at the token limit with its answer written.
+CUT_BY_LENGTH_REASON = "cut by the token limit (finish reason length): not a full solution (raise teacher.pool.*.max_tokens)"
 
 
 @dataclass
@@ -141,7 +145,9 @@ def find_trace(
     """Stage 1 for one seed: the first verified trace from T_1..T_M, N_t tries each.
 
     A coroutine (see :mod:`mbs.synth.engine`): samples are drawn ``batch`` at a time per
-    round, so one round sends one request per still-unverified seed to the teacher.
+    round, so one round sends one request per still-unverified seed to the teacher. A sample
+    that ended at the token limit (finish reason ``length``) is not verified: its attempt gets
+    score 0 and :data:`CUT_BY_LENGTH_REASON` (or the cut-off-while-thinking reason).
 
     Args:
         seed: The hard seed (p, a*).
@@ -175,10 +181,16 @@ def find_trace(
         for start in range(0, n_t, max(1, batch)):
             count = min(max(1, batch), n_t - start)
             comps = (yield from generate(t, [t.request(messages, start, count)], tally))[0]
-            answered = [c for c in comps if c.answered]  # cut off while thinking: rejected unread
-            graded = iter((yield Verify([(c.text, seed.ground_truth or "", verifier) for c in answered])) if answered else [])
+            # cut off while thinking, or cut by the token limit after an early answer: rejected unread
+            full = [c for c in comps if c.answered and c.finish_reason != "length"]
+            graded = iter((yield Verify([(c.text, seed.ground_truth or "", verifier) for c in full])) if full else [])
             for c in comps:
-                g = next(graded) if c.answered else Grade(0.0, None, no_answer_reason(c.finish_reason))
+                if not c.answered:
+                    g = Grade(0.0, None, no_answer_reason(c.finish_reason))
+                elif c.finish_reason == "length":
+                    g = Grade(0.0, None, CUT_BY_LENGTH_REASON)
+                else:
+                    g = next(graded)
                 attempts.append({"teacher": t.name, "index": c.sample_index, "score": g.score,
                                  "extracted": g.extracted, "reason": g.reason,
                                  "finish_reason": c.finish_reason, "tokens": c.completion_tokens,

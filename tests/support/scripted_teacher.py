@@ -162,14 +162,18 @@ class ScriptedBackend:
         world: ``branches`` or ``generic``.
         fail_after: Raise :class:`BackendError` once this many samples were produced (a kill).
         name: Backend kind for the cache key.
+        cut: Tokens (``ROOT``, ...) whose Stage-1 traces end at the token limit: the scripted text
+            (an early boxed answer) with finish reason ``length``.
     """
 
     preferred_batch = 8
 
-    def __init__(self, skill: str = "teacher", world: str = "branches", fail_after: int | None = None, name: str = "scripted"):
+    def __init__(self, skill: str = "teacher", world: str = "branches", fail_after: int | None = None, name: str = "scripted",
+                 cut: Sequence[str] = ()):
         if skill not in ("teacher", "weak", "main"):
             raise ValueError(f"skill={skill!r}")
         self.skill, self.world, self.fail_after, self.name = skill, world, fail_after, name
+        self.cut = set(cut)
         self.stats = BackendStats()
         self.requests: list[ChatRequest] = []
         self.prefixes = {kind: _prefix(t) for kind, t in KINDS.items()}
@@ -186,7 +190,7 @@ class ScriptedBackend:
             for idx in req.indices:
                 if self.fail_after is not None and self.stats.samples >= self.fail_after:
                     raise BackendError("scripted backend: killed")
-                text, finish = (self._teach(req, idx), "stop") if self.skill == "teacher" else self._solve(req, idx)
+                text, finish = (self._teach(req, idx), self._finish(req)) if self.skill == "teacher" else self._solve(req, idx)
                 comps.append(Completion(text=text, prompt_tokens=len(str(req.messages).split()),
                                         completion_tokens=len(text.split()), finish_reason=finish, sample_index=idx))
                 self.stats.samples += 1
@@ -204,6 +208,12 @@ class ScriptedBackend:
             if prompt.startswith(prefix):
                 return kind
         raise AssertionError(f"scripted teacher: unknown prompt {prompt[:80]!r}")
+
+    def _finish(self, req: ChatRequest) -> str:
+        """``length`` for the traces of the tokens in ``cut``, else ``stop``."""
+        prompt = req.messages[-1]["content"]
+        m = TOKEN.search(prompt)
+        return "length" if self.kind(prompt) == "trace" and m and m.group(1) in self.cut else "stop"
 
     def _teach(self, req: ChatRequest, idx: int) -> str:
         prompt = req.messages[-1]["content"]

@@ -113,10 +113,20 @@ def test_operators_inside_words_are_left_alone():
         assert not [e for e in perturbations(text) if e.kind in ("operator", "order")]
 
 
-def test_step_order_variants():
-    span = "First A.\nThen B.\nFinally C."
-    steps = [(0, 8), (9, 16), (17, 27)]
-    assert step_order_variants(span, steps) == ["Then B.\nFirst A.\nFinally C.", "First A.\nFinally C.\nThen B.", "Finally C.\nThen B.\nFirst A."]
+def test_step_order_variants_swap_only_steps_that_use_an_earlier_result():
+    span = "So a = 5 + 3 = 8.\nThen b = a * 2 = 16.\nAlso c = 4 + 1 = 5."
+    lines = span.split("\n")
+    steps, pos = [], 0
+    for line in lines:
+        steps.append((pos, pos + len(line)))
+        pos += len(line) + 1
+    # b uses a: that swap is wrong; c is independent of b: swapping them says the same thing
+    assert step_order_variants(span, steps) == [
+        "\n".join([lines[1], lines[0], lines[2]]),
+        "\n".join(reversed(lines)),
+    ]
+    independent = "First A.\nThen B.\nFinally C."
+    assert step_order_variants(independent, [(0, 8), (9, 16), (17, 27)]) == []
     assert step_order_variants("One step only.", [(0, 14)]) == []
 
 

@@ -18,7 +18,8 @@ Two ways to build an item:
   first-wrong-step annotations). No LLM; deterministic given the seed.
 
 Every candidate then passes :func:`validate` (exactly one correct option, no distractor equal to
-the answer or to another option after :func:`normalise`, option count, length ratio, span found
+the answer or to another option after :func:`normalise`, none equivalent to the answer once its
+formulas are evaluated (:func:`mbs.synth.goose.equivalence.equivalent`), option count, length ratio, span found
 exactly once, mask in place, span not recoverable from the rest) before :func:`assemble`
 shuffles the options with a seeded generator and puts the answer at a balanced position
 (:func:`answer_position`: every block of ``k`` consecutive items uses each letter once).
@@ -31,7 +32,6 @@ from __future__ import annotations
 import hashlib
 import random
 import re
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
@@ -39,6 +39,7 @@ from typing import Any
 
 from mbs.records import MCQ
 from mbs.synth.goose import replies
+from mbs.synth.goose.equivalence import equivalent, normalise
 from mbs.synth.goose.settings import LETTERS, Bounds
 from mbs.synth.goose.sources import MASK, Passage
 
@@ -64,6 +65,8 @@ REASONS = {
     "too_few_distractors": "teacher-free construction found fewer distinct distractors than needed",
     "empty_option": "an option is empty",
     "distractor_equals_answer": "a distractor equals the answer after normalisation",
+    "distractor_equivalent": "a distractor says what the answer says once its formulas are evaluated (mbs.synth.goose.equivalence)",
+    "distractor_judged_correct": "the teacher's judge pass found a distractor correct in the passage (goose.teacher.judge)",
     "duplicate_distractors": "two distractors are equal after normalisation",
     "length_ratio": "a distractor's length is outside goose.distractors length bounds",
     "shortcut": "a passage-free solver of the shortcut audit answers the item (goose.audit)",
@@ -76,6 +79,8 @@ class Rejected(Exception):
     Attributes:
         reason: A key of :data:`REASONS`.
         detail: Human-readable specifics (which option, which text).
+        equivalent: Options rejected as equivalent to the answer while the passage was tried
+            (:mod:`mbs.synth.goose.equivalence`; written to its ``rejected`` row).
     """
 
     def __init__(self, reason: str, detail: str = ""):
@@ -84,6 +89,7 @@ class Rejected(Exception):
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
         self.detail = detail
+        self.equivalent = 0
 
 
 @dataclass
@@ -97,6 +103,9 @@ class Candidate:
         distractors: Wrong options.
         origins: How each distractor was made (``perturb:<kinds>``, ``wrong_step:<conversation>``,
             ``teacher:<name>``).
+        equivalent: Candidate options rejected as equivalent to the answer while this candidate
+            was built (teacher-free: grid cells, perturbations; teacher: the distractors of
+            earlier replies), :mod:`mbs.synth.goose.equivalence`.
     """
 
     passage: Passage
@@ -104,6 +113,7 @@ class Candidate:
     end: int
     distractors: list[str]
     origins: list[str]
+    equivalent: int = 0
 
     @property
     def span(self) -> str:
@@ -111,19 +121,8 @@ class Candidate:
 
 
 # --------------------------------------------------------------------------------------
-# Normalisation, seeded choices
+# Seeded choices
 # --------------------------------------------------------------------------------------
-
-
-def normalise(text: str) -> str:
-    """Comparison form of an option: NFKC, case-folded, white space removed, edge punctuation stripped.
-
-    Examples:
-        >>> normalise("  Thus x + y = 3. ") == normalise("thus x+y=3")
-        True
-    """
-    text = unicodedata.normalize("NFKC", text).casefold()
-    return re.sub(r"\s+", "", text).strip(".,;:!?")
 
 
 def seeded_rng(*parts: Any) -> random.Random:
@@ -240,15 +239,18 @@ def validate(cand: Candidate, bounds: Bounds) -> dict[str, bool]:
     was; no sentence of the span at least ``bounds.recoverable_chars`` long is repeated verbatim in
     the remaining text, nor does the remaining text share a run of ``bounds.recoverable_overlap``
     of the span (so the span cannot be copied from elsewhere); there are exactly ``k - 1`` distractors; no option
-    is empty; no distractor equals the answer or another distractor after :func:`normalise`;
-    every distractor's length is within the ratio bounds of the answer's; exactly one option is
-    correct.
+    is empty; no distractor equals the answer or another distractor after :func:`normalise`; no
+    distractor is equivalent to the answer once its formulas are evaluated
+    (:func:`mbs.synth.goose.equivalence.equivalent`: ``12 + (3 - 5) = 10`` beside
+    ``12 - (5 - 3) = 10``); every distractor's length is within the ratio bounds of the answer's;
+    exactly one option is correct (equivalent to the span).
 
     Returns:
         ``{check name: True}`` for every check (stored in :attr:`MCQ.checks`).
 
     Raises:
-        Rejected: The failed check's reason.
+        Rejected: The failed check's reason (``distractor_equivalent`` carries in ``equivalent``
+            how many distractors are equivalent to the answer).
     """
     text, span = cand.passage.text, cand.span
     checks: dict[str, bool] = {}
@@ -293,6 +295,11 @@ def validate(cand: Candidate, bounds: Bounds) -> dict[str, bool]:
     if len(set(keys)) != len(keys):
         dup = next(d for d, key in zip(cand.distractors, keys) if keys.count(key) > 1)
         raise Rejected("duplicate_distractors", f"{dup[:60]!r} appears more than once")
+    same = [i for i, d in enumerate(cand.distractors) if equivalent(d, span)]
+    if same:
+        err = Rejected("distractor_equivalent", f"distractor {same[0]} says what the answer says: {cand.distractors[same[0]][:60]!r}")
+        err.equivalent = len(same)
+        raise err
     checks["distinct_options"] = True
     for i, d in enumerate(cand.distractors):
         r = len(d) / len(span)
@@ -300,7 +307,7 @@ def validate(cand: Candidate, bounds: Bounds) -> dict[str, bool]:
             raise Rejected("length_ratio", f"distractor {i} is {r:.2f}x the answer length (bounds {bounds.ratio_min}-{bounds.ratio_max})")
     checks["length_ratio"] = True
     options = [span] + list(cand.distractors)
-    checks["one_correct"] = sum(normalise(o) == answer for o in options) == 1
+    checks["one_correct"] = sum(equivalent(o, span) for o in options) == 1
     return checks
 
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 import itertools
 import random
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mbs.synth.goose.build import Bounds, Candidate, Rejected, normalise, seeded_rng, validate
+from mbs.synth.goose.equivalence import equivalent, uses_result
 from mbs.synth.goose.grid import grid_distractors, passage_numbers
 from mbs.synth.goose.settings import StepSettings
 from mbs.synth.goose.sources import Passage
@@ -179,14 +181,17 @@ def perturbations(span: str) -> list[Edit]:
 
 
 def step_order_variants(span: str, steps: Sequence[tuple[int, int]]) -> list[str]:
-    """The span with its steps in another order (adjacent swaps, then full reversal).
+    """The span with its steps in another order that makes it wrong: adjacent swaps where the
+    later step uses the earlier one's result, then the full reversal where any later step uses
+    an earlier one's (:func:`mbs.synth.goose.equivalence.uses_result`). Independent steps in
+    another order say the same thing, so they are never swapped.
 
     Args:
         span: The span text.
         steps: ``(start, end)`` of each step relative to ``span``; the text between steps is kept.
 
     Returns:
-        Distinct reorderings (empty for a single step).
+        Distinct reorderings (empty for a single step or independent steps).
     """
     if len(steps) < 2:
         return []
@@ -202,10 +207,13 @@ def step_order_variants(span: str, steps: Sequence[tuple[int, int]]) -> list[str
 
     orders = []
     for i in range(len(steps) - 1):
+        if not uses_result(bodies[i], bodies[i + 1]):
+            continue
         o = list(range(len(steps)))
         o[i], o[i + 1] = o[i + 1], o[i]
         orders.append(o)
-    orders.append(list(reversed(range(len(steps)))))
+    if any(uses_result(bodies[i], bodies[j]) for i in range(len(steps)) for j in range(i + 1, len(steps))):
+        orders.append(list(reversed(range(len(steps)))))
     out = []
     for o in orders:
         t = join(o)
@@ -224,8 +232,14 @@ def make_distractors(
     wrong_steps_max: int,
     design: str = "grid",
     context: str = "",
+    stats: Counter[str] | None = None,
 ) -> tuple[list[str], list[str]]:
     """Pick ``need`` distinct wrong spans for ``span`` without an LLM.
+
+    No option is equivalent to the answer: a text that says what ``span`` says once its
+    formulas are evaluated (:func:`mbs.synth.goose.equivalence.equivalent`) is rejected and
+    another one taken; one edit never changes both the operand order and an operator (the two
+    undo each other: ``12 + (3 - 5)`` is ``12 - (5 - 3)``).
 
     Real wrong steps (at most ``wrong_steps_max``, within the length bounds; with the grid also
     at most one per four distractors) come first. With
@@ -247,6 +261,8 @@ def make_distractors(
         wrong_steps_max: Cap on real wrong steps per item.
         design: ``grid`` or ``single_edits`` (``goose.distractors.design``).
         context: The passage (its numbers are preferred as wrong values in the grid).
+        stats: Counts ``options_rejected_equivalent`` (distinct candidate texts rejected as
+            equivalent to the answer) when given.
 
     Returns:
         ``(distractors, origins)`` of length ``need``.
@@ -259,15 +275,27 @@ def make_distractors(
         raise ValueError(f"goose.distractors.design={design!r}: valid values are grid, single_edits")
     answer = normalise(span)
     seen = {answer}
+    same: set[str] = set()  # texts equivalent to the answer
     chosen: list[str] = []
     origins: list[str] = []
 
     def ok_len(text: str) -> bool:
         return bounds.ratio_min <= len(text) / max(1, len(span)) <= bounds.ratio_max
 
+    def wrong(text: str) -> bool:
+        key = normalise(text)
+        if key in same:
+            return False
+        if equivalent(text, span):
+            same.add(key)
+            if stats is not None:
+                stats["options_rejected_equivalent"] += 1
+            return False
+        return True
+
     def take(text: str, origin: str) -> bool:
         key = normalise(text)
-        if not text.strip() or key in seen or not ok_len(text) or len(chosen) >= need:
+        if not text.strip() or key in seen or not ok_len(text) or len(chosen) >= need or not wrong(text):
             return False
         seen.add(key)
         chosen.append(text)
@@ -287,7 +315,7 @@ def make_distractors(
     singles = perturbations(span)
     if design == "grid":
         n = need - len(chosen)
-        ok = lambda t: bool(t.strip()) and normalise(t) not in seen and ok_len(t)
+        ok = lambda t: bool(t.strip()) and normalise(t) not in seen and ok_len(t) and wrong(t)
         for text, origin in grid_distractors(span, singles, n, ok, rng, pool=passage_numbers("\n".join([context or span, *chosen]))):
             take(text, origin)
         for text in step_order_variants(span, span_steps):
@@ -311,7 +339,7 @@ def make_distractors(
         pairs = [
             (a, b)
             for a, b in itertools.combinations(singles, 2)
-            if a.kind != b.kind and (a.end <= b.start or b.end <= a.start)
+            if a.kind != b.kind and {a.kind, b.kind} != {"operator", "order"} and (a.end <= b.start or b.end <= a.start)
         ]
         rng.shuffle(pairs)
         for a, b in pairs[: 50 * need]:
@@ -368,12 +396,18 @@ def teacher_free_candidate(passage: Passage, steps: StepSettings, bounds: Bounds
         attempt: Rebuild attempt of the shortcut audit (0: first build); later attempts draw
             other distractor sets.
 
+    Returns:
+        The candidate; its ``equivalent`` counts the options rejected as equivalent to the
+        answer over the ranges tried.
+
     Raises:
         Rejected: The reason that stopped the most ranges (``too_few_distractors``,
-            ``span_recoverable``, ...), or ``no_steps`` / ``too_few_steps``.
+            ``span_recoverable``, ...), or ``no_steps`` / ``too_few_steps``; its ``equivalent``
+            counts the options rejected as equivalent over all ranges.
     """
     rng = seeded_rng("goose-span", seed, passage.id)
     reasons: dict[str, list[Rejected]] = {}
+    stats: Counter[str] = Counter()
     for i, j in candidate_spans(passage, steps.min_steps, steps.max_steps, bounds, rng):
         assert passage.steps is not None
         start, end = passage.steps[i][0], passage.steps[j - 1][1]
@@ -382,12 +416,14 @@ def teacher_free_candidate(passage: Passage, steps: StepSettings, bounds: Bounds
             drng = seeded_rng("goose-distractors", seed, passage.id, i, j, *([attempt] if attempt else []))
             distractors, origins = make_distractors(
                 passage.text[start:end], rel, passage.wrong_steps, bounds.options - 1, bounds, drng,
-                steps.wrong_steps_max, steps.design, passage.text,
+                steps.wrong_steps_max, steps.design, passage.text, stats,
             )
-            cand = Candidate(passage, start, end, distractors, origins)
+            cand = Candidate(passage, start, end, distractors, origins, stats["options_rejected_equivalent"])
             validate(cand, bounds)
             return cand
         except Rejected as err:
             reasons.setdefault(err.reason, []).append(err)
     worst = max(reasons.values(), key=len)
-    raise Rejected(worst[0].reason, f"no maskable step range passed ({', '.join(f'{r}: {len(v)}' for r, v in sorted(reasons.items()))})")
+    failed = Rejected(worst[0].reason, f"no maskable step range passed ({', '.join(f'{r}: {len(v)}' for r, v in sorted(reasons.items()))})")
+    failed.equivalent = stats["options_rejected_equivalent"]
+    raise failed

@@ -128,12 +128,19 @@ def edit_sites(span: str, edits: Sequence[Any], rng: random.Random, number_size:
     return sites
 
 
+def _undoes(a: Site, b: Site) -> bool:
+    """Whether one site swaps operand order and the other an operator (issue 41)."""
+    kinds = [set(a.kind.split("+")), set(b.kind.split("+"))]
+    return any("order" in x and "operator" in y for x, y in (kinds, kinds[::-1]))
+
+
 def _pick_sites(sites: Sequence[Site], need: int, rng: random.Random) -> list[Site]:
     """Non-overlapping sites in a seeded order until their grid has at least ``need`` cells.
 
     Sites whose values all have about the same length (numbers, operators, relations) come
     first, so option length does not mark the answer (natural text favours the short form of a
-    word pair: can/cannot, all/some).
+    word pair: can/cannot, all/some). Operand-order sites and operator sites are never chosen
+    together: a cell changing both may undo itself (``12 - (5 - 3)`` to ``12 + (3 - 5)``).
     """
     order = list(sites)
     rng.shuffle(order)
@@ -142,7 +149,7 @@ def _pick_sites(sites: Sequence[Site], need: int, rng: random.Random) -> list[Si
     for s in order:
         if math.prod(len(c.values) for c in chosen) >= need:
             break
-        if not any(s.overlaps(c) for c in chosen):
+        if not any(s.overlaps(c) or _undoes(s, c) for c in chosen):
             chosen.append(s)
     return chosen
 

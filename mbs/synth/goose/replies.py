@@ -19,8 +19,10 @@ as written, every backslash and brace byte for byte (only the white space around
     the clean passage          (empty section: no passage in the text)
     </passage>
 
+    <verdict>wrong</verdict>   (the judge pass: one per distractor, ``wrong`` or ``correct``)
+
 The reply parsed is the teacher's final answer (a thinking teacher's drafts never reach here;
-see :mod:`mbs.reasoning`). Templates: ``goose_mask_v2``, ``goose_extract_v2``.
+see :mod:`mbs.reasoning`). Templates: ``goose_mask_v2``, ``goose_extract_v2``, ``goose_judge_v1``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-__all__ = ["ReplyError", "format_extract_reply", "format_mask_reply", "parse_extract_reply", "parse_mask_reply"]
+__all__ = [
+    "ReplyError", "format_extract_reply", "format_judge_reply", "format_mask_reply", "parse_extract_reply", "parse_judge_reply",
+    "parse_mask_reply",
+]
 
 
 class ReplyError(ValueError):
@@ -133,3 +138,27 @@ def format_mask_reply(span: str, distractors: Sequence[str]) -> str:
 def format_extract_reply(passage: str | None) -> str:
     """The reply :func:`parse_extract_reply` reads back to ``passage`` (``None``: an empty section)."""
     return f"<passage>\n{passage}\n</passage>" if passage else "<passage></passage>"
+
+
+_VERDICT = re.compile(r"<verdict\s*>(.*?)</verdict\s*>", re.IGNORECASE | re.DOTALL)
+
+
+def parse_judge_reply(text: str, n: int) -> list[bool]:
+    """Whether the judge found each of ``n`` distractors correct (``True``) or wrong (``False``).
+
+    Raises:
+        ReplyError: ``malformed_reply`` when there are not ``n`` ``<verdict>`` sections or one
+            holds neither ``wrong`` nor ``correct``.
+    """
+    verdicts = [v.strip().strip(".").casefold() for v in _VERDICT.findall(text)]
+    if len(verdicts) != n:
+        raise ReplyError("malformed_reply", f"{len(verdicts)} <verdict> sections for {n} candidates")
+    bad = [v for v in verdicts if v not in ("wrong", "correct")]
+    if bad:
+        raise ReplyError("malformed_reply", f"a <verdict> holds {bad[0][:40]!r}, not wrong or correct")
+    return [v == "correct" for v in verdicts]
+
+
+def format_judge_reply(correct: Sequence[bool]) -> str:
+    """The reply :func:`parse_judge_reply` reads back to ``correct`` (scripted teachers)."""
+    return "\n".join(f"<verdict>{'correct' if c else 'wrong'}</verdict>" for c in correct)

@@ -65,6 +65,7 @@ from mbs.synth.goose.build import (
     validate,
 )
 from mbs.synth.goose.distractors import teacher_free_candidate
+from mbs.synth.goose.judge import judge_candidates
 from mbs.synth.goose.settings import Bounds, GooseSettings
 from mbs.synth.goose.shortcuts import Auditor, audit_corpus, audit_report, enforce_audit
 from mbs.synth.goose.sources import MASK, Passage, has_reasoning, load_passages, segment
@@ -108,6 +109,7 @@ def candidate_row(c: Candidate) -> dict[str, Any]:
         "end": c.end,
         "distractors": list(c.distractors),
         "origins": list(c.origins),
+        "options_rejected_equivalent": c.equivalent,
     }
 
 
@@ -119,7 +121,9 @@ def candidate_from_row(row: dict[str, Any], where: str) -> Candidate:
     """
     try:
         p = Passage(id=row["passage_id"], text=row["passage"], origin=row["origin"], parents=list(row["parents"]))
-        return Candidate(p, int(row["start"]), int(row["end"]), list(row["distractors"]), list(row["origins"]))
+        return Candidate(
+            p, int(row["start"]), int(row["end"]), list(row["distractors"]), list(row["origins"]), int(row.get("options_rejected_equivalent", 0))
+        )
     except KeyError as err:
         raise ValueError(f"{where}: candidate row lacks field {err}") from None
 
@@ -159,7 +163,8 @@ class _Book:
 
     def reject(self, pid: str, stage: str, err: Rejected, attempt: int = 0) -> None:
         self.candidates.pop(pid, None)
-        row = {"passage_id": pid, "stage": stage, "reason": err.reason, "detail": err.detail, "attempt": attempt}
+        row = {"passage_id": pid, "stage": stage, "reason": err.reason, "detail": err.detail, "attempt": attempt,
+               "options_rejected_equivalent": err.equivalent}
         self.rej_shard.append([row])
         self.rejected[pid] = row
 
@@ -187,9 +192,10 @@ def build_with_teacher(
     """LLM-teacher construction: optional passage extraction, then span masking and distractors.
 
     All passages' requests go to the (cached) teacher as one batch per round, so served
-    backends work on many at once. A reply that fails parsing or validation is retried with
-    the next sample index up to ``goose.teacher.attempts`` times; the passage is then rejected
-    with the last reason. Each built item is audited (:func:`enforce_audit` applies the policy
+    backends work on many at once. With ``goose.teacher.judge`` the teacher then checks each
+    validated item's distractors (:func:`mbs.synth.goose.judge.judge_candidates`, one batch per
+    round). A reply that fails parsing, validation or the judge is retried with the next sample
+    index up to ``goose.teacher.attempts`` times; the passage is then rejected with the last reason. Each built item is audited (:func:`enforce_audit` applies the policy
     afterwards: teacher items are rejected, not rebuilt). Decisions are appended as they are made.
 
     Raises:
@@ -238,12 +244,30 @@ def build_with_teacher(
 
     k = bounds.options
     pending = ready
+    same: Counter = Counter()  # distractors equivalent to the answer, per passage over its attempts
+
+    def accept(cand: Candidate) -> None:
+        cand.equivalent = same[cand.passage.id]
+        book.audited(cand.passage.id, 0, auditor.candidate(cand))
+        book.accept(cand)
+
+    def failed(p: Passage, err: Rejected, attempt: int) -> bool:
+        """Count the rejection; ``True`` when the passage gets another attempt."""
+        same[p.id] += err.equivalent
+        err.equivalent = same[p.id]
+        book.attempt_rejections[err.reason] += 1
+        if attempt + 1 < attempts:
+            return True
+        book.reject(p.id, "mask", err, attempt)
+        return False
+
     for attempt in range(attempts):
         reqs = [
             request(user_messages(goose.teacher.mask_template, n_distractors=str(k - 1), n_options=str(k), passage=p.text), attempt)
             for p in pending
         ]
         retry: dict[int, Passage] = {}
+        built: dict[int, Candidate] = {}  # validated, waiting for the judge pass
         for ri, comps in backend.generate_iter(reqs):
             p = pending[ri]
             try:
@@ -252,14 +276,20 @@ def build_with_teacher(
                 start, end = locate_span(p, span)
                 cand = Candidate(p, start, end, [d.strip() for d in distractors], [f"teacher:{t.name}"] * len(distractors))
                 validate(cand, bounds)
-                book.audited(p.id, 0, auditor.candidate(cand))
-                book.accept(cand)
-            except Rejected as err:
-                book.attempt_rejections[err.reason] += 1
-                if attempt + 1 < attempts:
-                    retry[ri] = p
+                if goose.teacher.judge:
+                    built[ri] = cand
                 else:
-                    book.reject(p.id, "mask", err, attempt)
+                    accept(cand)  # decided as it streams in: a killed run keeps it
+            except Rejected as err:
+                if failed(p, err, attempt):
+                    retry[ri] = p
+        order = sorted(built)
+        verdicts = judge_candidates([built[i] for i in order], backend, request, goose.teacher.judge_template, attempt) if built else []
+        for ri, verdict in zip(order, verdicts):
+            if verdict is None:
+                accept(built[ri])
+            elif failed(built[ri].passage, verdict, attempt):
+                retry[ri] = built[ri].passage
         pending = [retry[i] for i in sorted(retry)]
     backends.update(meter.report())
 
@@ -412,6 +442,9 @@ def run(settings: SynthSettings, out: RunDir) -> dict[str, Any]:
 
     Returns:
         The summary: ``passages`` (in), ``items_built``, ``rejected`` (counts by reason),
+        ``options_rejected_equivalent`` (candidate options rejected as equivalent to the answer by
+        evaluation, :mod:`mbs.synth.goose.equivalence`: grid cells and perturbations of the builds
+        kept or rejected, teacher distractors of rejected replies),
         ``effective_share`` (Goldilocks items / filtered items), ``letters`` (answer-letter
         distribution of built and kept items), ``options`` (k), ``student`` (accuracy against the
         1/k chance level, the Goldilocks share a guessing policy would reach), ``bands``,
@@ -507,6 +540,9 @@ def run(settings: SynthSettings, out: RunDir) -> dict[str, Any]:
         "rejected": dict(sorted(rejected.items())),
         "rejected_total": sum(rejected.values()),
         "attempt_rejections": dict(sorted(book.attempt_rejections.items())),
+        # candidate options (grid cells, perturbations, teacher distractors) rejected as equivalent to the answer
+        "options_rejected_equivalent": sum(c.equivalent for pid, c in book.candidates.items() if pid in passage_ids)
+        + sum(r.get("options_rejected_equivalent", 0) for pid, r in book.rejected.items() if pid in passage_ids),
         "resumed_decisions": book.resumed,
         "effective_share": (len(kept_ids) / n_filtered) if filtered and n_filtered else None,
         "effective_share_ci": share(len(kept_ids), n_filtered) if filtered and n_filtered else None,

@@ -201,12 +201,17 @@ class TeacherSettings:
         attempts: Teacher samples per passage before it is rejected (at least one is drawn).
         extract_template: Prompt template of passage extraction (``goose.teacher.templates.extract``).
         mask_template: Prompt template of span masking and distractors (``goose.teacher.templates.mask``).
+        judge: ``goose.teacher.judge``: the teacher checks each built item's distractors against
+            the passage and an item with one it finds correct is rejected (``distractor_judged_correct``).
+        judge_template: Prompt template of that check (``goose.teacher.templates.judge``).
     """
 
     index: int
     attempts: int
     extract_template: str
     mask_template: str
+    judge: bool = False
+    judge_template: str = "goose_judge_v1"
 
     @classmethod
     def from_cfg(cls, node: Any) -> TeacherSettings:
@@ -216,6 +221,8 @@ class TeacherSettings:
             attempts=int(node.attempts),
             extract_template=str(node.templates.extract),
             mask_template=str(node.templates.mask),
+            judge=bool(node.get("judge", False)),
+            judge_template=str(node.templates.get("judge", "goose_judge_v1")),
         )
 
     def entry(self, pool: Any) -> Any:

@@ -128,7 +128,9 @@ def enforce_audit(passages: Sequence[Passage], goose: GooseSettings, seed: int, 
             if not hits:
                 book.accept(cand)
         if hits:
-            book.reject(pid, "audit", Rejected("shortcut", f"answered by {', '.join(hits)} after {attempt + 1} build(s)"), attempt)
+            err = Rejected("shortcut", f"answered by {', '.join(hits)} after {attempt + 1} build(s)")
+            err.equivalent = book.candidates[pid].equivalent  # the first build's count stays in the summary
+            book.reject(pid, "audit", err, attempt)
     return flagged
 
 
