@@ -20,7 +20,7 @@ from support.thinking import Reply, chat_server
 
 from mbs.io import read_records, read_summary
 from mbs.llm import close_all
-from mbs.llm.base import ChatRequest, sample_seed
+from mbs.llm.base import ChatRequest, salted_seed, sample_seed
 from mbs.records import TreeNode
 from mbs.stages.synthesize import run
 
@@ -36,8 +36,10 @@ def _fresh_backends():
     close_all()
 
 
-def _first_index(seed: int, base: int = 0) -> int:
-    """Invert the openai backend's per-call seed ``sample_seed(base, first_index)``."""
+def _first_index(seed: int, messages: list, run_seed: int = 0) -> int:
+    """Invert the openai backend's per-call seed ``sample_seed(base, first_index)``, where a teacher's
+    base is the run's seed salted with its prompt (:func:`mbs.llm.base.salted_seed`)."""
+    base = salted_seed(run_seed, json.dumps(messages, sort_keys=True))
     return next(i for i in range(4096) if sample_seed(base, i) == seed)
 
 
@@ -48,7 +50,7 @@ def scripted_replies(thinking: bool, cut: str | None = None):
 
     def respond(body, n):
         req = ChatRequest(messages=body["messages"], n=n, max_tokens=int(body["max_tokens"]), seed=0,
-                          first_index=_first_index(int(body["seed"])))
+                          first_index=_first_index(int(body["seed"]), body["messages"]))
         if cut and cut in body["messages"][-1]["content"]:
             return [Reply(None, T.thinking("11") + " so \\boxed{3}", "length")] * n
         texts = [c.text for c in teacher.generate([req])[0]]
