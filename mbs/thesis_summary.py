@@ -8,6 +8,7 @@ calibration), so a rerun that draws nothing new writes the same numbers. The ari
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
@@ -93,9 +94,55 @@ def _zero_std(root: Path, name: str, seeds: Sequence[int], cals: Sequence[Calibr
     return block
 
 
+#: The extraction route a strict re-grade accepts (the Reasoning Gym template asks for an answer tag).
+STRICT_ROUTE = "answer tag"
+
+
+def _route(reason: str | None) -> str:
+    """The extraction route of a grade (``answer tag``, ``boxed``, ``last number``, ...): its reason's prefix."""
+    return (reason or "").split(":", 1)[0].strip() or "none"
+
+
+def construct_validity(ev: Mapping[tuple[str, int], list[Rollout]], seeds: Sequence[int], budget: int, heldout: Sequence[str],
+                       k: int, levels: Mapping[str, str], band_of: Mapping[str, str]) -> dict[str, Any]:
+    """What the held-out gains measure (issue 43), per arm at the final step and budget L.
+
+    Returns:
+        ``{arm: {"samples", "rewarded", "routes"`` (rewarded samples by extraction route),
+        ``"strict"`` (avg@k when only an answer in the answer tag counts: :func:`accuracy_summary`),
+        ``"by_level"``, ``"by_band"`` (avg@k over the held-out problems of each Reasoning Gym level
+        and of each calibrated band, with their intervals)``}``; arms without a finished
+        evaluation are left out.
+    """
+    held = set(heldout)
+    out: dict[str, Any] = {}
+    for arm in ("base", *ARMS):
+        who = {seed: f"base/seed{seed}" if arm == "base" else f"{arm}/seed{seed}/final" for seed in seeds}
+        rs = {seed: [r for r in ev.get((w, budget), []) if r.problem_id in held and r.sample_index < k] for seed, w in who.items()}
+        rs = {seed: v for seed, v in rs.items() if len(v) == len(held) * k}
+        if not rs:
+            continue
+        rewarded = [r for v in rs.values() for r in v if r.reward == 1.0]
+        strict = {seed: per_problem_accuracy([dataclasses.replace(r, reward=float(r.reward == 1.0 and _route(r.reason) == STRICT_ROUTE))
+                                              for r in v], k) for seed, v in rs.items()}
+        plain = {seed: per_problem_accuracy(v, k) for seed, v in rs.items()}
+
+        def subset(by: Mapping[str, str]) -> dict[str, Any]:
+            groups: dict[str, list[str]] = defaultdict(list)
+            for pid in sorted(held):
+                groups[str(by.get(pid, "unknown"))].append(pid)
+            return {g: accuracy_summary({seed: {p: acc[p] for p in ids} for seed, acc in plain.items()}) for g, ids in groups.items()}
+
+        out[arm] = {"samples": sum(map(len, rs.values())), "rewarded": len(rewarded),
+                    "routes": dict(sorted(Counter(_route(r.reason) for r in rewarded).items())),
+                    "strict": accuracy_summary(strict), "by_level": subset(levels), "by_band": subset(band_of)}
+    return out
+
+
 def summarize(t: Any, root: Path, corpus: Sequence[Calibration], heldout: Sequence[str], sets: Mapping[str, Sequence[str]],
               steps: Sequence[int], seeds: Sequence[int], budgets: Sequence[int], evals: Sequence[Rollout],
-              recals: Sequence[Rollout], policy: Any, trained: Mapping[str, str]) -> dict[str, Any]:
+              recals: Sequence[Rollout], policy: Any, trained: Mapping[str, str],
+              levels: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The thesis ``summary.json`` (see the module docstring; keys documented in README "The thesis on a laptop").
 
     Args:
@@ -111,6 +158,7 @@ def summarize(t: Any, root: Path, corpus: Sequence[Calibration], heldout: Sequen
         recals: Every re-calibration rollout (``base/seed<s>``, ``<set>/seed<s>/final``).
         policy: The trained policy (:class:`mbs.training.policy.TrainPolicy`).
         trained: ``{"<set>/seed<s>": run folder relative to root}``.
+        levels: ``{problem id: difficulty level}`` of the held-out problems (``None``: not known).
     """
     L, N, k, B = int(t.budget), int(t.n), int(t.eval_k), int(t.prompts_per_step)
     ev = _by(evals)
@@ -189,6 +237,7 @@ def summarize(t: Any, root: Path, corpus: Sequence[Calibration], heldout: Sequen
                         "overlap_with_heldout": len(set(ids) & set(heldout))} for name, ids in sets.items()},
         "arms": {name: ARM_SET[name] + (" with dynamic sampling" if name == "dynamic" else "") for name in ARMS},
         "curves": curves, "final": final, "contrasts": tests, "zero_std": zero, "migration": moves,
+        "construct_validity": construct_validity(ev, seeds, L, heldout, k, levels or {}, band_of),
         "trained": dict(trained),
         "train_seconds": _train_seconds(root, trained),
     }

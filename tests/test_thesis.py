@@ -213,3 +213,23 @@ def test_figures_from_a_summary_and_skips_named(tmp_path):
     (tmp_path / "run" / "summary.json").write_text(json.dumps({"stage": "thesis", "budget": 48, "eval_k": 2, "final": {}}))
     empty = thesis_figures(tmp_path / "run", tmp_path / "fig2", formats=("png",))
     assert not empty["written"] and set(empty["skipped"]) >= {"accuracy_vs_step", "zero_std_vs_forecast", "band_migration"}
+
+
+def test_construct_validity_counts_routes_strict_accuracy_levels_and_bands():
+    """Issue 43: per arm, the rewarded samples by extraction route, the accuracy when only the answer
+    tag counts, and the accuracy per Reasoning Gym level and calibrated band."""
+    from mbs.thesis_summary import construct_validity
+
+    def r(pid, i, reward, reason, who):
+        return Rollout(problem_id=pid, policy=who, budget=48, sample_index=i, text="", reward=reward, reason=reason)
+
+    ev = {("base/seed0", 48): [r("a", 0, 1.0, "last number: score_answer 1", "base/seed0"), r("a", 1, 0.0, "answer tag: 0", "base/seed0"),
+                               r("b", 0, 1.0, "answer tag: score_answer 1", "base/seed0"), r("b", 1, 1.0, "answer tag: 1", "base/seed0")],
+          ("goldilocks/seed0/final", 48): [r("a", 0, 1.0, "answer tag: 1", "g"), r("a", 1, 1.0, "answer tag: 1", "g")]}
+    out = construct_validity(ev, [0], 48, ["a", "b"], 2, {"a": "d1t2", "b": "d1t3"}, {"a": "goldilocks", "b": "failed_all"})
+    base = out["base"]
+    assert (base["samples"], base["rewarded"], base["routes"]) == (4, 3, {"answer tag": 2, "last number": 1})
+    assert base["strict"]["mean"] == pytest.approx((0 + 1) / 2)  # a: its one reward came from the last number
+    assert base["by_level"]["d1t2"]["mean"] == 0.5 and base["by_level"]["d1t3"]["mean"] == 1.0
+    assert base["by_band"]["failed_all"]["problems"] == 1
+    assert "goldilocks" not in out  # its evaluation misses problem b: not finished, left out

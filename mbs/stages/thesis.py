@@ -277,7 +277,8 @@ def run(cfg: DictConfig) -> Path:
                 trained[tag] = str(run_dir.relative_to(root))
         evals, recals = list(ev.writer.done.values()), list(rc.writer.done.values())
     out.timings["train_and_evaluate"] = time.perf_counter() - t1
-    summary = summarize(cfg.thesis, root, corpus, heldout, sets, steps, seeds, budgets, evals, recals, policy, trained)
+    levels = {i: str((problems[i].metadata or {}).get("level")) for i in heldout}
+    summary = summarize(cfg.thesis, root, corpus, heldout, sets, steps, seeds, budgets, evals, recals, policy, trained, levels)
     out.write_summary(summary)
     report = render(root, root, formats=tuple(t.formats), width=str(t.width))
     out.write_manifest({"corpus": len(corpus), "heldout": len(heldout), "set_size": int(t.set_size), "seeds": len(seeds),

@@ -73,6 +73,11 @@ def test_quick_thesis_runs_measures_and_resumes(make_cfg):
     primary = s["contrasts"]["primary"]
     assert primary["contrast"] == "goldilocks - uncalibrated" and primary["seeds"] == [0] and primary["problems"] == 6
     assert "goldilocks - dynamic" in s["contrasts"]["secondary"]
+    for name in ("base", *ARMS):  # what a gain measures: extraction routes, strict format, levels and bands
+        cv = s["construct_validity"][name]
+        assert sum(cv["routes"].values()) == cv["rewarded"] <= cv["samples"] == 6 * 2
+        assert cv["strict"]["mean"] <= s["final"][name]["48"]["mean"] + 1e-9
+        assert set(cv["by_level"]) <= {"d1t2", "d1t3"} and sum(v["problems"] for v in cv["by_band"].values()) == 6
     assert "thesis" in (out / "report.html").read_text()
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and "final" in p.parts}
     evals, manifest = _lines(next(out.glob("eval_rollouts.*.jsonl"))), read_manifest(out)
