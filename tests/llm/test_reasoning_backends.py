@@ -151,8 +151,9 @@ def test_llamacpp_rejects_template_switches_it_cannot_apply(tmp_path):
     with pytest.raises(ValueError, match="chat_template_kwargs and effort are not applied"):
         LlamaCppBackend(str(gguf), reasoning={"format": "think", "chat_template_kwargs": {"enable_thinking": True}})
     think = {"format": "think", "chat_template_kwargs": {}, "effort": None}
-    assert LlamaCppBackend(str(gguf), reasoning={"format": "think"}, batch_samples=1).cache_params == {"reasoning": think}
-    assert LlamaCppBackend(str(gguf), reasoning={"format": "think"}).cache_params == {"reasoning": think, "engine": "batched"}
+    keyed = {"reasoning": think, "engine": "batched", "sampler": "temperature, top_k, top_p, min_p"}
+    assert LlamaCppBackend(str(gguf), reasoning={"format": "think"}, batch_samples=1).cache_params == keyed  # width 1: the same engine
+    assert LlamaCppBackend(str(gguf), reasoning={"format": "think"}).cache_params == keyed
 
 
 def test_calibration_rollouts_keep_reasoning_and_never_reward_a_cut_off_thinking(tmp_path):
