@@ -33,12 +33,18 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
-from mbs.calibration.grouping import Mark
 from mbs.calibration.stopping import settled
 
 __all__ = ["boundaries", "outcome_counts", "pass_rate_estimate", "pass_rate_of", "stopping_point", "stopping_table"]
+
+
+class _Drawn(NamedTuple):
+    """One rollout as :func:`settled` reads it."""
+
+    reward: float
+    complete_correct: bool
 
 
 def outcome_counts(rollouts: Iterable[Any]) -> tuple[int, int, int]:
@@ -107,7 +113,7 @@ def _multinomial(m: int, parts: tuple[int, ...]) -> int:
 def _state_settled(state: tuple[int, int, int], n_target: int, decision: str, alpha: float) -> bool:
     """:func:`settled` on a group with these outcome counts (the rule reads counts, not order)."""
     f, c, t = state
-    drawn = [Mark(0.0, False)] * f + [Mark(1.0, True)] * c + [Mark(1.0, False)] * t
+    drawn = [_Drawn(0.0, False)] * f + [_Drawn(1.0, True)] * c + [_Drawn(1.0, False)] * t
     return settled(drawn, n_target, decision, alpha)
 
 
@@ -169,13 +175,13 @@ def pass_rate_estimate(
         rollouts: The group's rollouts in sample order (sample 0 first), as drawn.
         n_target: Rollouts N the configuration asks for.
         batch: Rollouts per early-stopping round; ``None`` when early stopping was off (every
-            group drew what it drew whatever its outcomes: the estimate is s/k).
+            group draws N whatever its outcomes: the estimate is s/N).
         decision: ``band`` or ``above_alpha``: the rule the group was drawn under.
         alpha: Threshold of ``above_alpha``.
 
     Returns:
         The estimate in [0, 1], or ``None`` when the rollouts end before the rule would have
-        stopped (an incomplete group) or there are none.
+        stopped, or before N without early stopping (an incomplete group), or there are none.
 
     Raises:
         ValueError: Unknown decision, or N or batch below 1.
@@ -184,7 +190,7 @@ def pass_rate_estimate(
     if not rs:
         return None
     if batch is None:
-        return sum(1 for r in rs if r.reward == 1.0) / len(rs)
+        return sum(1 for r in rs if r.reward == 1.0) / len(rs) if len(rs) == n_target else None
     cut = stopping_point(rs, n_target, int(batch), decision, float(alpha))
     if cut is None:
         return None
