@@ -41,7 +41,7 @@ def test_forecast_block_beside_observed_steps(tmp_path):
     metrics.write_text("".join(json.dumps({"step": s, "frac_reward_zero_std": v}) + "\n" for s, v in ((1, 0.5), (2, 1.0))))
     assert observed_zero_std(metrics) == ([1, 2], [0.5, 1.0])
     block = forecast_block(data, "smol", 64, group_size=4, prompts_per_step=2, metrics_path=metrics)
-    assert block["calibrations"] == {"rows": 8, "found": 8, "missing": 0}
+    assert block["calibrations"] == {"rows": 8, "found": 8, "missing": 0, "population": 8}
     f = block["forecast"]
     assert f["group_size"] == 4 and f["batch_size"] == 2 and f["n_problems"] == 8
     assert 0.0 < f["expected_zero_std_share"] < 1.0
