@@ -149,8 +149,8 @@ def zero_variance_probability(successes: Sequence[int], rollouts: Sequence[int],
 def _zbar_draws(k: np.ndarray, n: np.ndarray, prior: BetaPrior, g: int, draws: int, rng: np.random.Generator) -> np.ndarray:
     """Posterior draws of the informative share 1 - zbar = mean_i (1 - p_i^G - (1 - p_i)^G), shape (draws,).
 
-    With a fitted prior each draw first draws (log a0, log b0) ~ Normal(fit, ``prior.cov``), so the
-    interval carries the fit's uncertainty too. p_i = X / (X + Y), X ~ Gamma(a_i), Y ~ Gamma(b_i),
+    With a fitted prior each draw first draws (a0, b0) from the fit's uncertainty
+    (:meth:`~mbs.training.prior.BetaPrior.hyper_draws`), so the interval carries it too. p_i = X / (X + Y), X ~ Gamma(a_i), Y ~ Gamma(b_i),
     keeps p_i and 1 - p_i exact near 0; 1 - z is -expm1(G log1p(-m)) - m^G on m = min(p, 1 - p).
     """
     if g == 1:
@@ -159,11 +159,8 @@ def _zbar_draws(k: np.ndarray, n: np.ndarray, prior: BetaPrior, g: int, draws: i
     out = np.empty(draws)
     for start in range(0, draws, chunk):
         rows = min(chunk, draws - start)
-        if prior.cov is None:
-            a0, b0 = np.full((rows, 1), prior.a0), np.full((rows, 1), prior.b0)
-        else:
-            hyper = np.exp(rng.multivariate_normal(np.log(prior.pair), prior.cov, size=rows))
-            a0, b0 = hyper[:, :1], hyper[:, 1:]
+        hyper = prior.hyper_draws(rng, rows)
+        a0, b0 = hyper[:, :1], hyper[:, 1:]
         x, y = rng.standard_gamma(a0 + k), rng.standard_gamma(b0 + n - k)
         m = np.minimum(x, y) / (x + y)
         out[start:start + rows] = np.mean(-np.expm1(g * np.log1p(-m)) - m**g, axis=1)

@@ -20,20 +20,24 @@ b0 + n - k) is exact: the selection depends on k alone. Counts of a group cut sh
 stopping enter as they are (the stopping rule depends only on outcomes already seen; the
 stopping-rule principle, Berger & Wolpert 1988, section 4.2), with N its target in the truncation.
 
-The fit's uncertainty is the Laplace approximation of (log a0, log b0): the inverse Hessian of
-the negative log likelihood at the optimum, which :func:`mbs.training.forecast.trap_forecast`
-draws hyperparameters from. ``tests/training/test_prior.py`` checks the truncated fit's
-forecast interval against simulated truths.
+The fit's uncertainty goes into every interval of :func:`mbs.training.forecast.trap_forecast`,
+which draws (a0, b0) from :meth:`BetaPrior.hyper_draws`: the Laplace approximation of (log a0,
+log b0) (the inverse Hessian of the negative log likelihood at the optimum), or, for a fit at the
+edge of the searched range (a0 -> 0.01 happens on U-shaped populations whose tails the selection
+removed, and no Hessian describes it), the likelihood itself on a grid over that range (a flat
+prior on log a0, log b0). ``tests/training/test_prior.py`` checks the truncated fit's forecast
+intervals against simulated truths.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import optimize
 from scipy.special import betaln
 
@@ -45,6 +49,8 @@ PRIORS: dict[str, tuple[float, float]] = {"jeffreys": (0.5, 0.5), "uniform": (1.
 MIN_EMPIRICAL = 50
 #: Range of a0 and b0 searched by the fit.
 _BOUNDS = (1e-2, 1e3)
+#: Cells per axis of the grid over (log a0, log b0) a fit at the edge of the range draws from.
+_GRID = 80
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,8 @@ class BetaPrior:
             bands)``); empty for a fixed prior.
         problems: Problems it was fitted to (0 for a fixed prior).
         truncated: Fitted with the likelihood truncated to 0 < k < N.
+        counts: The fit's data as distinct rows (k, n, N, problems), shape (rows, 4); ``None``
+            for a fixed prior.
     """
 
     a0: float
@@ -71,19 +79,40 @@ class BetaPrior:
     fitted_on: str = ""
     problems: int = 0
     truncated: bool = False
+    counts: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @property
     def pair(self) -> tuple[float, float]:
         """``(a0, b0)``."""
         return (self.a0, self.b0)
 
+    @property
+    def uncertainty(self) -> str | None:
+        """How :meth:`hyper_draws` draws (a0, b0): ``laplace``, ``grid`` (a fit at the edge of
+        the range) or ``None`` (fixed)."""
+        return "laplace" if self.cov is not None else "grid" if self.counts is not None else None
+
+    def hyper_draws(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        """``size`` draws of (a0, b0), shape (size, 2), from the fit's uncertainty (module
+        docstring); every row (a0, b0) for a fixed prior."""
+        if self.cov is not None:
+            return np.exp(rng.multivariate_normal(np.log(self.pair), self.cov, size=size))
+        if self.counts is None:
+            return np.tile(np.array(self.pair), (size, 1))
+        edges = np.linspace(math.log(_BOUNDS[0]), math.log(_BOUNDS[1]), _GRID + 1)
+        mid = (edges[:-1] + edges[1:]) / 2
+        ll = _loglik(np.exp(mid)[:, None, None], np.exp(mid)[None, :, None], self.counts, self.truncated)
+        weight = np.exp(ll - np.max(ll)).ravel()
+        i, j = np.unravel_index(rng.choice(weight.size, size=size, p=weight / weight.sum()), (_GRID, _GRID))
+        cell = edges[1] - edges[0]
+        return np.exp(np.stack([edges[i], edges[j]], axis=1) + cell * rng.random((size, 2)))
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe: name, a0, b0, what it was fitted on, and the Laplace standard errors of
-        log a0 and log b0 (``None`` without them)."""
+        """JSON-safe: name, a0, b0, what it was fitted on, how its uncertainty is drawn, and the
+        Laplace standard errors of log a0 and log b0 (``None`` without them)."""
         sd = None if self.cov is None else [float(math.sqrt(max(self.cov[i, i], 0.0))) for i in range(2)]
         return {"name": self.name, "a0": float(self.a0), "b0": float(self.b0), "fitted_on": self.fitted_on,
-                "problems": self.problems, "truncated": self.truncated, "log_sd": sd,
-                "uncertainty": "laplace" if self.cov is not None else None}
+                "problems": self.problems, "truncated": self.truncated, "log_sd": sd, "uncertainty": self.uncertainty}
 
 
 def check_prior(prior: tuple[float, float]) -> tuple[float, float]:
@@ -98,6 +127,19 @@ def check_prior(prior: tuple[float, float]) -> tuple[float, float]:
     return a0, b0
 
 
+def _loglik(a: Any, b: Any, counts: np.ndarray, truncated: bool) -> np.ndarray:
+    """Beta-binomial log likelihood of ``counts`` (rows k, n, N, problems) at Beta(a, b), summed
+    over the last axis (``a``, ``b`` broadcast against shape (rows,)); with ``truncated`` each term
+    divided by P(0 < K < N | a, b). Binomial coefficients (constant in a, b) are left out."""
+    kk, nn, big, weight = counts.T
+    base = betaln(a, b)
+    ll = weight * (betaln(a + kk, b + nn - kk) - base)
+    if truncated:
+        trapped = np.exp(betaln(a + big, b) - base) + np.exp(betaln(a, b + big) - base)
+        ll = ll - weight * np.log1p(-np.minimum(trapped, 1 - 1e-16))
+    return np.sum(ll, axis=-1)
+
+
 def _laplace(nll: Callable[[np.ndarray], float], x: np.ndarray, bound: tuple[float, float]) -> np.ndarray | None:
     """Inverse Hessian of ``nll`` at ``x`` (central differences), ``None`` at a bound or when not
     positive definite."""
@@ -109,7 +151,7 @@ def _laplace(nll: Callable[[np.ndarray], float], x: np.ndarray, bound: tuple[flo
     return np.linalg.inv(hess) if inner and np.all(np.linalg.eigvalsh(hess) > 0) else None
 
 
-def fit_prior(successes: Sequence[int], rollouts: Sequence[int], n_target: Sequence[int] | None = None, *,
+def fit_prior(successes: ArrayLike, rollouts: ArrayLike, n_target: ArrayLike | None = None, *,
               truncated: bool = False, fitted_on: str = "training rows") -> BetaPrior:
     """Beta(a0, b0) maximising the beta-binomial marginal likelihood of the counts (module docstring).
 
@@ -123,7 +165,8 @@ def fit_prior(successes: Sequence[int], rollouts: Sequence[int], n_target: Seque
         fitted_on: What the counts are, for the record.
 
     Returns:
-        The fitted prior (a0, b0 in [0.01, 1000]) with the Laplace covariance of (log a0, log b0).
+        The fitted prior (a0, b0 in [0.01, 1000]) with the Laplace covariance of (log a0, log b0)
+        (``None`` at the edge of that range: :meth:`BetaPrior.hyper_draws` then uses the grid).
 
     Raises:
         ValueError: Empty input, lengths that differ, or a truncated fit with a count outside 0 < k < N.
@@ -135,26 +178,22 @@ def fit_prior(successes: Sequence[int], rollouts: Sequence[int], n_target: Seque
     if truncated and np.any((k <= 0) | (k >= n)):
         raise ValueError("fit_prior: truncated=True needs every problem in 0 < k < N (the Goldilocks band)")
     rows, weight = np.unique(np.stack([k, n, big_n], axis=1), axis=0, return_counts=True)
-    kk, nn, big = rows[:, 0], rows[:, 1], rows[:, 2]
+    counts = np.column_stack([rows, weight]).astype(float)
 
     def nll(x: np.ndarray) -> float:
-        a, b = np.exp(x)
-        base = betaln(a, b)
-        ll = weight * (betaln(a + kk, b + nn - kk) - base)
-        if truncated:
-            trapped = np.exp(betaln(a + big, b) - base) + np.exp(betaln(a, b + big) - base)
-            ll = ll - weight * np.log1p(-np.minimum(trapped, 1 - 1e-300))
-        return -float(np.sum(ll))
+        return -float(_loglik(math.exp(x[0]), math.exp(x[1]), counts, truncated))
 
     bound = (math.log(_BOUNDS[0]), math.log(_BOUNDS[1]))
     x = optimize.minimize(nll, x0=np.zeros(2), method="L-BFGS-B", bounds=[bound, bound]).x
     return BetaPrior(float(math.exp(x[0])), float(math.exp(x[1])), "empirical", _laplace(nll, x, bound), fitted_on,
-                     int(k.size), bool(truncated))
+                     int(k.size), bool(truncated), counts)
 
 
-def resolve_prior(prior: str | tuple[float, float] | BetaPrior, k: np.ndarray, n: np.ndarray) -> BetaPrior:
+def resolve_prior(prior: str | tuple[float, float] | BetaPrior, k: np.ndarray, n: np.ndarray,
+                  fitted_on: str = "training rows") -> BetaPrior:
     """The prior a forecast uses: a :class:`BetaPrior` as given, a named one, or ``"empirical"``
-    fitted to the counts themselves (untruncated; Jeffreys below :data:`MIN_EMPIRICAL` problems).
+    fitted to the counts themselves (untruncated; Jeffreys below :data:`MIN_EMPIRICAL` problems;
+    ``fitted_on`` says what they are).
 
     Raises:
         ValueError: Unknown name or a bad (a0, b0).
@@ -166,7 +205,7 @@ def resolve_prior(prior: str | tuple[float, float] | BetaPrior, k: np.ndarray, n
         if prior == "empirical":
             if len(k) < MIN_EMPIRICAL:
                 return BetaPrior(*PRIORS["jeffreys"], f"jeffreys (empirical needs >= {MIN_EMPIRICAL} problems, got {len(k)})")
-            return fit_prior(k, n)
+            return fit_prior(k, n, fitted_on=fitted_on)
         if prior not in PRIORS:
             raise ValueError(f"prior: unknown name {prior!r}; valid names are {sorted(PRIORS) + ['empirical']} or (a0, b0)")
         return BetaPrior(*PRIORS[prior], prior)

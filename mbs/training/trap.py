@@ -111,19 +111,19 @@ def training_prior(cals: Sequence[Calibration], population: Sequence[Calibration
         selection: :func:`export_selection` of the rows' sources.
 
     Returns:
-        Fitted on ``population`` when it has :data:`~mbs.training.prior.MIN_EMPIRICAL` problems;
-        else, when every row is Goldilocks (0 < k < N observed) and the export did not say it kept
-        every band, fitted on the rows with the likelihood truncated to that selection; else
-        ``"empirical"`` (fitted on the rows as they are, Jeffreys below the minimum).
+        Fitted on ``population`` when it has :data:`~mbs.training.prior.MIN_EMPIRICAL` problems,
+        else on the rows; with the likelihood truncated to 0 < k < N when every problem fitted on
+        is Goldilocks (0 < k < n observed) and the export did not say it kept every band (the
+        source run held the selected problems only); the rows as they are with fewer than the
+        minimum: ``"empirical"`` (Jeffreys).
     """
-    if len(population) >= MIN_EMPIRICAL:
-        return fit_prior([c.successes for c in population], [c.n for c in population],
-                         fitted_on=f"source calibration, all bands ({len(population)} problems)")
-    goldilocks = all(0 < c.successes < c.n for c in cals)
-    if len(cals) >= MIN_EMPIRICAL and goldilocks and selection in (None, "goldilocks"):
-        return fit_prior([c.successes for c in cals], [c.n for c in cals], [c.n_target for c in cals], truncated=True,
-                         fitted_on="training rows, likelihood truncated to 0 < k < N")
-    return "empirical"
+    fitted, where = (population, "source calibration") if len(population) >= MIN_EMPIRICAL else (cals, "training rows")
+    if len(fitted) < MIN_EMPIRICAL:
+        return "empirical"
+    truncated = selection in (None, "goldilocks") and all(0 < c.successes < c.n for c in fitted)
+    return fit_prior([c.successes for c in fitted], [c.n for c in fitted], [c.n_target for c in fitted], truncated=truncated,
+                     fitted_on=f"{where} ({len(fitted)} problems, "
+                               + ("likelihood truncated to 0 < k < N)" if truncated else "every band)"))
 
 
 def observed_zero_std(metrics_path: str | Path) -> tuple[list[int], list[float]]:
