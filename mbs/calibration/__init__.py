@@ -115,7 +115,9 @@ def trap_summary(calibrations: Iterable[Calibration]) -> dict[str, Any]:
     Returns:
         ``bands[policy][budget]`` = fractions of solved_all / goldilocks / failed_all (sum 1),
         ``counts[policy][budget]`` = the same as counts plus ``n_problems``, ``usable`` and
-        ``trapped`` (solved_all + failed_all share), ``pass_rate_mean``,
+        ``trapped`` (solved_all + failed_all share), ``pass_rate_mean`` (the mean of every
+        group's pass rate unbiased under early stopping, :func:`mbs.calibration.estimate.pass_rate_of`;
+        ``pass_rate_groups``: the groups that have one),
         ``reclassification.policies[budget]["A|B"]`` = share of common problems whose band
         differs between policies A and B at that budget, and
         ``reclassification.budgets[policy]["L1|L2"]`` likewise between budgets.
