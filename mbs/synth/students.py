@@ -7,7 +7,7 @@ the lowest mean pass rate over the problems the calibration run calibrated for e
 student (each at its own budget L), so the students are compared on the same problems. Each
 problem's rate is the calibration's unbiased estimate (:func:`mbs.calibration.estimate.pass_rate_of`):
 with early stopping on, neither s/k of the stopped groups nor s/N of the full ones is (simulated,
-a polarised and a smooth student: the full-N-only mean named the wrong one in 99 of 100
+a polarised and a smooth student: the full-N-only mean named the wrong one in 100 of 100
 replicates, ``tests/test_estimate.py``).
 """
 
