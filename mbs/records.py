@@ -153,6 +153,9 @@ class Calibration:
         truncated: Rollouts that hit the budget (finish reason ``length``).
         completion_tokens: Tokens generated over all drawn rollouts.
         early_stopped: True when sequential early stopping settled the decision before N.
+        pass_rate_est: Unbiased pass rate under the early-stopping rule the group was drawn
+            under (:mod:`mbs.calibration.estimate`; s/n without early stopping); ``None`` in
+            records written before it existed, or for a group cut short of what its rule needs.
     """
 
     problem_id: str
@@ -168,6 +171,7 @@ class Calibration:
     truncated: int = 0
     completion_tokens: int = 0
     early_stopped: bool = False
+    pass_rate_est: float | None = None
 
     @property
     def key(self) -> tuple:

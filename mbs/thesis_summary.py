@@ -21,6 +21,7 @@ from mbs.calibration import calibrate_group
 from mbs.records import Calibration, Rollout
 from mbs.thesis import ARM_SET, ARMS, accuracy_summary, contrasts, migration, per_problem_accuracy, zero_std_counts
 from mbs.training.forecast import compare_observed, counts_from_calibrations, trap_forecast
+from mbs.training.prior import BetaPrior, resolve_prior
 from mbs.training.trap import observed_zero_std
 
 __all__ = ["SECONDARY", "summarize"]
@@ -67,9 +68,12 @@ def _bands(rollouts: Sequence[Rollout], name: str, n: int) -> dict[str, str]:
     return {pid: calibrate_group(sorted(rs, key=lambda r: r.sample_index)[:n], n).band for pid, rs in by.items() if len(rs) >= n}
 
 
-def _zero_std(root: Path, name: str, seeds: Sequence[int], cals: Sequence[Calibration], prior: tuple[float, float],
+def _zero_std(root: Path, name: str, seeds: Sequence[int], cals: Sequence[Calibration], prior: BetaPrior,
               group_size: int, prompts_per_step: int, level: float = 0.9) -> dict[str, Any]:
-    """Observed zero-std share of one set's training steps (every seed) beside the calibration's forecast."""
+    """Observed zero-std share of one set's training steps (every seed) beside the calibration's forecast.
+
+    ``prior`` is fitted on the whole corpus (every band: the sets are chosen from it by band), and
+    its Laplace covariance goes into the intervals (issue 41: a fixed prior dropped it)."""
     values, first, per_seed = [], [], {}
     for s in seeds:
         steps, shares = observed_zero_std(root / "runs" / name / f"seed{s}" / "metrics.jsonl")
@@ -85,7 +89,7 @@ def _zero_std(root: Path, name: str, seeds: Sequence[int], cals: Sequence[Calibr
         block["forecast"] = {"expected_share": fc.expected_zero_std_share, "interval": cmp["forecast_mean_interval"],
                              "per_step_interval": cmp["per_step_interval"], "level": level, "within": cmp["mean_within_forecast"],
                              "p_value": cmp["mean_p_value"], "difference": cmp["difference"],
-                             "prior": {"a0": float(fc.prior[0]), "b0": float(fc.prior[1]), "from": "corpus (empirical Bayes)"}}
+                             "prior": {**prior.to_dict(), "from": "corpus (empirical Bayes)"}}
         if first:
             f1 = trap_forecast(k, n, group_size, prompts_per_step, early_stopped=early, prior=prior, level=level, steps=len(first))
             c1 = compare_observed(f1, first)
@@ -201,7 +205,8 @@ def summarize(t: Any, root: Path, corpus: Sequence[Calibration], heldout: Sequen
                     finals[name] = by_seed
     primary = tuple(str(x) for x in t.primary)
     tests = contrasts(finals, primary, [pair for pair in SECONDARY if tuple(pair) != primary])
-    prior = trap_forecast(*counts_from_calibrations(corpus)[:2], N, B).prior  # fitted to the whole corpus
+    corpus_k, corpus_n, _ = counts_from_calibrations(corpus)  # the prior: fitted to the whole corpus, every band
+    prior = resolve_prior("empirical", np.asarray(corpus_k), np.asarray(corpus_n), fitted_on="thesis corpus, all bands")
     zero = {name: _zero_std(root, name, seeds, [cal_of[i] for i in sets[ARM_SET[name]]], prior, N, B) for name in ARMS}
     moves: dict[str, Any] = {}
     for name in ARMS:

@@ -78,12 +78,18 @@ def test_a_short_group_is_labelled_only_when_settled():
     assert c.band == "goldilocks" and c.early_stopped and c.n == 2
 
 
-def test_mean_pass_rate_leaves_out_early_stopped_groups():
-    """A stopped group's s/k (1/2 here) is biased by the stopping rule: the mean is over full-N groups."""
+def test_mean_pass_rate_is_over_the_unbiased_estimates():
+    """A stopped group's s/k (1/2 here) is biased by the stopping rule: the mean reads each group's
+    estimate under its rule (tests/test_estimate.py), and leaves out a short group whose rule is unknown."""
     full = calibrate_group(rollouts([1.0, 0.0, 0.0, 0.0], ["stop"] * 4), 4)
-    stopped = calibrate_group(rollouts([1.0, 0.0], ["stop", "stop"], pid="q"), 4)
-    assert stopped.early_stopped and stopped.pass_rate == 0.5
-    s = trap_summary([full, stopped])
+    unknown = calibrate_group(rollouts([1.0, 0.0], ["stop", "stop"], pid="q"), 4)
+    assert unknown.early_stopped and unknown.pass_rate == 0.5 and unknown.pass_rate_est is None
+    s = trap_summary([full, unknown])
     cell = next(iter(next(iter(s["counts"].values())).values()))
     assert cell["n_problems"] == 2 and cell["goldilocks"] == 2
     assert cell["pass_rate_mean"] == 0.25 and cell["pass_rate_groups"] == 1
+    # drawn in rounds of 2: F F, then F C settles the band at 4 of 8; every admissible order starts F F
+    stopped = calibrate_group(rollouts([0.0, 0.0, 0.0, 1.0], ["stop"] * 4, pid="r"), 8, batch=2)
+    assert stopped.early_stopped and stopped.pass_rate == 0.25 and stopped.pass_rate_est == 0.0
+    cell = next(iter(next(iter(trap_summary([stopped])["counts"].values())).values()))
+    assert cell["pass_rate_mean"] == 0.0 and cell["pass_rate_groups"] == 1

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from mbs.calibration import calibrate_group, settled, trap_summary
+from mbs.calibration.estimate import pass_rate_of
 from mbs.calibration.grouping import (
     BandTable,
     GroupOutcomes,
@@ -109,12 +110,12 @@ def reference_trap_summary(cals) -> dict:
         for bk in sorted(groups[pol], key=budget_sort_key):
             cs = list(groups[pol][bk].values())
             cnt = {b: sum(c.band == b for c in cs) for b in BANDS}
-            full = [c for c in cs if not c.early_stopped]
+            rated = [r for c in cs if (r := pass_rate_of(c)) is not None]
             bands[pol][bk] = {b: cnt[b] / len(cs) for b in BANDS}
             counts[pol][bk] = {**cnt, "n_problems": len(cs), "usable": sum(c.usable for c in cs),
                                "trapped": (cnt["solved_all"] + cnt["failed_all"]) / len(cs),
-                               "pass_rate_mean": (math.fsum(c.pass_rate for c in full) / len(full)) if full else None,
-                               "pass_rate_groups": len(full),
+                               "pass_rate_mean": (math.fsum(rated) / len(rated)) if rated else None,
+                               "pass_rate_groups": len(rated),
                                "rollouts": sum(c.n for c in cs), "truncated": sum(c.truncated for c in cs)}
             ci[pol][bk] = {**{b: share(cnt[b], len(cs)) for b in BANDS},
                            "trapped": share(cnt["solved_all"] + cnt["failed_all"], len(cs)),

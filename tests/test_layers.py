@@ -25,8 +25,8 @@ LAYERS: list[list[str]] = [
     ["mbs.data", "mbs.benchmarks", "mbs.rewards", "mbs.evaluation"],
     # calibration: pass rates, bands, grouping, drawing rollouts
     # (and the thesis experiment's statistics over them)
-    ["mbs.calibration", "mbs.calibration.grouping", "mbs.calibration.difficulty", "mbs.calibration.independence",
-     "mbs.calibration.sampling", "mbs.thesis"],
+    ["mbs.calibration", "mbs.calibration.grouping", "mbs.calibration.stopping", "mbs.calibration.estimate",
+     "mbs.calibration.difficulty", "mbs.calibration.independence", "mbs.calibration.sampling", "mbs.thesis"],
     # figures of each stage (they read run directories)
     ["mbs.figures"],
     # what the stages call: a calibration run's outputs, shards and their union, synthesis, export, training

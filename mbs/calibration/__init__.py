@@ -5,7 +5,8 @@ responses with binary rewards r_i; the pass rate is mean(r_i) and the GRPO advan
 response i is r_i - mean(r). When all N agree every advantage is 0: the problem sits in the
 zero-advantage trap (``solved_all`` or ``failed_all``). 0 < pass rate < 1 is the Goldilocks
 band. A problem is usable only if some response is correct AND complete within L (finish
-reason ``stop``).
+reason ``stop``). The early-stopping rule is :mod:`mbs.calibration.stopping`; the pass rate of a
+group drawn under it, :mod:`mbs.calibration.estimate`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from mbs.calibration.estimate import pass_rate_estimate
 from mbs.calibration.grouping import BandTable, budget_key, budget_sort_key
+from mbs.calibration.stopping import settled
 from mbs.records import Calibration, Rollout
 
 __all__ = [
@@ -42,36 +45,9 @@ def grpo_advantages(rewards: Sequence[float]) -> list[float]:
     return [r - mean for r in rewards]
 
 
-def settled(rollouts: Sequence[Rollout], n_target: int, decision: str = "band", alpha: float = 0.5) -> bool:
-    """Whether drawing the remaining ``n_target - len(rollouts)`` rollouts could change the decision.
-
-    ``decision="band"``: the band and the usability flag are settled once a correct rollout,
-    an incorrect one and a complete correct one (finish ``stop``) have been seen: the band is
-    then goldilocks and usable whatever the rest gives. ``solved_all``/``failed_all`` need all N.
-
-    ``decision="above_alpha"``: "pass rate over N above alpha" is settled once the successes
-    already exceed alpha*N (true) or cannot reach it even if every remaining rollout succeeds
-    (false). This is the check MBS applies to leaf variants (alpha_leaf) and parents (alpha_parent).
-
-    Returns:
-        True when the decision equals the one drawing all ``n_target`` rollouts would give.
-
-    Raises:
-        ValueError: Unknown decision.
-    """
-    k = len(rollouts)
-    if k >= n_target:
-        return True
-    s = sum(1 for r in rollouts if r.reward == 1.0)
-    if decision == "band":
-        return 0 < s < k and any(r.complete_correct for r in rollouts)
-    if decision == "above_alpha":
-        threshold = alpha * n_target
-        return s > threshold or s + (n_target - k) <= threshold
-    raise ValueError(f"calibrate.early_stop.decision={decision!r}: valid values are band, above_alpha")
-
-
-def calibrate_group(rollouts: Sequence[Rollout], n_target: int, decision: str = "band", alpha: float = 0.5) -> Calibration:
+def calibrate_group(
+    rollouts: Sequence[Rollout], n_target: int, decision: str = "band", alpha: float = 0.5, batch: int | None = None
+) -> Calibration:
     """Summarise the rollouts of one (problem, policy, budget) into a :class:`Calibration`.
 
     With early stopping (fewer than ``n_target`` rollouts), the band reported is the one that
@@ -80,8 +56,17 @@ def calibrate_group(rollouts: Sequence[Rollout], n_target: int, decision: str = 
     gives), else it is refused. With ``decision="above_alpha"`` (synthesis' alpha_leaf and
     alpha_parent check) only the above-alpha decision is settled: a short group's band is its
     observed one and ``early_stopped`` says it is not a full-N band. The pass rate s/k of a
-    stopped group is biased toward the stopping rule; it is recorded as observed, and callers
-    that estimate a rate must not read it from an ``early_stopped`` record.
+    stopped group is biased toward the stopping rule, and so is s/N of the groups that drew all
+    N under it; ``pass_rate`` records s/k as observed and ``pass_rate_est`` the unbiased estimate
+    (:func:`mbs.calibration.estimate.pass_rate_estimate`), which readers use
+    (:func:`mbs.calibration.estimate.pass_rate_of`).
+
+    Args:
+        rollouts: The group's rollouts in sample order.
+        n_target: Rollouts N.
+        decision: ``band`` or ``above_alpha``: what early stopping kept identical.
+        alpha: Threshold of ``above_alpha``.
+        batch: Rollouts per early-stopping round when early stopping was on, ``None`` when off.
 
     Raises:
         ValueError: No rollouts, rollouts of several (problem, policy, budget) groups, or a
@@ -119,6 +104,7 @@ def calibrate_group(rollouts: Sequence[Rollout], n_target: int, decision: str = 
         truncated=sum(1 for r in rollouts if r.finish_reason == "length"),
         completion_tokens=sum(r.completion_tokens for r in rollouts),
         early_stopped=early,
+        pass_rate_est=pass_rate_estimate(rollouts, n_target, batch, decision, alpha),
     )
 
 
@@ -129,7 +115,9 @@ def trap_summary(calibrations: Iterable[Calibration]) -> dict[str, Any]:
     Returns:
         ``bands[policy][budget]`` = fractions of solved_all / goldilocks / failed_all (sum 1),
         ``counts[policy][budget]`` = the same as counts plus ``n_problems``, ``usable`` and
-        ``trapped`` (solved_all + failed_all share), ``pass_rate_mean``,
+        ``trapped`` (solved_all + failed_all share), ``pass_rate_mean`` (the mean of every
+        group's pass rate unbiased under early stopping, :func:`mbs.calibration.estimate.pass_rate_of`;
+        ``pass_rate_groups``: the groups that have one),
         ``reclassification.policies[budget]["A|B"]`` = share of common problems whose band
         differs between policies A and B at that budget, and
         ``reclassification.budgets[policy]["L1|L2"]`` likewise between budgets.

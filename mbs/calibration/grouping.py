@@ -19,6 +19,7 @@ import sqlite3
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple, Self
 
+from mbs.calibration.estimate import pass_rate_of
 from mbs.records import BANDS, is_complete_correct, rollout_key
 from mbs.stats import share
 
@@ -221,14 +222,15 @@ class SeenKeys(_OnDisk):
 class BandTable(_OnDisk):
     """Calibrations reduced to the trap statistics (:func:`mbs.calibration.trap_summary`), in
     bounded memory: one row per (policy, budget key, problem) holding band, usability, pass
-    rate, rollouts and truncations. A calibration added twice for the same key replaces the
-    first. Use as a context manager, or :meth:`close`.
+    rate (the unbiased estimate of :func:`mbs.calibration.estimate.pass_rate_of`, NULL where an
+    old record has none), rollouts and truncations. A calibration added twice for the same key
+    replaces the first. Use as a context manager, or :meth:`close`.
     """
 
     def __init__(self) -> None:
         super().__init__(
             "CREATE TABLE c (policy TEXT NOT NULL, bkey TEXT NOT NULL, problem_id TEXT NOT NULL, band TEXT NOT NULL, "
-            "usable INTEGER NOT NULL, pass_rate REAL NOT NULL, n INTEGER NOT NULL, truncated INTEGER NOT NULL, "
+            "usable INTEGER NOT NULL, pass_rate REAL, n INTEGER NOT NULL, truncated INTEGER NOT NULL, "
             "early INTEGER NOT NULL, PRIMARY KEY (policy, bkey, problem_id)) WITHOUT ROWID"
         )
 
@@ -236,7 +238,7 @@ class BandTable(_OnDisk):
         """Add :class:`~mbs.records.Calibration` records (streamed)."""
         self._insert(
             "INSERT OR REPLACE INTO c VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            ((c.policy, budget_key(c.budget), c.problem_id, c.band, int(bool(c.usable)), float(c.pass_rate), int(c.n),
+            ((c.policy, budget_key(c.budget), c.problem_id, c.band, int(bool(c.usable)), pass_rate_of(c), int(c.n),
               int(c.truncated), int(bool(c.early_stopped))) for c in calibrations),
         )
 
@@ -260,8 +262,9 @@ class BandTable(_OnDisk):
                 n, usable, rollouts, truncated = db.execute(
                     "SELECT COUNT(*), SUM(usable), SUM(n), SUM(truncated) FROM c WHERE policy=? AND bkey=?", where
                 ).fetchone()
-                # early-stopped groups' s/k is biased by the stopping rule: the mean is over full-N groups
-                full = [r for (r,) in db.execute("SELECT pass_rate FROM c WHERE policy=? AND bkey=? AND early=0", where)]
+                # the unbiased estimate under early stopping (s/k of stopped groups and s/N of full ones are
+                # biased); old records of stopped groups have none and are left out
+                rated = [r for (r,) in db.execute("SELECT pass_rate FROM c WHERE policy=? AND bkey=? AND pass_rate IS NOT NULL", where)]
                 bands[policy][bkey] = {b: cnt[b] / n for b in BANDS}
                 intervals[policy][bkey] = {
                     **{b: share(cnt[b], n) for b in BANDS},
@@ -273,8 +276,8 @@ class BandTable(_OnDisk):
                     "n_problems": n,
                     "usable": usable,
                     "trapped": (cnt["solved_all"] + cnt["failed_all"]) / n,
-                    "pass_rate_mean": math.fsum(full) / len(full) if full else None,
-                    "pass_rate_groups": len(full),
+                    "pass_rate_mean": math.fsum(rated) / len(rated) if rated else None,
+                    "pass_rate_groups": len(rated),
                     "rollouts": rollouts,
                     "truncated": truncated,
                 }

@@ -306,7 +306,8 @@ def finalize(
             for rs in index.groups():
                 first = rs[0]
                 n_group = len(rs) if first.budget is None else n_target  # recorded: every no-hint setting is a rollout
-                c = calibrate_group(rs[:n_group], n_group, settings.decision, settings.alpha)
+                batch = settings.batch if settings.early_stop and first.budget is not None else None
+                c = calibrate_group(rs[:n_group], n_group, settings.decision, settings.alpha, batch)
                 if (c.policy, c.budget) == target and c.band == "failed_all":
                     failed.add(c.problem_id)
                 if sim is not None and c.n == c.n_target:

@@ -524,4 +524,5 @@ def calibrate(
     """
     es = {"enabled": early_stop, "batch": batch, "decision": decision, "alpha": alpha}
     drawn = draw(policy, groups, n, writer, cache_dir, early_stop=es, **sampling)
-    return {key: calibrate_group(rs, n, decision, alpha) for key, rs in drawn.items() if rs}
+    rounds = batch if early_stop else None  # the rule each group's pass_rate_est is unbiased under
+    return {key: calibrate_group(rs, n, decision, alpha, rounds) for key, rs in drawn.items() if rs}

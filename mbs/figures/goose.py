@@ -1,7 +1,8 @@
 """Golden Goose figures, tables and the MCQ browser of the report.
 
-* ``goose_pass_rates``: histogram of the student's per-item pass rate (successes out of N) with
-  the trap bands coloured and the 1/k chance level marked; one run has one option count k.
+* ``goose_pass_rates``: histogram of the student's per-item pass rate (its estimate unbiased under
+  early stopping, :mod:`mbs.calibration.estimate`; s/N without it) with each item's trap band
+  coloured and the 1/k chance level marked; one run has one option count k.
 * ``goose_letters``: answer-letter distribution of built and kept items against uniform.
 * ``goose_audit``: the shortcut audit: each passage-free solver's accuracy on built and kept
   items beside chance 1/k and twice chance (:mod:`mbs.synth.goose.audit`).
@@ -37,12 +38,18 @@ LETTERS = "ABCDEFGHIJ"
 HTML_ITEMS = 40
 
 
-def _band_of(successes: int, n: int) -> str:
-    return "solved_all" if successes == n else "failed_all" if successes == 0 else "goldilocks"
+def _rate(item: dict[str, Any]) -> float:
+    """An item row's pass rate: ``pass_rate_est`` (rows written before it existed: ``pass_rate``)."""
+    est = item.get("pass_rate_est")
+    return float(item["pass_rate"] if est is None else est)
 
 
 def pass_rate_histogram(items: Sequence[dict[str, Any]], summary: dict[str, Any], out_dir: Path, formats: Sequence[str], width: str = "single") -> list[Path]:
-    """Bars of items per success count s = 0..N (x = pass rate s/N), coloured by band, chance 1/k marked.
+    """Bars of items per pass rate, rounded to s/N (s = 0..N), stacked by the items' bands, chance 1/k marked.
+
+    With early stopping a group's s/k over the rollouts it drew is biased (it stops once both
+    outcomes were seen), so the rate is the item's unbiased estimate: a Goldilocks item can sit at
+    0 (e.g. two failures, then a failure and a success: every admissible order starts with a failure).
 
     Raises:
         ValueError: No item has a pass rate (the filter did not run).
@@ -54,14 +61,16 @@ def pass_rate_histogram(items: Sequence[dict[str, Any]], summary: dict[str, Any]
         raise ValueError(f"none of {len(items)} items has a pass rate (goose.filter.enabled=false)")
     n = int(summary.get("filter", {}).get("n") or max(it["n"] for it in rated))
     k = int(summary.get("options") or rated[0]["n_options"])
-    counts = [0] * (n + 1)
+    counts = {b: [0] * (n + 1) for b in BANDS}
     for it in rated:
-        s = round(it["pass_rate"] * n)  # early-stopped items: the rate over the rollouts drawn
-        counts[min(n, max(0, s))] += 1
+        s = min(n, max(0, round(_rate(it) * n)))
+        counts[it.get("band") if it.get("band") in counts else "goldilocks"][s] += 1
     fig, (ax,) = figure(width)
     xs = [s / n for s in range(n + 1)]
-    colors = [BAND_COLORS[_band_of(s, n)] for s in range(n + 1)]
-    ax.bar(xs, counts, width=0.8 / n, color=colors)
+    bottom = [0] * (n + 1)
+    for b in BANDS:
+        ax.bar(xs, counts[b], width=0.8 / n, color=BAND_COLORS[b], bottom=bottom)
+        bottom = [x + y for x, y in zip(bottom, counts[b])]
     ax.axvline(1.0 / k, color="0.3", linestyle="--", linewidth=0.8, label=f"chance 1/{k}")
     eff = summary.get("effective_share")
     acc = (summary.get("student") or {}).get("accuracy")
@@ -72,7 +81,7 @@ def pass_rate_histogram(items: Sequence[dict[str, Any]], summary: dict[str, Any]
         title += f", accuracy {100 * acc:.0f}%"
     ax.set_title(title)
     early = bool(summary.get("filter", {}).get("early_stop"))
-    ax.set_xlabel(f"student pass rate ({'over rollouts drawn, early stopping, ' if early else ''}N = {n})")
+    ax.set_xlabel(f"student pass rate ({'unbiased under early stopping, ' if early else ''}N = {n})")
     ax.set_ylabel("items")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlim(-0.6 / n, 1 + 0.6 / n)
@@ -265,7 +274,7 @@ def compare_option_counts(run_dirs: Sequence[str | Path], out_dir: str | Path, f
     fig, (left, right) = figure(width, aspect=0.35, ncols=2)
     bins = [i / 10 for i in range(11)]
     for s, items in runs:
-        rates = [it["pass_rate"] for it in items]
+        rates = [_rate(it) for it in items]
         if rates:
             left.hist(rates, bins=bins, histtype="step", linewidth=1.2, label=f"k = {s['options']} ({len(rates)} items)")
     left.set_xlabel("student pass rate")

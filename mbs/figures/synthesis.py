@@ -181,7 +181,8 @@ def _esc(x: Any) -> str:
 
 
 def _candidate_html(v: dict[str, Any]) -> str:
-    rate = v.get("target", {}).get("pass_rate")
+    target = v.get("target", {})
+    rate = target.get("pass_rate") if target.get("pass_rate_est") is None else target["pass_rate_est"]  # unbiased under early stopping
     filt = v.get("filter")
     bits = [f"<b>{_esc(v['id'])}</b> [{_esc(v.get('kind'))}] <i>{_esc(v.get('status'))}</i>"]
     if v.get("reason"):

@@ -15,9 +15,9 @@ For each hard seed (p, a*):
   restate the parent (text too similar to it, or answer equal to a*; :mod:`mbs.synth.restate`).
   Effectivity test: the decomposition passes if for at least one live student S,
   acc_cond(S, p | the valid subproblems as worked examples) > acc(S, p), both over all N
-  rollouts at S's budget (acc of a seed reused from the calibration run when that group drew
-  all N rollouts; otherwise, and for a subproblem, measured with all N: early stopping never
-  feeds acc). A failed decomposition is re-prompted: the first try and up to N_d retries, as
+  rollouts at S's budget, both unbiased under early stopping (:mod:`mbs.calibration.estimate`: a
+  seed's acc is the calibration run's; a subproblem's is measured with all N). A failed
+  decomposition is re-prompted: the first try and up to N_d retries, as
   in the paper (1 + N_d prompts at most, sample indices 0..N_d). Children recurse down to
   depth D. A node at depth D, or whose 1 + N_d decompositions all failed, is a leaf.
 * **Stage 3** (:meth:`Beanstalk.synthesize`): each leaf gets N_l harder variants
@@ -65,6 +65,7 @@ import logging
 from collections import Counter
 from typing import Any
 
+from mbs.calibration.estimate import pass_rate_of
 from mbs.calibration.sampling import Group, Policy, messages_for
 from mbs.io import RunDir
 from mbs.prompts import user_messages
@@ -186,9 +187,9 @@ class Beanstalk(SynthBase):
     # -- Stage 2 -----------------------------------------------------------------------
 
     def base_acc(self, node: TreeNode, tally: Tally | None = None) -> Task:
-        """acc(S, p) of every live student over all N rollouts: from the calibration run (a seed
-        whose group there drew all its rollouts) or measured here with all N (subproblems, and
-        seeds whose calibration stopped early: a stopped group's successes / drawn is biased).
+        """acc(S, p) of every live student: the calibration run's pass rate of a seed, unbiased under
+        its early stopping (:func:`mbs.calibration.estimate.pass_rate_of`), or measured here with all
+        N (subproblems, and a stopped group of an old record: its successes / drawn is biased).
 
         Returns:
             ``{student: {"acc", "source", "n"}}``.
@@ -197,15 +198,15 @@ class Beanstalk(SynthBase):
         todo: list[Policy] = []
         for s in self.students:
             c = self.base.get((node.problem.id, s.name, s.budget)) if node.depth == 0 else None
-            if c is not None and c.n >= c.n_target:
-                out[s.name] = {"acc": c.pass_rate, "source": "calibration", "n": c.n}
+            if c is not None and (rate := pass_rate_of(c)) is not None:
+                out[s.name] = {"acc": rate, "source": "calibration", "n": c.n}
             else:
                 todo.append(s)
         if todo:
             groups = [Group.of(node.problem, int(s.budget), self.templates, self.verifier) for s in todo]
             res = yield Gather([one(Calibrate(s, [g], self.n, "band", early_stop=False, tally=tally)) for s, g in zip(todo, groups)])
             for s, (c,) in zip(todo, res):
-                out[s.name] = {"acc": c.pass_rate, "source": "measured", "n": c.n}
+                out[s.name] = {"acc": pass_rate_of(c), "source": "measured", "n": c.n}
         return out
 
     def conditioned(self, node: TreeNode, valid: list[dict[str, Any]], s: Policy, attempt: int) -> Group:
@@ -282,7 +283,7 @@ class Beanstalk(SynthBase):
             for s, (c,) in zip(self.students, res):
                 a = accs[s.name]
                 per[s.name] = {
-                    "acc": a["acc"], "acc_source": a["source"], "acc_n": a["n"], "acc_cond": c.pass_rate,
+                    "acc": a["acc"], "acc_source": a["source"], "acc_n": a["n"], "acc_cond": pass_rate_of(c),
                     "n": c.n, "n_target": c.n_target, "successes": c.successes, "passed": above(c, a["acc"]),
                 }
             att["students"] = per

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from mbs.calibration.estimate import pass_rate_of
 from mbs.calibration.sampling import Group, Policy
 from mbs.errors import ConfigError
 from mbs.llm.base import Completion
@@ -152,10 +153,14 @@ class SynthBase:
             mark_verified(v, g)
 
     def problem_of(self, tree: SeedTree, v: Candidate) -> Problem:
-        """The :class:`Problem` of a candidate (id = candidate id; provenance in ``parents``)."""
+        """The :class:`Problem` of a candidate (id = candidate id; provenance in ``parents``).
+
+        ``metadata.pass_rate`` is the target's pass rate unbiased under early stopping
+        (:func:`mbs.calibration.estimate.pass_rate_of`; ``target.pass_rate`` is s/k as drawn).
+        """
         meta = {"kind": v["kind"], "node_id": v.get("node_id")}
         if "target" in v:
-            meta.update(pass_rate=v["target"]["pass_rate"], target=v["target"])
+            meta.update(pass_rate=pass_rate_of(Calibration(**v["target"])), target=v["target"])
         if "filter" in v:
             meta["filter"] = v["filter"]
         if "judges" in v:
@@ -173,7 +178,8 @@ class SynthBase:
         hit = above(c, alpha)
         v["filter"] = {
             "policy": c.policy, "budget": c.budget, "alpha": alpha, "threshold": name, "n": c.n,
-            "n_target": c.n_target, "successes": c.successes, "pass_rate": c.pass_rate, "above": hit,
+            "n_target": c.n_target, "successes": c.successes, "pass_rate": c.pass_rate,
+            "pass_rate_est": pass_rate_of(c), "above": hit,
         }
         if hit:
             v.update(status=Status.DISCARDED, reason=f"above {name}: {c.policy} solves {c.successes}/{c.n_target} > {alpha:g}")

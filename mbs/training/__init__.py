@@ -13,5 +13,7 @@
 * :mod:`mbs.training.verl_command`: the ``verl.trainer.main_ppo`` command line;
 * :mod:`mbs.training.trl_engine`: TRL's ``GRPOTrainer`` in this process (CPU or GPUs);
 * :mod:`mbs.training.forecast`: the zero-std group share a GRPO run should see, from calibration;
+* :mod:`mbs.training.prior`: its Beta prior of pass rates, fitted on the population the rows were
+  chosen from (or truncated to the selection), with the fit's uncertainty;
 * :mod:`mbs.training.trap`: that forecast for a run's training rows, beside what each step logged.
 """

@@ -51,7 +51,10 @@ its 90% interval covered the truth in 71 of 80 replicates (20 per population). T
 draws (a0, b0) from the fit's Laplace approximation; treating the fit as known covered the truth in
 only 45 of 60 (three of the populations). The fit needs :data:`MIN_EMPIRICAL` problems; below that
 Jeffreys Beta(0.5, 0.5) is used (its U shape is where calibrated pass rates pile up) and
-``prior_name`` says so.
+``prior_name`` says so. Fitted to the training set's own counts, the prior is the population's
+only when the rows were not chosen by their counts; the default export keeps usable rows only, and
+:mod:`mbs.training.prior` fits on the source calibration's full set or truncates the likelihood
+to the selection (issue 41): the caller passes that :class:`~mbs.training.prior.BetaPrior`.
 """
 
 from __future__ import annotations
@@ -62,18 +65,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import optimize, stats
+from scipy import stats
 from scipy.special import betaln
 
 from mbs.records import BANDS, Calibration
+from mbs.training.prior import MIN_EMPIRICAL, PRIORS, BetaPrior, check_prior, resolve_prior
 
-__all__ = ["MIN_EMPIRICAL", "PRIORS", "FilterGroupsForecast", "TrapForecast", "compare_observed", "counts_from_calibrations",
+__all__ = ["MIN_EMPIRICAL", "PRIORS", "BetaPrior", "FilterGroupsForecast", "TrapForecast", "compare_observed", "counts_from_calibrations",
            "trap_forecast", "zero_variance_probability"]
 
-#: Named priors (a0, b0); ``"empirical"`` is fitted to the data (see the module docstring).
-PRIORS: dict[str, tuple[float, float]] = {"jeffreys": (0.5, 0.5), "uniform": (1.0, 1.0)}
-#: Fewest problems ``prior="empirical"`` fits (a0, b0) to; fewer fall back to Jeffreys.
-MIN_EMPIRICAL = 50
 #: Largest prompt count a quantile search goes to before calling the answer infinite.
 _CAP = 2**50
 #: Largest number of generation rounds summed for the expected rounds before calling it infinite.
@@ -139,61 +139,18 @@ def zero_variance_probability(successes: Sequence[int], rollouts: Sequence[int],
     """
     k, n = _check_counts(successes, rollouts, min_n=0)
     g = _positive_int("group_size", group_size)
-    a0, b0 = _check_prior(prior)
+    a0, b0 = check_prior(prior)
     if g == 1:
         return np.ones(len(k))
     hi, lo = _log_ratio_pow(a0 + k, b0 + n - k, g)
     return hi + lo
 
 
-def _check_prior(prior: tuple[float, float]) -> tuple[float, float]:
-    a0, b0 = (float(x) for x in prior)
-    if not (a0 > 0 and b0 > 0 and math.isfinite(a0) and math.isfinite(b0)):
-        raise ValueError(f"prior: Beta(a0, b0) needs a0 > 0 and b0 > 0, got {prior!r}")
-    return a0, b0
-
-
-def _fit_prior(k: np.ndarray, n: np.ndarray) -> tuple[tuple[float, float], np.ndarray | None]:
-    """Beta(a0, b0) maximising the beta-binomial marginal likelihood of the counts (a0, b0 in
-    [0.01, 1000]), and the Laplace covariance of (log a0, log b0) (``None`` at a bound)."""
-    pairs, weight = np.unique(np.stack([k, n], axis=1), axis=0, return_counts=True)
-    kk, nn = pairs[:, 0].astype(float), pairs[:, 1].astype(float)
-
-    def nll(x: np.ndarray) -> float:
-        a, b = np.exp(x)
-        return -float(np.sum(weight * (betaln(a + kk, b + nn - kk) - betaln(a, b))))
-
-    bound = (math.log(1e-2), math.log(1e3))
-    x = optimize.minimize(nll, x0=np.zeros(2), method="L-BFGS-B", bounds=[bound, bound]).x
-    h, eye = 1e-3, np.eye(2)
-    hess = np.array([[(nll(x + h * (eye[i] + eye[j])) - nll(x + h * (eye[i] - eye[j]))
-                       - nll(x - h * (eye[i] - eye[j])) + nll(x - h * (eye[i] + eye[j]))) / (4 * h * h)
-                      for j in range(2)] for i in range(2)])
-    inner = bool(np.all((x > bound[0] + 1e-6) & (x < bound[1] - 1e-6)))
-    cov = np.linalg.inv(hess) if inner and np.all(np.linalg.eigvalsh(hess) > 0) else None
-    return (float(math.exp(x[0])), float(math.exp(x[1]))), cov
-
-
-def _resolve_prior(prior: str | tuple[float, float], k: np.ndarray,
-                   n: np.ndarray) -> tuple[str, tuple[float, float], np.ndarray | None]:
-    """(name, (a0, b0), Laplace covariance of (log a0, log b0) or None for a fixed prior)."""
-    if isinstance(prior, str):
-        if prior == "empirical":
-            if len(k) < MIN_EMPIRICAL:
-                return f"jeffreys (empirical needs >= {MIN_EMPIRICAL} problems, got {len(k)})", PRIORS["jeffreys"], None
-            return (prior, *_fit_prior(k, n))
-        if prior not in PRIORS:
-            raise ValueError(f"prior: unknown name {prior!r}; valid names are {sorted(PRIORS) + ['empirical']} or (a0, b0)")
-        return prior, PRIORS[prior], None
-    return "custom", _check_prior(prior), None
-
-
-def _zbar_draws(k: np.ndarray, n: np.ndarray, prior: tuple[float, float], cov: np.ndarray | None, g: int,
-                draws: int, rng: np.random.Generator) -> np.ndarray:
+def _zbar_draws(k: np.ndarray, n: np.ndarray, prior: BetaPrior, g: int, draws: int, rng: np.random.Generator) -> np.ndarray:
     """Posterior draws of the informative share 1 - zbar = mean_i (1 - p_i^G - (1 - p_i)^G), shape (draws,).
 
-    With a fitted prior each draw first draws (log a0, log b0) ~ Normal(fit, ``cov``), so the
-    interval carries the fit's uncertainty too. p_i = X / (X + Y), X ~ Gamma(a_i), Y ~ Gamma(b_i),
+    With a fitted prior each draw first draws (a0, b0) from the fit's uncertainty
+    (:meth:`~mbs.training.prior.BetaPrior.hyper_draws`), so the interval carries it too. p_i = X / (X + Y), X ~ Gamma(a_i), Y ~ Gamma(b_i),
     keeps p_i and 1 - p_i exact near 0; 1 - z is -expm1(G log1p(-m)) - m^G on m = min(p, 1 - p).
     """
     if g == 1:
@@ -202,11 +159,8 @@ def _zbar_draws(k: np.ndarray, n: np.ndarray, prior: tuple[float, float], cov: n
     out = np.empty(draws)
     for start in range(0, draws, chunk):
         rows = min(chunk, draws - start)
-        if cov is None:
-            a0, b0 = np.full((rows, 1), prior[0]), np.full((rows, 1), prior[1])
-        else:
-            hyper = np.exp(rng.multivariate_normal(np.log(prior), cov, size=rows))
-            a0, b0 = hyper[:, :1], hyper[:, 1:]
+        hyper = prior.hyper_draws(rng, rows)
+        a0, b0 = hyper[:, :1], hyper[:, 1:]
         x, y = rng.standard_gamma(a0 + k), rng.standard_gamma(b0 + n - k)
         m = np.minimum(x, y) / (x + y)
         out[start:start + rows] = np.mean(-np.expm1(g * np.log1p(-m)) - m**g, axis=1)
@@ -280,6 +234,8 @@ class TrapForecast:
         prior: Resolved (a0, b0) of the Beta prior.
         prior_name: ``empirical``, ``jeffreys``, ``uniform`` or ``custom`` (a fallback from
             ``empirical`` to Jeffreys says why).
+        beta_prior: The prior itself: what it was fitted on and its Laplace covariance, which
+            ``share_ci`` and the predictive intervals draw (a0, b0) from.
         level: Coverage of every interval (e.g. 0.9).
         steps: Steps S the ``mean_interval`` and ``filter_groups.p_exceed_any_step`` are for.
         expected_zero_std_share: mean_i q_i, the posterior expected share of zero-std groups.
@@ -299,6 +255,7 @@ class TrapForecast:
     n_problems: int
     prior: tuple[float, float]
     prior_name: str
+    beta_prior: BetaPrior
     level: float
     steps: int
     expected_zero_std_share: float
@@ -340,7 +297,7 @@ class TrapForecast:
         fg = self.filter_groups
         out = {
             "group_size": self.group_size, "batch_size": self.batch_size, "n_problems": self.n_problems,
-            "prior": {"name": self.prior_name, "a0": float(self.prior[0]), "b0": float(self.prior[1])},
+            "prior": self.beta_prior.to_dict(),
             "level": float(self.level), "steps": self.steps, "sampling": "uniform with replacement",
             "expected_zero_std_share": float(self.expected_zero_std_share), "share_sd": float(self.share_sd),
             "share_ci": pair("share_ci", self.share_ci), "per_step_interval": pair("per_step_interval", self.per_step_interval),
@@ -412,7 +369,7 @@ def _filter_groups(share: float, informative: np.ndarray, batch: int, gen_batch:
 
 
 def trap_forecast(successes: Sequence[int], rollouts: Sequence[int], group_size: int, batch_size: int, *,
-                  early_stopped: Sequence[bool] | None = None, prior: str | tuple[float, float] = "empirical",
+                  early_stopped: Sequence[bool] | None = None, prior: str | tuple[float, float] | BetaPrior = "empirical",
                   level: float = 0.9, steps: int = 1, gen_batch_size: int | None = None,
                   max_num_gen_batches: int = 0, draws: int = 4000, seed: int = 0) -> TrapForecast:
     """Forecast the zero-std group share of GRPO training on these problems (module docstring).
@@ -426,8 +383,10 @@ def trap_forecast(successes: Sequence[int], rollouts: Sequence[int], group_size:
         batch_size: Prompts per step B (verl ``data.train_batch_size``).
         early_stopped: Per problem, whether early stopping cut its calibration group short; only
             counted (the posterior stays exact, see the module docstring). Same shape.
-        prior: ``"empirical"`` (default: fitted, see the module docstring), ``"jeffreys"``,
-            ``"uniform"`` or an explicit (a0, b0).
+        prior: ``"empirical"`` (default: fitted to these counts, see the module docstring),
+            ``"jeffreys"``, ``"uniform"``, an explicit (a0, b0), or a :class:`BetaPrior` (e.g.
+            :func:`mbs.training.prior.fit_prior` of the population the problems were selected
+            from, or truncated to the selection), whose covariance the intervals carry.
         level: Coverage of every interval.
         steps: Training steps S for the interval of the mean share and the abort probability.
         gen_batch_size: Prompts per DAPO generation round (default ``batch_size``).
@@ -453,7 +412,8 @@ def trap_forecast(successes: Sequence[int], rollouts: Sequence[int], group_size:
     early = np.zeros(len(k), dtype=bool) if early_stopped is None else np.asarray(early_stopped, dtype=bool)
     if early.shape != k.shape:
         raise ValueError(f"early_stopped: length {early.size} differs from successes ({len(k)})")
-    prior_name, (a0, b0), cov = _resolve_prior(prior, k, n)
+    beta = resolve_prior(prior, k, n)
+    a0, b0 = beta.pair
     a, b = a0 + k, b0 + n - k
     q = zero_variance_probability(k, n, g, (a0, b0))
     if g == 1:
@@ -463,7 +423,7 @@ def trap_forecast(successes: Sequence[int], rollouts: Sequence[int], group_size:
         second = (np.exp(betaln(a + 2 * g, b) - base) + 2 * np.exp(betaln(a + g, b + g) - base)
                   + np.exp(betaln(a, b + 2 * g) - base))
         var = np.maximum(second - q**2, 0.0)
-    informative = _zbar_draws(k, n, (a0, b0), cov, g, draws, np.random.default_rng(seed))
+    informative = _zbar_draws(k, n, beta, g, draws, np.random.default_rng(seed))
     zbar = 1.0 - informative
     tail = (1 - level) / 2
     share = float(np.mean(q))
@@ -471,7 +431,7 @@ def trap_forecast(successes: Sequence[int], rollouts: Sequence[int], group_size:
     bands = {name: {"n": int(np.sum(band == name)), "mean_q": float(np.mean(q[band == name])) if np.any(band == name) else 0.0,
                     "contribution": float(np.sum(q[band == name]) / len(q))} for name in BANDS}
     return TrapForecast(
-        group_size=g, batch_size=batch, n_problems=len(k), prior=(a0, b0), prior_name=prior_name, level=level,
+        group_size=g, batch_size=batch, n_problems=len(k), prior=(a0, b0), prior_name=beta.name, beta_prior=beta, level=level,
         steps=steps, expected_zero_std_share=share, share_sd=float(math.sqrt(np.sum(var)) / len(k)),
         share_ci=(float(np.quantile(zbar, tail)), float(np.quantile(zbar, 1 - tail))),
         per_step_interval=_binom_mixture_interval(zbar, batch, level),

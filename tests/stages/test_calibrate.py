@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from mbs.calibration.estimate import pass_rate_estimate
 from mbs.io import Shard, read_manifest, read_records, read_summary, shard_files
 from mbs.llm import close_all
 from mbs.llm.base import BackendError
@@ -108,6 +109,14 @@ def test_early_stopping_keeps_decisions(make_cfg, toy_jsonl):
     assert a.keys() == b.keys()
     for key in a:
         assert (a[key].band, a[key].usable) == (b[key].band, b[key].usable), key
+    # pass rates: s/N without early stopping; with it, the estimate under the rule (issue 41), the
+    # same as replaying the rule on the full run's rollouts
+    by_group: dict = {}
+    for r in sorted(read_records(full, "rollouts", Rollout), key=lambda r: r.sample_index):
+        by_group.setdefault(r.key[:3], []).append(r)
+    for key, cal in a.items():
+        assert cal.pass_rate_est == cal.successes / cal.n_target
+        assert b[key].pass_rate_est == pass_rate_estimate(by_group[key], 8, 2, "band")
     saved = read_summary(es)["rollouts"]["saved_by_early_stopping"]
     assert saved > 0
     assert read_summary(es)["rollouts"]["drawn"] == 64 - saved

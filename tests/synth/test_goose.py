@@ -9,6 +9,7 @@ import pytest
 from omegaconf import OmegaConf, open_dict
 from support.goose_teacher import student_overrides
 
+from mbs.calibration.estimate import pass_rate_estimate
 from mbs.io import read_manifest, read_records, read_summary, shard_files
 from mbs.llm import close_all
 from mbs.llm.base import BackendError
@@ -66,12 +67,21 @@ def test_teacher_free_champ_end_to_end(make_cfg):
         assert p.answer_type == "mcq" and p.ground_truth == by_id[p.id]["answer"]
         assert p.data_source == "mbs/mcq/goose-champ" and p.prompt == by_id[p.id]["question"]
         assert p.parents == [by_id[p.id]["source_id"]] and p.metadata["band"] == "goldilocks"
+        assert p.metadata["pass_rate"] == by_id[p.id]["pass_rate_est"]  # unbiased under early stopping (issue 41)
+    # the rollouts of every item, replayed: its pass_rate_est is the estimate under synth.early_stop (batch 2)
+    drawn = {}
+    for r in sorted(read_records(out, "rollouts", Rollout), key=lambda r: r.sample_index):
+        drawn.setdefault(r.problem_id, []).append(r)
+    for it in items:
+        assert it["pass_rate_est"] == pass_rate_estimate(drawn[it["id"]], 16, 2, "band")
 
     letters = s["letters"]["built"]["counts"]
     assert sum(letters.values()) == 6 and max(letters.values()) <= 1  # 6 items, 9 positions: all different
     # a uniformly guessing student: accuracy near chance, reported beside the band shares
     st = s["student"]
     assert st["chance"] == pytest.approx(1 / 9) and 0.0 <= st["accuracy"] <= 0.5
+    assert st["accuracy"] == pytest.approx(sum(it["pass_rate_est"] for it in items) / 6) and st["accuracy_items"] == 6
+    assert st["items_above_chance"] == sum(it["pass_rate_est"] > 1 / 9 for it in items) / 6
     assert st["chance_goldilocks_share"] == pytest.approx(1 - (8 / 9) ** 16 - (1 / 9) ** 16)
     rollouts = read_records(out, "rollouts", Rollout)
     assert len(rollouts) == s["filter"]["rollouts"] and all(r.budget == 256 for r in rollouts)

@@ -1,4 +1,5 @@
-"""The weakest student is measured on full-N calibrations only (early-stopped pass rates are biased)."""
+"""The weakest student: old records (no pass_rate_est) count only when they drew all N (early-stopped s/k is biased);
+records with the estimate are covered by tests/test_estimate.py."""
 
 from __future__ import annotations
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from mbs.io import RunDir
 from mbs.records import Calibration
-from mbs.training.trap import forecast_block, observed_zero_std, training_calibrations
+from mbs.training.trap import export_selection, forecast_block, observed_zero_std, training_calibrations
 
 
 def cal(pid, s, n=4, policy="smol", budget=64):
@@ -41,7 +44,7 @@ def test_forecast_block_beside_observed_steps(tmp_path):
     metrics.write_text("".join(json.dumps({"step": s, "frac_reward_zero_std": v}) + "\n" for s, v in ((1, 0.5), (2, 1.0))))
     assert observed_zero_std(metrics) == ([1, 2], [0.5, 1.0])
     block = forecast_block(data, "smol", 64, group_size=4, prompts_per_step=2, metrics_path=metrics)
-    assert block["calibrations"] == {"rows": 8, "found": 8, "missing": 0}
+    assert block["calibrations"] == {"rows": 8, "found": 8, "missing": 0, "population": 8}
     f = block["forecast"]
     assert f["group_size"] == 4 and f["batch_size"] == 2 and f["n_problems"] == 8
     assert 0.0 < f["expected_zero_std_share"] < 1.0
@@ -82,3 +85,52 @@ def test_forecast_block_forecasts_dynamic_sampling_and_puts_the_draws_beside_it(
     off = forecast_block(data, "smol", 64, group_size=4, prompts_per_step=2, metrics_path=metrics, steps=3)
     assert off["dynamic_sampling"]["enabled"] is False and "observed" not in off["dynamic_sampling"]
     json.dumps(after)
+
+
+def usable_export(tmp_path, name, cals, select="usable", kind="calibration"):
+    """A calibration run holding ``cals`` and an export of its Goldilocks rows (``export.select=select``)."""
+    run = RunDir(tmp_path / name, "calibrate")
+    with run.shard("calibrations", Calibration) as shard:
+        shard.append(cals)
+    (tmp_path / name / "summary.json").write_text(json.dumps({"ungradable": {"ids": ["p0"]}}))
+    data = tmp_path / f"export_{name}"
+    data.mkdir()
+    rows = [{"extra_info": {"id": c.problem_id, "run_dir": str(tmp_path / name), "source": "calibrate"}}
+            for c in cals if 0 < c.successes < c.n]
+    pq.write_table(pa.Table.from_pylist(rows), data / "train.parquet")
+    selection = {"selection": {"select": select}} if kind == "calibration" else {}
+    (data / "summary.json").write_text(json.dumps({"sources": {"calibrate": {"kind": kind, **selection}}}))
+    return data
+
+
+def test_the_prior_of_a_usable_only_export_is_the_populations(tmp_path):
+    """Issue 41: the rows of a usable-only export are chosen by their counts. The prior is fitted on
+    every calibration of their run at that (policy, L) (ungradable golds left out); a run holding the
+    rows only gets the likelihood truncated to 0 < k < N; an export of every band is fitted as it is."""
+    rng = np.random.default_rng(0)
+    k = rng.binomial(8, rng.beta(0.5, 2.0, size=400))
+    cals = [replace(cal(f"p{i}", int(s), n=8), n_target=8) for i, s in enumerate(k)]
+    full = forecast_block(usable_export(tmp_path, "cal", cals), "smol", 64, group_size=8, prompts_per_step=4)
+    prior = full["forecast"]["prior"]
+    assert full["export_selection"] == "goldilocks" and full["calibrations"]["population"] == 399  # p0: ungradable
+    assert prior["fitted_on"].startswith("source calibration (399 problems, every band") and not prior["truncated"]
+    assert prior["uncertainty"] == "laplace" and prior["a0"] == pytest.approx(0.5, rel=0.4)
+    assert full["forecast"]["n_problems"] == int(np.sum((k > 0) & (k < 8)))
+    rows_only = [c for c in cals if 0 < c.successes < c.n]
+    alone = forecast_block(usable_export(tmp_path, "rows", rows_only), "smol", 64, group_size=8, prompts_per_step=4)
+    assert alone["forecast"]["prior"]["truncated"] and alone["forecast"]["prior"]["fitted_on"].startswith("source calibration")
+    assert alone["forecast"]["expected_zero_std_share"] == pytest.approx(full["forecast"]["expected_zero_std_share"], abs=0.04)
+    every = forecast_block(usable_export(tmp_path, "all", rows_only, select="all"), "smol", 64, group_size=8, prompts_per_step=4)
+    assert not every["forecast"]["prior"]["truncated"] and every["export_selection"] == "all"
+    # fitted to the selected rows as if they were everything: about half the zero-std share
+    assert every["forecast"]["expected_zero_std_share"] < 0.7 * full["forecast"]["expected_zero_std_share"]
+
+
+def test_export_selection(tmp_path):
+    assert export_selection(tmp_path, ["calibrate"]) is None  # no summary.json
+    (tmp_path / "summary.json").write_text(json.dumps({"sources": {
+        "cal": {"kind": "calibration", "selection": {"select": "usable"}}, "goose": {"kind": "synthesis"},
+        "every": {"kind": "calibration", "selection": {"select": "all"}}}}))
+    assert export_selection(tmp_path, ["cal", "goose"]) == "goldilocks"
+    assert export_selection(tmp_path, ["every"]) == "all"
+    assert export_selection(tmp_path, ["cal", "every"]) is None and export_selection(tmp_path, ["other"]) is None

@@ -43,6 +43,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mbs.calibration import calibrate_group
+from mbs.calibration.estimate import pass_rate_of
 from mbs.calibration.sampling import Group, Policy, RolloutWriter, draw
 from mbs.io import RunDir
 from mbs.llm import build_backend
@@ -385,7 +386,8 @@ def difficulty_filter(
         finally:
             writer.flush(wait=True)
     backends.update(meter.report())
-    cals = {gid: calibrate_group(rs, n, "band") for (gid, _), rs in drawn.items() if rs}
+    batch = sampling.early_stop_batch if sampling.early_stop else None  # pass_rate_est: unbiased under that rule
+    cals = {gid: calibrate_group(rs, n, "band", batch=batch) for (gid, _), rs in drawn.items() if rs}
     rollouts = [r for rs in drawn.values() for r in rs]
     return cals, rollouts, policy
 
@@ -404,6 +406,7 @@ def item_row(item: MCQ, origin: str, cal: Calibration | None, kept: bool | None)
         "option_origins": option_origins(item),
         "n_options": len(item.options),
         "pass_rate": None if cal is None else cal.pass_rate,
+        "pass_rate_est": None if cal is None else pass_rate_of(cal),
         "successes": None if cal is None else cal.successes,
         "n": None if cal is None else cal.n,
         "band": None if cal is None else cal.band,
@@ -447,7 +450,8 @@ def run(settings: SynthSettings, out: RunDir) -> dict[str, Any]:
         kept or rejected, teacher distractors of rejected replies),
         ``effective_share`` (Goldilocks items / filtered items), ``letters`` (answer-letter
         distribution of built and kept items), ``options`` (k), ``student`` (accuracy against the
-        1/k chance level, the Goldilocks share a guessing policy would reach), ``bands``,
+        1/k chance level, the Goldilocks share a guessing policy would reach; both read each item's
+        :func:`~mbs.calibration.estimate.pass_rate_of`), ``bands``,
         ``distractor_origins``, ``counts`` (for the manifest) and ``backends`` (LLM usage).
 
     Raises:
@@ -508,7 +512,7 @@ def run(settings: SynthSettings, out: RunDir) -> dict[str, Any]:
     for p in kept_problems:
         c = cals.get(p.id)
         if c is not None:
-            p.metadata.update({"pass_rate": c.pass_rate, "band": c.band, "policy": c.policy, "budget": c.budget})
+            p.metadata.update({"pass_rate": pass_rate_of(c), "band": c.band, "policy": c.policy, "budget": c.budget})
     out.shard("problems", Problem).rewrite(kept_problems)
 
     passage_ids = set(by_passage)
@@ -518,11 +522,9 @@ def run(settings: SynthSettings, out: RunDir) -> dict[str, Any]:
     k = bounds.options
     n_filtered = len(cals)
     band_counts = {b: sum(1 for c in cals.values() if c.band == b) for b in BANDS}
-    # with early stopping a group stops once it is settled, so the rollouts drawn over-sample
-    # mixed groups; the first round (sample index < batch) is drawn for every item: unbiased
-    sampling = settings.sampling
-    first = [r for r in rollouts if r.sample_index < sampling.early_stop_batch] if sampling.early_stop else rollouts
-    accuracy = (sum(1 for r in first if r.reward == 1.0) / len(first)) if first else None
+    # s/k is biased under early stopping: each item's rate is its estimate (mbs.calibration.estimate)
+    rates = [r for c in cals.values() if (r := pass_rate_of(c)) is not None]
+    accuracy = sum(rates) / len(rates) if rates else None
     origins = Counter(o.split(":")[0] if not o.startswith("perturb:") else o for it in items for o in it.distractor_origins)
     first_builds = [min(book.audits[p.id], key=lambda r: r["attempt"]) for p in passages if book.audits.get(p.id)]
     audit = audit_report(
@@ -562,7 +564,7 @@ def run(settings: SynthSettings, out: RunDir) -> dict[str, Any]:
             "policy": policy_name,
             "budget": goose.filter.response_budget(_target_policy(settings) if filtered else None),
             "n": goose.filter.n,
-            "early_stop": sampling.early_stop,
+            "early_stop": settings.sampling.early_stop,
             "rollouts": len(rollouts),
             "rollouts_resumed": stats["rollouts_resumed"],
             "rollouts_saved_by_early_stopping": stats["rollouts_saved"],
@@ -573,11 +575,11 @@ def run(settings: SynthSettings, out: RunDir) -> dict[str, Any]:
         "student": {
             "policy": policy_name,
             "accuracy": accuracy,
-            "accuracy_rollouts": len(first),
+            "accuracy_items": len(rates),
             "accuracy_all_drawn": (sum(1 for r in rollouts if r.reward == 1.0) / len(rollouts)) if rollouts else None,
             "chance": 1.0 / k,
             "accuracy_over_chance": (accuracy * k) if accuracy is not None else None,
-            "items_above_chance": (sum(1 for c in cals.values() if c.pass_rate > 1.0 / k) / n_filtered) if n_filtered else None,
+            "items_above_chance": (sum(1 for r in rates if r > 1.0 / k) / len(rates)) if rates else None,
             "chance_goldilocks_share": chance_goldilocks_share(k, goose.filter.n),
         },
         "sources": src_report.as_dict(),
