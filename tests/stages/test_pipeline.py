@@ -136,7 +136,7 @@ def test_pipeline_skips_training_when_nothing_of_a_trainable_policy_was_exported
     """The fake backend is no trainable policy: the main job ends, the training step skipped with its reason."""
     close_all()
     cfg = make_cfg("pipeline", [
-        "pipeline.recorded.enabled=false", "pipeline.live.limit=4", "pipeline.live.n=2", "pipeline.live.budgets=[64]",
+        "pipeline.recorded.enabled=false", "pipeline.live.limit=4", "pipeline.live.n=8", "pipeline.live.budgets=[64]",
         "pipeline.difficulty.enabled=false", "pipeline.synthesize.methods=[]", "pipeline.synthesize.cost_matched.enabled=false",
         "data=jsonl", f"data.path={toy_jsonl}", "data.origin=toy", *fake_backend_overrides(),
     ])
