@@ -232,7 +232,7 @@ def resolve_policy(train: TrainSettings, convert: bool = True) -> TrainPolicy:
     else:
         model = str(asked["model"] if asked["model"] is not None else prov.model)
     mismatch = [] if prov is None or "model" in overrides else policy_mismatch(prov, train.engine)
-    if mismatch and not train.allow_policy_mismatch:
+    if prov is not None and mismatch and not train.allow_policy_mismatch:
         raise ConfigError(
             f"{train.data_dir}: {train.engine} would train another policy than the one {prov.source} was calibrated "
             f"with: {'; '.join(mismatch)}. Its pass rates and bands were measured for that other distribution: "
