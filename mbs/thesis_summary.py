@@ -19,7 +19,15 @@ import numpy as np
 
 from mbs.calibration import calibrate_group
 from mbs.records import Calibration, Rollout
-from mbs.thesis import ARM_SET, ARMS, accuracy_summary, contrasts, migration, per_problem_accuracy, zero_std_counts
+from mbs.thesis import (
+    ARM_SET,
+    ARMS,
+    accuracy_summary,
+    contrasts,
+    migration,
+    per_problem_accuracy,
+    zero_std_counts,
+)
 from mbs.training.forecast import compare_observed, counts_from_calibrations, trap_forecast
 from mbs.training.prior import BetaPrior, resolve_prior
 from mbs.training.trap import observed_zero_std
@@ -131,7 +139,7 @@ def construct_validity(ev: Mapping[tuple[str, int], list[Rollout]], seeds: Seque
                                               for r in v], k) for seed, v in rs.items()}
         plain = {seed: per_problem_accuracy(v, k) for seed, v in rs.items()}
 
-        def subset(by: Mapping[str, str]) -> dict[str, Any]:
+        def subset(by: Mapping[str, str], plain: Mapping[int, Mapping[str, float]] = plain) -> dict[str, Any]:
             groups: dict[str, list[str]] = defaultdict(list)
             for pid in sorted(held):
                 groups[str(by.get(pid, "unknown"))].append(pid)
@@ -226,7 +234,7 @@ def summarize(t: Any, root: Path, corpus: Sequence[Calibration], heldout: Sequen
                 for a, row in m.items():
                     for z, v in row.items():
                         target[(a, z)] += v
-        as_matrix = lambda c: {a: {z: c[(a, z)] for z in ("solved_all", "goldilocks", "failed_all")}  # noqa: E731
+        as_matrix = lambda c: {a: {z: c[(a, z)] for z in ("solved_all", "goldilocks", "failed_all")}
                                for a in ("solved_all", "goldilocks", "failed_all")}
         moves[name] = {"seeds": seeds_done, "calibration_to_trained": as_matrix(calib_to_after),
                        "base_to_trained": as_matrix(base_to_after), "calibration_to_base": as_matrix(calib_to_base)}

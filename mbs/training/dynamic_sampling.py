@@ -212,7 +212,7 @@ def draw_forecast(zbar_draws: Any, prompts_per_step: int, group_size: int, steps
     tail = (1 - level) / 2
     per_step = rounds.ravel()
     total = rounds.sum(axis=1) * gen * int(group_size)
-    q = lambda x: [float(v) for v in np.quantile(x, [tail, 1 - tail])]  # noqa: E731
+    q = lambda x: [float(v) for v in np.quantile(x, [tail, 1 - tail])]
     return {
         "level": float(level), "steps": int(steps), "max_rounds": cap, "gen_batch_size": gen,
         "rounds_per_step_mean": float(per_step.mean()), "rounds_per_step_interval": q(per_step),

@@ -31,7 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from mbs.errors import ConfigError
-from mbs.training.provenance import ExportProvenance, MissingProvenanceError, PolicyProvenance, policy_mismatch
+from mbs.training.provenance import (
+    ExportProvenance,
+    MissingProvenanceError,
+    PolicyProvenance,
+    policy_mismatch,
+)
 from mbs.training.settings import POLICY_KEYS, TrainSettings
 
 __all__ = ["POLICY_KEYS", "TrainPolicy", "resolve_policy", "with_checkpoint"]

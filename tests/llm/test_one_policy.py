@@ -17,13 +17,13 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 from mbs.calibration.sampling import messages_for
+from mbs.cli import config_dir
 from mbs.data import load_problems
 from mbs.llm.base import ChatRequest
 from mbs.llm.hf_checkpoint import eog_token_ids
 from mbs.llm.llamacpp import LlamaCppBackend, embedded_model_path
 from mbs.llm.llamacpp_sampling import kept_distribution
 from mbs.llm.transformers_backend import TransformersBackend
-from mbs.cli import config_dir
 
 pytestmark = pytest.mark.slow
 torch = pytest.importorskip("torch")
@@ -141,7 +141,7 @@ def test_first_step_kept_tokens_and_probabilities_match(engines, prompts, settin
 def test_the_old_chain_on_the_quantised_file_is_measurably_another_policy(engines, prompts):
     """What calibration sampled before issue 47 (the Q4_1 file, filters before temperature) keeps
     other tokens than the trained policy on some of these prompts: the test above can fail."""
-    llama, hf = engines
+    _, hf = engines
     old = LlamaCppBackend(n_ctx=1024, weights="file")
     try:
         differ = 0

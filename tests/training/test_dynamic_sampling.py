@@ -120,7 +120,7 @@ def test_without_dynamic_sampling_every_step_is_one_round_and_still_counted(tmp_
 
 
 def test_the_cap_trains_on_what_it_has(tmp_path):
-    calls, _, logs = _train(tmp_path, enabled=True, steps=2, max_rounds=1)
+    _, _, logs = _train(tmp_path, enabled=True, steps=2, max_rounds=1)
     for row in logs:
         assert int(row["dynamic_sampling/rounds"]) == 1
         assert int(row["dynamic_sampling/groups_padded"]) == 2 - int(row["dynamic_sampling/groups_kept"])
