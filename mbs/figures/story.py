@@ -172,13 +172,15 @@ def _embedded_teacher(s: dict[str, Any]) -> bool:
 
 def _why_none(method: Any) -> str:
     """Why a 135M teacher qualifies nothing, and the config that runs the step with a real teacher."""
-    cannot = ("cannot decompose a competition problem into subproblems in the format MagicBeanStalk parses, "
-              "nor write a harder variant that verifies" if method == "mbs" else
-              "cannot write a variant of a competition problem in the format the baseline parses, with an answer that verifies")
-    return (f"Why 0: the teacher here is the embedded SmolLM2-135M, which {cannot} (see the rejections); that is "
-            "this teacher's real yield. A real teacher runs the same step: teacher=hosted (a hosted reasoning API, "
-            "GPT-5 by default, key in OPENAI_API_KEY; any OpenAI-compatible server with teacher.pool.0.backend.base_url "
-            f"and teacher.pool.0.backend.model), e.g. {REAL_TEACHER}.")
+    if method != "mbs":  # the direct baselines: short, MagicBeanStalk's line has the command
+        return ("Why 0: the teacher here is the embedded SmolLM2-135M, which cannot write a variant of a competition "
+                "problem in the format the baseline parses, with an answer that verifies (see the rejections). "
+                "A real teacher runs the same step: teacher=hosted (conf/teacher/hosted.yaml).")
+    return ("Why 0: the teacher here is the embedded SmolLM2-135M, which cannot decompose a competition problem into "
+            "subproblems in the format MagicBeanStalk parses, nor write a harder variant that verifies (see the "
+            "rejections); that is this teacher's real yield. A real teacher runs the same step: teacher=hosted (a hosted "
+            "reasoning API, GPT-5 by default, key in OPENAI_API_KEY; any OpenAI-compatible server with "
+            f"teacher.pool.0.backend.base_url and teacher.pool.0.backend.model), e.g. {REAL_TEACHER}.")
 
 
 def goose_findings(step: str, s: dict[str, Any]) -> list[Finding]:
