@@ -60,8 +60,8 @@ def expected_times(names: Sequence[str]) -> str:
     A step without a measurement says so and is left out of the total.
     """
     width = max([len(n) for n in names] + [len("total")])
-    lines = [f"mbs-pipeline: {len(names)} steps. At the default sizes on a quiet 2-core machine they took "
-             f"({QUIET_2_CORE_MEASURED}; a busy machine or larger sizes take longer):"]
+    lines = [(f"mbs-pipeline: {len(names)} steps. At the default sizes on a quiet 2-core machine they took "
+              f"({QUIET_2_CORE_MEASURED}; a busy machine or larger sizes take longer):")]
     total = 0.0
     for name in names:
         secs = QUIET_2_CORE_SECONDS.get(name)
