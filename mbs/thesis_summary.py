@@ -155,7 +155,7 @@ def summarize(t: Any, root: Path, corpus: Sequence[Calibration], heldout: Sequen
               steps: Sequence[int], seeds: Sequence[int], budgets: Sequence[int], evals: Sequence[Rollout],
               recals: Sequence[Rollout], policy: Any, trained: Mapping[str, str],
               levels: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The thesis ``summary.json`` (see the module docstring; keys documented in README "The thesis on a laptop").
+    """The thesis ``summary.json`` (see the module docstring; keys documented in docs/thesis.md).
 
     Args:
         t: The thesis settings (the ``thesis`` node: budget, n, eval_k, prompts_per_step, ...).

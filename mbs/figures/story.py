@@ -3,9 +3,12 @@
 Computed from the steps' ``summary.json`` files only (so a regenerated report is byte-identical):
 what the zero-advantage trap holds for the target policy and how it differs between policies,
 what moved with the budget L (the trap, truncation, problems changing band), what synthesis
-kept and why it rejected the rest, what Golden Goose's difficulty filter kept against the
-1/k chance level, and what the export wrote. Each finding links to the figure (or table)
-that shows it; the report puts an ``id`` on every figure (:func:`figure_id`).
+kept and why it rejected the rest (and, with the embedded model as teacher and nothing qualified,
+why and which config runs it with a real teacher), what Golden Goose's difficulty filter kept
+against the 1/k chance level, what the export wrote, what trained on what (the zero-std share the
+steps logged against the calibration's forecast), and the trained checkpoint against its start
+on held-out problems, with intervals. Each finding links to the figure (or table) that shows it;
+the report puts an ``id`` on every figure (:func:`figure_id`).
 """
 
 from __future__ import annotations
@@ -141,6 +144,8 @@ def synthesis_findings(step: str, s: dict[str, Any]) -> list[Finding]:
         + (f" Teacher tokens per qualified problem: {per:.0f}." if isinstance(per, (int, float)) else ""),
         "yield",
     )]
+    if not q and _embedded_teacher(s):
+        out[0].text += " " + _why_none(s.get("method"))
     rej = s.get("rejections") or {}
     if rej:
         out.append(Finding(
@@ -148,6 +153,34 @@ def synthesis_findings(step: str, s: dict[str, Any]) -> list[Finding]:
             f"Why: {_reasons(rej)}. Every rejection and its reason is in trees.*.jsonl.", "funnel",
         ))
     return out
+
+
+#: Lower-case part of the embedded default model's label and file name (``conf/backend/llamacpp.yaml``).
+EMBEDDED_MARK = "smollm2-135m"
+#: The command that runs the main job's synthesis with a real teacher (``conf/teacher/hosted.yaml``).
+REAL_TEACHER = ("mbs-pipeline teacher=hosted 'pipeline.synthesize.overrides.mbs=[synth.seeds_limit=2]' "
+                "'pipeline.synthesize.overrides.direct=[synth.seeds_limit=2]'")
+
+
+def _embedded_teacher(s: dict[str, Any]) -> bool:
+    """Whether a live teacher of the run is the embedded SmolLM2-135M (by its label or model file)."""
+    names = [str(t) for t in s.get("teachers") or [] if t != "reference"]
+    names += [str(b.get("model_id", "")) for k, b in (s.get("backends") or {}).items()
+              if str(k).startswith("teacher:") and isinstance(b, dict)]
+    return any(EMBEDDED_MARK in n.lower() for n in names)
+
+
+def _why_none(method: Any) -> str:
+    """Why a 135M teacher qualifies nothing, and the config that runs the step with a real teacher."""
+    if method != "mbs":  # the direct baselines: short, MagicBeanStalk's line has the command
+        return ("Why 0: the teacher here is the embedded SmolLM2-135M, which cannot write a variant of a competition "
+                "problem in the format the baseline parses, with an answer that verifies (see the rejections). "
+                "A real teacher runs the same step: teacher=hosted (conf/teacher/hosted.yaml).")
+    return ("Why 0: the teacher here is the embedded SmolLM2-135M, which cannot decompose a competition problem into "
+            "subproblems in the format MagicBeanStalk parses, nor write a harder variant that verifies (see the "
+            "rejections); that is this teacher's real yield. A real teacher runs the same step: teacher=hosted (a hosted "
+            "reasoning API, GPT-5 by default, key in OPENAI_API_KEY; any OpenAI-compatible server with "
+            f"teacher.pool.0.backend.base_url and teacher.pool.0.backend.model), e.g. {REAL_TEACHER}.")
 
 
 def goose_findings(step: str, s: dict[str, Any]) -> list[Finding]:
@@ -183,6 +216,98 @@ def export_findings(step: str, s: dict[str, Any]) -> list[Finding]:
                     text.strip(), None)]
 
 
+def _interval(ci: Any) -> str:
+    """``" [12%, 40%]"`` for a two-number interval, else ``""``."""
+    return f" [{_pct(ci[0])}, {_pct(ci[1])}]" if isinstance(ci, (list, tuple)) and len(ci) == 2 else ""
+
+
+def train_findings(step: str, s: dict[str, Any]) -> list[Finding]:
+    """What trained on what (policy, rows, steps, group size, budget) and the zero-std share the
+    steps logged against the calibration's forecast (``trap_forecast``)."""
+    policy = s.get("policy") or {}
+    cal = policy.get("calibrated") or {}
+    who = cal.get("policy") or policy.get("model") or "the policy"
+    engine = {"trl": "TRL", "verl": "verl"}.get(s.get("engine"), str(s.get("engine")))
+    tf = s.get("trap_forecast") or {}
+    rows = (tf.get("calibrations") or {}).get("rows") or (s.get("data") or {}).get("trained") or cal.get("rows")
+    source = f" of {cal['source']}" if cal.get("source") else ""
+    on = f"{_n(rows, 'row')}{source}" if rows else f"the export{source}"
+    steps = (s.get("result") or {}).get("steps")
+    if s.get("dry_run"):
+        title = f"Train (dry run): {who} would train with {engine} on {on}"
+    elif steps is None:
+        title = f"Train: {who} submitted to {engine} on {on}"
+    else:
+        title = f"Train: {who} trained {_n(steps, 'GRPO step')} with {engine} on {on}"
+    text = (f"Exactly the calibrated policy: group size N = {policy.get('group_size')}, completion length "
+            f"L = {policy.get('max_completion_length')} tokens, temperature {policy.get('temperature')}.")
+    fc, obs = tf.get("forecast") or {}, tf.get("observed") or {}
+    level = fc.get("level", obs.get("level"))
+    lvl = f"{100 * level:.0f}% " if isinstance(level, (int, float)) else ""
+    if obs:
+        inside = "within" if obs.get("mean_within_forecast") else "outside"
+        groups = obs.get("n_steps", 0) * obs.get("prompts_per_value", 1)
+        text += (f" Zero-std groups (every reward equal, so no advantage): {_pct(obs.get('observed_mean'))} observed over "
+                 f"{_n(obs.get('n_steps'), 'step')} ({_n(groups, 'group')}) against {_pct(obs.get('forecast_expected_share'))} "
+                 f"forecast by the calibration ({lvl}predictive interval{_interval(obs.get('forecast_mean_interval'))}: "
+                 f"{inside} it).")
+    elif fc:
+        text += (f" The calibration forecasts {_pct(fc.get('expected_zero_std_share'))} zero-std groups "
+                 f"({lvl}interval{_interval(fc.get('share_ci'))}); no step was logged here to compare.")
+    elif tf.get("skipped"):
+        text += f" No zero-std forecast: {tf['skipped']}."
+    draws = s.get("draws") or {}
+    if draws.get("dynamic_sampling"):
+        text += (f" Dynamic sampling drew {_n(draws.get('rollouts_drawn'), 'rollout')} in {_n(draws.get('rounds'), 'round')} "
+                 f"and kept {draws.get('groups_kept')} of {_n(draws.get('groups_drawn'), 'group')}.")
+    return [Finding(step, title, text, "zero_std_forecast")]
+
+
+def evaluate_findings(step: str, s: dict[str, Any]) -> list[Finding]:
+    """Each evaluated model's avg@k with its interval, per benchmark and budget; the first model
+    (the pipeline's: the checkpoint training started from) is the one the others are set against."""
+    models, results, out = list(s.get("models") or (s.get("results") or {}).keys()), s.get("results") or {}, []
+    k = s.get("k")
+    for bench, meta in (s.get("benchmarks") or {bench: {} for m in results.values() for bench in m}).items():
+        cells = {m: results.get(m, {}).get(bench, {}) for m in models}
+        budgets = sorted({b for c in cells.values() for b in c}, key=budget_sort_key)
+        if not budgets:
+            continue
+        name = meta.get("name", bench)
+        top = budgets[-1]
+
+        def at(m: str, b: str, cells: dict[str, Any] = cells) -> str:  # "12% [5%, 20%]": avg@k and its interval
+            r = cells[m].get(b) or {}
+            return f"{_pct(r.get('avg'))}{_interval(r.get('avg_ci'))}"
+
+        problems = next((c[top].get("problems") for c in cells.values() if top in c), None)
+        where = f"{name} ({_n(problems, 'problem')})" if problems else name
+        if len(models) > 1:
+            rest = ", ".join(f"{m} {at(m, top)}" for m in models[1:])
+            title = f"Evaluate: {rest} against {models[0]} {at(models[0], top)}, avg@{k} on {where} at L = {top}"
+        else:
+            title = f"Evaluate: {models[0]} {at(models[0], top)}, avg@{k} on {where} at L = {top}"
+        parts = []
+        for b in budgets[:-1]:
+            parts.append(f"At L = {b}: " + ", ".join(f"{m} {at(m, b)}" for m in models) + ".")
+        cut = []
+        for m in models:
+            r = cells[m].get(top) or {}
+            if r.get("truncated") and r.get("problems") and r.get("samples"):
+                cut.append(f"{r['truncated']} of {r['problems'] * r['samples']} ({m})")
+        if cut:
+            parts.append(f"Samples cut off by the budget L = {top}: " + ", ".join(cut) + ".")
+        cis = [(cells[m].get(top) or {}).get("avg_ci") for m in models]
+        if len(models) > 1 and all(isinstance(c, (list, tuple)) and len(c) == 2 for c in cis):
+            overlap = max(c[0] for c in cis) <= min(c[1] for c in cis)
+            parts.append("The intervals overlap: no difference is shown at this size." if overlap
+                         else "The intervals do not overlap.")
+        interval = next((c[top].get("interval") for c in cells.values() if top in c and c[top].get("interval")), None)
+        parts.append(f"Intervals: {interval}." if interval else "")
+        out.append(Finding(step, title, " ".join(p for p in parts if p), "accuracy_vs_budget"))
+    return out
+
+
 def findings(steps: Sequence[tuple[str, dict[str, Any]]], run_summary: dict[str, Any] | None = None) -> list[Finding]:
     """Every finding of a run, in step order.
 
@@ -191,9 +316,10 @@ def findings(steps: Sequence[tuple[str, dict[str, Any]]], run_summary: dict[str,
         run_summary: The pipeline's own ``summary.json`` (its ``step_seconds``), if any.
 
     Returns:
-        The findings; a stage without a story (e.g. ``evaluate``) contributes none.
+        The findings; a stage without a story (e.g. ``thesis``) contributes none.
     """
-    by_stage = {"calibrate": calibration_findings, "export": export_findings}
+    by_stage = {"calibrate": calibration_findings, "export": export_findings, "train": train_findings,
+                "evaluate": evaluate_findings}
     out: list[Finding] = []
     for step, s in sorted(steps, key=lambda st: _story_order(*st)):
         stage = s.get("stage")
@@ -217,13 +343,14 @@ def findings(steps: Sequence[tuple[str, dict[str, Any]]], run_summary: dict[str,
 
 def _story_order(step: str, s: dict[str, Any]) -> tuple[int, str]:
     """The headline first: live calibrations (N samples of a policy at a budget L; a difficulty
-    study before the others), then recorded ones (a proxy), MBS, direct, Goose, export, the rest."""
+    study before the others), then recorded ones (a proxy), MBS, direct, Goose, export, train,
+    evaluate, the rest."""
     stage, method = s.get("stage"), s.get("method")
     if stage == "calibrate":
         rank = (0 if s.get("by_difficulty") else 1) if s.get("budgets") else 2  # "budgets": the live policies' L
     else:
         rank = {("synthesize", "mbs"): 3, ("synthesize", "direct"): 4, ("synthesize", "goose"): 5}.get(
-            (stage, method), 6 if stage == "export" else 7)
+            (stage, method), {"export": 6, "train": 7, "evaluate": 8}.get(stage, 9))
     return rank, step
 
 

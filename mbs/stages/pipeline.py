@@ -41,6 +41,35 @@ STAGE = "pipeline"
 #: Step of the cost-matched direct baseline (compared in the report, not exported).
 COST_MATCHED = "synthesize_direct_cost_matched"
 
+#: Seconds each step of the main job took at its default sizes on a quiet 2-core machine: the
+#: measurement of docs/performance.md ("The main job"; a fresh clone of commit 446700f on
+#: 4 December 2026, nothing else running). Printed before the job starts; update both together.
+QUIET_2_CORE_SECONDS: dict[str, float] = {
+    "calibrate_recorded": 112.0, "calibrate_live": 90.0, "calibrate_difficulty": 46.2, "synthesize_mbs": 10.8,
+    "synthesize_direct": 4.7, "synthesize_goose": 68.0, COST_MATCHED: 9.9, "export": 2.5, "train": 61.0,
+    "evaluate": 39.1, "figures": 7.7,
+}
+#: When and where :data:`QUIET_2_CORE_SECONDS` was measured.
+QUIET_2_CORE_MEASURED = "4 December 2026, docs/performance.md"
+
+
+def expected_times(names: Sequence[str]) -> str:
+    """What each of the steps ``names`` took on a quiet 2-core machine at the default sizes
+    (:data:`QUIET_2_CORE_SECONDS`), one line per step and the total, for the job's first lines.
+
+    A step without a measurement says so and is left out of the total.
+    """
+    width = max([len(n) for n in names] + [len("total")])
+    lines = [(f"mbs-pipeline: {len(names)} steps. At the default sizes on a quiet 2-core machine they took "
+              f"({QUIET_2_CORE_MEASURED}; a busy machine or larger sizes take longer):")]
+    total = 0.0
+    for name in names:
+        secs = QUIET_2_CORE_SECONDS.get(name)
+        total += secs or 0.0
+        lines.append(f"  {name:<{width}}  {format_seconds(secs) if secs is not None else '(not measured)'}")
+    lines.append(f"  {'total':<{width}}  {format_seconds(total)}")
+    return "\n".join(lines)
+
 
 def sub_config(cfg: DictConfig, out_dir: Path, **overrides: Any) -> DictConfig:
     """A copy of ``cfg`` for one step: ``out_dir`` set, dotted-key ``overrides`` applied.
@@ -179,7 +208,9 @@ def run(cfg: DictConfig) -> Path:
         from mbs.data.reasoning_gym import levels_of
 
         levels_of(pcfg.difficulty.data)
-    progress = StepProgress(plan(cfg), desc="mbs-pipeline")
+    names = plan(cfg)
+    print(expected_times(names), flush=True)
+    progress = StepProgress(names, desc="mbs-pipeline")
     def calibrate_step(name: str, **overrides: Any) -> None:  # one calibration step into out/<name>
         with progress.step(name):
             steps[name] = str(calibrate.run(sub_config(cfg, out.path / name, **overrides)))

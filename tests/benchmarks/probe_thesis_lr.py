@@ -5,7 +5,7 @@ Run (after ``mbs-train train.engine=trl`` on a thesis set, e.g. ``RUN/runs/goldi
 trained on (``completions.jsonl``), the mean per-token log-probability change trained - base of
 rewarded and unrewarded completions, and the mean absolute change. GRPO with a learning rate that
 moves the policy raises the first and lowers the second; a learning rate that changes nothing
-gives changes near 0 (README "The thesis on a laptop" quotes the numbers of the chosen rate).
+gives changes near 0 (docs/thesis.md quotes the numbers of the chosen rate).
 """
 
 from __future__ import annotations

@@ -119,3 +119,26 @@ def test_compare_dispatches_to_stage_comparisons(pipeline_run, tmp_path):
     assert "yield" in result["tables"]
     assert [Path(p).name for p in result["written"]] == ["compare_yield.png", "compare_yield.pdf", "mbs_vs_direct.png", "mbs_vs_direct.pdf"]
     assert "| MBS root-only |" in result["tables"]["mbs_vs_direct"]["md"]
+
+
+def test_report_summary_has_the_train_and_evaluate_lines(tmp_path):
+    """Issue 45: the written summary says what trained on what (zero-std share against its forecast)
+    and how the trained checkpoint did against its start, with intervals; built from summaries alone."""
+    import json
+
+    from test_story import EVALUATE, TRAIN
+
+    run = tmp_path / "run"
+    for name, summary in (("train", TRAIN), ("evaluate", EVALUATE)):
+        (run / name).mkdir(parents=True)
+        (run / name / "summary.json").write_text(json.dumps(summary))
+    (run / "summary.json").write_text(json.dumps({"stage": "pipeline", "steps": {"train": "train", "evaluate": "evaluate"},
+                                                  "step_seconds": {"train": 61.0, "evaluate": 39.1}}))
+    render(run, run, formats=("png",))
+    report = (run / "report.html").read_text()
+    summary = report[report.index("<section id='summary'>"):report.index("</section>")]
+    assert "Train: smollm2-135m-instruct trained 2 GRPO steps with TRL on 7 rows of calibrate_difficulty" in summary
+    assert "0% observed over 2 steps (2 groups) against 31% forecast" in summary
+    assert "Evaluate: smol (GRPO, 2 steps) 50% [25%, 75%] against smol (start) 12% [0%, 38%]" in summary
+    assert summary.index("Train: ") < summary.index("Evaluate: ") < summary.index("The steps took")
+    assert "href='#fig-evaluate-accuracy_vs_budget'" in summary and "id='fig-evaluate-accuracy_vs_budget'" in report

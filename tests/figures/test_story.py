@@ -88,3 +88,89 @@ def test_the_headline_is_the_live_study_of_a_policy_at_a_budget_and_the_recorded
     assert order == ["calibrate_difficulty", "calibrate_live", "calibrate_recorded"]
     proxy = next(f for f in got if f.step == "calibrate_recorded")
     assert "a proxy for the trap, not N samples of one policy at a budget L" in proxy.text
+
+
+# the train and evaluate steps of the main job (issue 45): what trained on what, the zero-std share
+# against its forecast, and the checkpoint against its start with intervals
+TRAIN = {
+    "stage": "train", "engine": "trl", "dry_run": False,
+    "policy": {"group_size": 4, "max_completion_length": 128, "temperature": 0.6,
+               "calibrated": {"policy": "smollm2-135m-instruct", "source": "calibrate_difficulty", "rows": 8}},
+    "result": {"steps": 2},
+    "draws": {"dynamic_sampling": False, "rollouts_drawn": 8, "rounds": 2, "groups_drawn": 2, "groups_kept": 2},
+    "trap_forecast": {
+        "calibrations": {"rows": 7, "found": 7, "missing": 0},
+        "forecast": {"level": 0.9, "expected_zero_std_share": 0.306, "share_ci": [0.2, 0.44]},
+        "observed": {"n_steps": 2, "prompts_per_value": 1, "observed_mean": 0.0, "forecast_expected_share": 0.306,
+                     "forecast_mean_interval": [0.0, 1.0], "mean_within_forecast": True, "level": 0.9},
+    },
+}
+
+
+def _cell(avg, ci, truncated=0):
+    return {"avg": avg, "avg_ci": ci, "problems": 4, "samples": 2, "truncated": truncated,
+            "interval": "95% percentile bootstrap over problems"}
+
+
+EVALUATE = {
+    "stage": "evaluate", "k": 2, "budgets": [64, 128],
+    "models": ["smol (start)", "smol (GRPO, 2 steps)"],
+    "benchmarks": {"champ_heldout": {"name": "CHAMP held-out", "problems": 4}},
+    "results": {"smol (start)": {"champ_heldout": {"64": _cell(0.0, [0.0, 0.0], 8), "128": _cell(0.125, [0.0, 0.375], 6)}},
+                "smol (GRPO, 2 steps)": {"champ_heldout": {"64": _cell(0.25, [0.0, 0.5]), "128": _cell(0.5, [0.25, 0.75])}}},
+}
+
+
+def test_train_line_says_what_trained_on_what_and_the_zero_std_share_against_its_forecast():
+    (f,) = findings([("train", TRAIN)])
+    assert f.title == "Train: smollm2-135m-instruct trained 2 GRPO steps with TRL on 7 rows of calibrate_difficulty"
+    assert "group size N = 4, completion length L = 128 tokens, temperature 0.6" in f.text
+    assert ("0% observed over 2 steps (2 groups) against 31% forecast by the calibration "
+            "(90% predictive interval [0%, 100%]: within it)") in f.text
+    assert f.figure == "zero_std_forecast"
+    # dynamic sampling on: what it drew; a verl run submitted and not waited for: the forecast alone
+    ds = findings([("train", {**TRAIN, "draws": {**TRAIN["draws"], "dynamic_sampling": True, "groups_drawn": 3}})])[0]
+    assert "Dynamic sampling drew 8 rollouts in 2 rounds and kept 2 of 3 groups." in ds.text
+    verl = {**TRAIN, "engine": "verl", "result": None,
+            "trap_forecast": {k: v for k, v in TRAIN["trap_forecast"].items() if k != "observed"}}
+    (v,) = findings([("train", verl)])
+    assert v.title == "Train: smollm2-135m-instruct submitted to verl on 7 rows of calibrate_difficulty"
+    assert "forecasts 31% zero-std groups (90% interval [20%, 44%]); no step was logged here" in v.text
+    skipped = findings([("train", {**TRAIN, "trap_forecast": {"skipped": "the export names no calibrated policy"}})])[0]
+    assert "No zero-std forecast: the export names no calibrated policy." in skipped.text
+
+
+def test_evaluate_line_sets_the_trained_checkpoint_against_its_start_with_intervals():
+    (f,) = findings([("evaluate", EVALUATE)])
+    assert f.title == ("Evaluate: smol (GRPO, 2 steps) 50% [25%, 75%] against smol (start) 12% [0%, 38%], "
+                       "avg@2 on CHAMP held-out (4 problems) at L = 128")
+    assert "At L = 64: smol (start) 0% [0%, 0%], smol (GRPO, 2 steps) 25% [0%, 50%]." in f.text
+    assert "Samples cut off by the budget L = 128: 6 of 8 (smol (start))." in f.text
+    assert "The intervals overlap: no difference is shown at this size." in f.text
+    assert "Intervals: 95% percentile bootstrap over problems." in f.text and f.figure == "accuracy_vs_budget"
+    apart = {**EVALUATE, "results": {**EVALUATE["results"],
+                                     "smol (GRPO, 2 steps)": {"champ_heldout": {"128": _cell(0.9, [0.8, 1.0])}}}}
+    assert "The intervals do not overlap." in findings([("evaluate", apart)])[0].text
+
+
+def test_train_and_evaluate_come_after_the_export_in_the_summary():
+    got = findings([("evaluate", EVALUATE), ("train", TRAIN), ("export", EXPORT), ("calibrate_live", LIVE)])
+    assert [f.step for f in got][-3:] == ["export", "train", "evaluate"]
+
+
+def test_no_qualified_problem_with_the_embedded_teacher_says_why_and_names_a_real_teacher():
+    none = {"stage": "synthesize", "method": "mbs", "hard_seeds": 2, "seeds_qualified": 0, "yield": 0.0,
+            "qualified_problems": 0, "teachers": ["smollm2-135m-instruct", "reference"],
+            "rejections": {"decomposition/parse error": 2}}
+    head = synthesis_findings("synthesize_mbs", none)[0]
+    assert "Why 0: the teacher here is the embedded SmolLM2-135M, which cannot decompose" in head.text
+    assert "teacher=hosted" in head.text and "mbs-pipeline teacher=hosted" in head.text
+    direct = synthesis_findings("synthesize_direct", {**none, "method": "direct"})[0]
+    assert "cannot write a variant of a competition problem" in direct.text and "teacher=hosted" in direct.text
+    # recognised by the teacher's model file too (a label set by hand)
+    by_file = {**none, "teachers": ["mine", "reference"],
+               "backends": {"teacher:mine+student:x": {"model_id": "SmolLM2-135M-Instruct.Q4_1.F32.gguf@sha256:f0"}}}
+    assert "Why 0" in synthesis_findings("synthesize_mbs", by_file)[0].text
+    # a real teacher that qualified nothing, or the embedded one that qualified something: no such sentence
+    assert "Why 0" not in synthesis_findings("synthesize_mbs", {**none, "teachers": ["gpt-5", "reference"]})[0].text
+    assert "Why 0" not in synthesis_findings("synthesize_mbs", {**none, "qualified_problems": 1, "seeds_qualified": 1})[0].text

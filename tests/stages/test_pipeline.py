@@ -10,7 +10,7 @@ from support.fakes import fake_backend_overrides
 
 from mbs.io import read_manifest, read_summary
 from mbs.llm import close_all
-from mbs.stages.pipeline import run
+from mbs.stages.pipeline import QUIET_2_CORE_SECONDS, expected_times, plan, run
 
 
 def test_pipeline_small(make_cfg, toy_jsonl, capsys):
@@ -74,6 +74,9 @@ def test_pipeline_small(make_cfg, toy_jsonl, capsys):
     assert "What moved where" in report and (out / "tables" / "calibrate_difficulty_bands_by_difficulty.md").exists()
     captured = capsys.readouterr()
     printed = captured.out
+    # before it starts: what each step took on a quiet 2-core machine (docs/performance.md)
+    assert printed.startswith("mbs-pipeline: 9 steps. At the default sizes on a quiet 2-core machine they took")
+    assert printed.index("calibrate_recorded") < printed.index("outputs in")
     assert f"outputs in {out}" in printed and "train.parquet" in printed
     assert "what moved where (difficulty x budget):" in printed and "fake, L=32: failed_all" in printed
     # the headline is the live difficulty study (N samples of a policy at L), with its interval and n
@@ -144,3 +147,15 @@ def test_pipeline_skips_training_when_nothing_of_a_trainable_policy_was_exported
     close_all()
     s = read_summary(out)
     assert "train" not in s["steps"] and "evaluate" not in s["steps"] and s["skipped"]["train"]
+
+
+def test_the_job_says_what_each_step_will_take_before_it_starts(make_cfg):
+    """Issue 45: the main job's first lines are the time each of its steps took on a quiet 2-core
+    machine at the default sizes, and every step of the default plan has a measurement."""
+    names = plan(make_cfg("pipeline", []))
+    assert set(names) <= set(QUIET_2_CORE_SECONDS)
+    text = expected_times(names).splitlines()
+    assert "quiet 2-core machine" in text[0] and "docs/performance.md" in text[0]
+    assert [line.split()[0] for line in text[1:]] == [*names, "total"]
+    assert text[1].split(None, 1)[1].strip() == "1 min 52 s" and text[-1].split(None, 1)[1].strip() == "7 min 32 s"
+    assert expected_times(["export", "new_step"]).splitlines()[2].endswith("(not measured)")
