@@ -1,9 +1,11 @@
 """Deterministic stand-ins for unit tests (the real backends are tested against real models).
 
 ``FakeBackend`` satisfies :class:`mbs.llm.base.Backend`. Sample ``i`` of a prompt is correct
-iff a stable hash of (prompt, seed, i) falls below the pass rate configured for the first
-``rates`` key found in the prompt, so every test can aim for solved_all, Goldilocks or
-failed_all problems and get the same samples on every run.
+iff ``u_i`` falls below the pass rate configured for the first ``rates`` key found in the prompt,
+where ``u_i`` is a golden-ratio sequence started at a stable hash of (prompt, seed)
+(:func:`_stratified`): any 4 consecutive samples hit both halves of [0, 1), so a problem at rate
+0.5 is Goldilocks at N >= 4 whatever its (problem-salted) seed, and every test can aim for
+solved_all, Goldilocks or failed_all problems and get the same samples on every run.
 """
 
 from __future__ import annotations
@@ -12,6 +14,16 @@ import hashlib
 from typing import Callable, Sequence
 
 from mbs.llm.base import BackendError, BackendStats, ChatRequest, Completion
+
+#: The golden ratio's fractional part: consecutive samples step around [0, 1) by it.
+_PHI = 0.6180339887498949
+
+
+def _stratified(prompt: str, seed: int, index: int) -> float:
+    """Sample ``index``'s uniform number in [0, 1): a start hashed from (prompt, seed), then ``index``
+    golden-ratio steps (4 consecutive points leave no gap of 0.5 or more)."""
+    start = int.from_bytes(hashlib.sha256(f"{prompt}|{seed}".encode()).digest()[:8], "little") / 2**64
+    return (start + index * _PHI) % 1.0
 
 
 class FakeBackend:
@@ -74,7 +86,7 @@ class FakeBackend:
                 if self.fail_after is not None and self.stats.samples >= self.fail_after:
                     raise BackendError("fake backend: killed")
                 h = int.from_bytes(hashlib.sha256(f"{prompt}|{req.seed}|{idx}".encode()).digest()[:8], "little")
-                correct = (h % 10_000) < rate * 10_000
+                correct = _stratified(prompt, req.seed, idx) < rate
                 text = f"Working... so the answer is \\boxed{{{answer if correct else self.wrong.format(h=h % 97)}}}."
                 length = any(t in prompt for t in self.truncate)
                 comps.append(
