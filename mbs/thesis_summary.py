@@ -30,7 +30,7 @@ from mbs.thesis import (
 )
 from mbs.training.forecast import compare_observed, counts_from_calibrations, trap_forecast
 from mbs.training.prior import BetaPrior, resolve_prior
-from mbs.training.trap import observed_zero_std
+from mbs.training.trap import metrics_rows, observed_zero_std
 
 __all__ = ["SECONDARY", "summarize"]
 
@@ -43,14 +43,10 @@ SECONDARY = (("goldilocks", "trapped"), ("goldilocks", "uncalibrated"), ("goldil
 
 def _drawn(root: Path, arm: str, seed: int) -> dict[int, int]:
     """Rollouts one training run drew up to each step (``metrics.jsonl``), cumulated; empty before it counted them."""
-    path = root / "runs" / arm / f"seed{seed}" / "metrics.jsonl"
     out, total = {}, 0
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            row = json.loads(line)
-            if row.get("rollouts_drawn") is not None:
-                total += int(row["rollouts_drawn"])
-                out[int(row["step"])] = total
+    for row in metrics_rows(root / "runs" / arm / f"seed{seed}" / "metrics.jsonl", "rollouts_drawn"):
+        total += int(row["rollouts_drawn"])
+        out[int(row["step"])] = total
     return out
 
 

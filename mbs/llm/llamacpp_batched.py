@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from mbs.llm.base import BackendError, sample_seed
-from mbs.llm.llamacpp_sampling import LLAMA_CPP_DEFAULTS, sampler_chain
+from mbs.llm.llamacpp_sampling import LLAMA_CPP_DEFAULTS, TOKEN_DATA, sampler_chain
 
 #: KV cells per stream are rounded up to this (llama.cpp pads its attention window to 256 cells).
 CELL_STEP = 256
@@ -198,7 +198,7 @@ class BatchedDecoder:
         self._buf = ctypes.create_string_buffer(256)
         # a candidate array to draw a first token from stored logits, as llama_sampler_sample fills it
         self._cand = (llama_cpp.llama_token_data * self._n_vocab)()
-        view = np.frombuffer(self._cand, dtype=np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")]))
+        view = np.frombuffer(self._cand, dtype=np.dtype(TOKEN_DATA))
         self._cand_view = view
         eos = llama_cpp.llama_vocab_eos(self._vocab)
         # the chat handler adds the EOS token's text as a stop string; kept for the same stops

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import ctypes
 
-__all__ = ["LLAMA_CPP_DEFAULTS", "filter_chain", "kept_distribution", "sampler_chain"]
+__all__ = ["LLAMA_CPP_DEFAULTS", "TOKEN_DATA", "filter_chain", "kept_distribution", "sampler_chain"]
+
+#: NumPy view of llama.cpp's ``llama_token_data`` (token id, logit, probability), for filling candidate arrays.
+TOKEN_DATA = [("id", "<i4"), ("logit", "<f4"), ("p", "<f4")]
 
 #: The filters mbs's llama.cpp engine applies besides a request's temperature and top_p unless
 #: ``backend.top_k`` / ``backend.min_p`` say otherwise: llama-cpp-python's chat defaults, top-k 40
@@ -89,7 +92,7 @@ def kept_distribution(logits, temperature: float, top_p: float, top_k: int, min_
         raise ValueError(f"temperature={temperature}: the kept distribution needs temperature > 0")
     n = len(logits)
     cand = (L.llama_token_data * n)()
-    view = np.frombuffer(cand, dtype=np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")]))
+    view = np.frombuffer(cand, dtype=np.dtype(TOKEN_DATA))
     view["id"] = np.arange(n, dtype="<i4")
     view["logit"] = np.asarray(logits, dtype="<f4")
     view["p"] = 0.0

@@ -139,35 +139,29 @@ def gather_groups(outputs: Sequence[dict[str, Any]], picks: Sequence[tuple[int, 
     """
     import torch
 
-    rows = {r: [g * group_size + j for (rr, g) in picks if rr == r for j in range(group_size)] for r in range(len(outputs))}
-    order = [(r, g) for r, g in picks]
-    total = len(order) * group_size
+    n_rows = len(outputs[0]["advantages"])
+
+    def rows(g: int) -> slice:  # group g's rows in its round's output
+        return slice(g * group_size, (g + 1) * group_size)
+
     out: dict[str, Any] = {}
     for key, first in outputs[0].items():
         if key == "num_items_in_batch":
             continue
-        if isinstance(first, torch.Tensor) and first.dim() >= 1 and first.shape[0] == len(outputs[0]["advantages"]):
-            parts, positions = [], []
-            for r, idx in rows.items():
-                if idx:
-                    parts.append(outputs[r][key][idx])
-                    positions += [(r, i) for i in idx]
-            if first.dim() >= 2:
-                width = max(p.shape[1] for p in parts)
+        if isinstance(first, torch.Tensor) and first.dim() >= 1 and first.shape[0] == n_rows:
+            parts = [o[key] for o in outputs]
+            if first.dim() >= 2:  # per-token: pad to the widest round a group is picked from
+                width = max(parts[r].shape[1] for r in {r for r, _ in picks})
                 value = pad_token_id if key in ("prompt_ids", "completion_ids") else 1 if key == "tool_mask" else 0
-                parts = [_pad_to(p, width, value, key in _LEFT) for p in parts]
-            stacked = torch.cat(parts, dim=0)
-            # back into the picked order (groups of the first round first, as picked)
-            where = {pos: k for k, pos in enumerate(positions)}
-            index = torch.tensor([where[(r, g * group_size + j)] for r, g in order for j in range(group_size)])
-            out[key] = stacked[index]
-        elif isinstance(first, list) and len(first) == len(outputs[0]["advantages"]):
-            out[key] = [outputs[r][key][g * group_size + j] for r, g in order for j in range(group_size)]
+                parts = [_pad_to(t, width, value, key in _LEFT) for t in parts]
+            out[key] = torch.cat([parts[r][rows(g)] for r, g in picks], dim=0)
+        elif isinstance(first, list) and len(first) == n_rows:
+            out[key] = [x for r, g in picks for x in outputs[r][key][rows(g)]]
         else:
             out[key] = first
     mask = out["completion_mask"] if "tool_mask" not in out else out["completion_mask"] * out["tool_mask"]
     out["num_items_in_batch"] = mask.sum()
-    assert out["advantages"].shape[0] == total
+    assert out["advantages"].shape[0] == len(picks) * group_size
     return out
 
 

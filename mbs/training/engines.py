@@ -12,7 +12,6 @@ run), fills the run's ``summary`` dict in place and returns the manifest's count
 
 from __future__ import annotations
 
-import json
 import logging
 import shlex
 from collections.abc import Callable
@@ -26,8 +25,8 @@ from mbs.registry import Registry
 from mbs.training.launch import TrainError, check_data, job_env, submit
 from mbs.training.policy import TrainPolicy
 from mbs.training.settings import TrainSettings
-from mbs.training.trap import forecast_block
-from mbs.training.trl_engine import TrlJob
+from mbs.training.trap import forecast_block, metrics_rows
+from mbs.training.trl_engine import DRAW_KEYS, TrlJob
 from mbs.training.verl_command import (
     VerlJob,
     build_command,
@@ -245,8 +244,6 @@ def draw_totals(metrics_path: Path, enabled: bool, max_rounds: int) -> dict[str,
     """The ``draws`` block of a TRL run's ``summary.json``: what every step drew, summed
     (``metrics.jsonl``'s ``groups_drawn``, ``groups_kept``, ``rollouts_drawn``, ``rounds``,
     ``groups_padded``), with dynamic sampling's settings."""
-    rows = [json.loads(x) for x in metrics_path.read_text(encoding="utf-8").splitlines()] if metrics_path.is_file() else []
-    rows = [r for r in rows if "rollouts_drawn" in r]
-    keys = ("groups_drawn", "groups_kept", "rollouts_drawn", "rounds", "groups_padded")
+    rows = metrics_rows(metrics_path, "rollouts_drawn")
     return {"dynamic_sampling": bool(enabled), "max_rounds": int(max_rounds), "steps": len(rows),
-            **{k: int(sum(r.get(k, 0) for r in rows)) for k in keys}}
+            **{k: int(sum(r.get(k, 0) for r in rows)) for k in DRAW_KEYS}}

@@ -126,31 +126,27 @@ def training_prior(cals: Sequence[Calibration], population: Sequence[Calibration
                                + ("likelihood truncated to 0 < k < N)" if truncated else "every band)"))
 
 
+def metrics_rows(metrics_path: str | Path, key: str) -> list[dict[str, Any]]:
+    """The lines of a TRL run's ``metrics.jsonl`` that log ``key`` (not null), in order; none when
+    the file is missing (a run that has not logged a step)."""
+    path = Path(metrics_path)
+    if not path.is_file():
+        return []
+    rows = (json.loads(line) for line in path.read_text(encoding="utf-8").splitlines())
+    return [row for row in rows if row.get(key) is not None]
+
+
 def observed_zero_std(metrics_path: str | Path) -> tuple[list[int], list[float]]:
     """``(steps, frac_reward_zero_std)`` of every logged step of a TRL run's ``metrics.jsonl``."""
-    steps, values = [], []
-    path = Path(metrics_path)
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            row = json.loads(line)
-            if row.get("frac_reward_zero_std") is not None:
-                steps.append(int(row["step"]))
-                values.append(float(row["frac_reward_zero_std"]))
-    return steps, values
+    rows = metrics_rows(metrics_path, "frac_reward_zero_std")
+    return [int(r["step"]) for r in rows], [float(r["frac_reward_zero_std"]) for r in rows]
 
 
 def observed_draws(metrics_path: str | Path) -> tuple[list[int], list[int]]:
     """Per logged step of ``metrics.jsonl``, the generation rounds and the rollouts drawn (steps
     logged before these were counted are left out)."""
-    rounds, rollouts = [], []
-    path = Path(metrics_path)
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            row = json.loads(line)
-            if row.get("rollouts_drawn") is not None:
-                rounds.append(int(row.get("rounds", 1)))
-                rollouts.append(int(row["rollouts_drawn"]))
-    return rounds, rollouts
+    rows = metrics_rows(metrics_path, "rollouts_drawn")
+    return [int(r.get("rounds", 1)) for r in rows], [int(r["rollouts_drawn"]) for r in rows]
 
 
 def forecast_block(data_dir: str | Path, policy: str | None, budget: int | None, group_size: int, prompts_per_step: int,
