@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,18 @@ def _fresh_backends():
     close_all()
     yield
     close_all()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def models_dir(tmp_path_factory):
+    """One ``paths.models_dir`` for the session (``$MBS_MODELS_DIR``, kept when already set): the
+    embedded model's fp32 GGUF and Hugging Face checkpoint (540 MB each) are written once, not once
+    per test under its own tmp folder (that filled CI's disk). Subprocesses inherit it."""
+    folder = os.environ.get("MBS_MODELS_DIR") or str(tmp_path_factory.mktemp("models"))
+    patch = pytest.MonkeyPatch()
+    patch.setenv("MBS_MODELS_DIR", folder)
+    yield Path(folder)
+    patch.undo()
 
 
 @pytest.fixture

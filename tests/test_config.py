@@ -147,3 +147,16 @@ def test_experiment_values_override_the_stage_defaults(make_cfg):
     # the command line still wins over an experiment
     cfg = make_cfg("calibrate", ["experiment=budget_trap", "calibrate.n=2"])
     assert cfg.calibrate.n == 2
+
+
+def test_derived_model_files_go_to_models_dir(make_cfg, monkeypatch, tmp_path):
+    """``paths.models_dir``: ``$MBS_MODELS_DIR`` when set, else the LLM cache; the backends that derive
+    model files from a GGUF (llama.cpp's fp32 file, transformers' checkpoint) write them there."""
+    monkeypatch.setenv("MBS_MODELS_DIR", str(tmp_path / "shared"))
+    for backend in ("llamacpp", "transformers"):
+        cfg = make_cfg("calibrate", [f"backend={backend}"])
+        assert cfg.backend.cache_dir == cfg.paths.models_dir == str(tmp_path / "shared")
+        assert cfg.paths.cache_dir == str(tmp_path / "cache")
+    monkeypatch.delenv("MBS_MODELS_DIR")
+    cfg = make_cfg("calibrate", ["backend=llamacpp"])
+    assert cfg.backend.cache_dir == cfg.paths.models_dir == cfg.paths.cache_dir == str(tmp_path / "cache")

@@ -86,7 +86,7 @@ def dequantized_gguf(gguf_path: str | Path, cache_dir: str | Path) -> Path:
 
     Args:
         gguf_path: The GGUF file (any quantisation; an all-F32 file is returned as it is).
-        cache_dir: Root of mbs' cache (``paths.cache_dir``); the file goes to
+        cache_dir: Where derived model files go (``paths.models_dir``); the file goes to
             ``<cache_dir>/gguf/<sha256[:16]>/<stem>.F32.gguf``, beside a :data:`SOURCE_FILE`.
 
     Returns:
@@ -168,7 +168,7 @@ def trainable_checkpoint(gguf_path: str | Path, cache_dir: str | Path) -> Path:
 
     Args:
         gguf_path: The GGUF file calibration sampled (e.g. :func:`mbs.llm.llamacpp.embedded_model_path`).
-        cache_dir: Root of mbs' cache (``paths.cache_dir``); checkpoints go to ``<cache_dir>/hf/<hash>/``.
+        cache_dir: Where derived model files go (``paths.models_dir``); checkpoints go to ``<cache_dir>/hf/<hash>/``.
 
     Returns:
         The checkpoint folder: ``config.json``, ``model.safetensors`` (fp32), the tokenizer files

@@ -45,8 +45,10 @@ WEIGHTS = ("f32", "file")
 
 
 def default_cache_dir() -> Path:
-    """mbs' cache root when no ``cache_dir`` is given: ``$MBS_CACHE_DIR``, else ``~/.cache/mbs``."""
-    return Path(os.environ.get("MBS_CACHE_DIR") or Path.home() / ".cache" / "mbs").expanduser()
+    """Where derived model files go when no ``cache_dir`` is given, as ``paths.models_dir`` resolves:
+    ``$MBS_MODELS_DIR``, else ``$MBS_CACHE_DIR``, else ``~/.cache/mbs``."""
+    folder = os.environ.get("MBS_MODELS_DIR") or os.environ.get("MBS_CACHE_DIR") or Path.home() / ".cache" / "mbs"
+    return Path(folder).expanduser()
 
 
 def embedded_model_path() -> Path:
@@ -153,7 +155,7 @@ class LlamaCppBackend:
             ``cache_dir/gguf/`` (4 bytes a parameter); ``file``: run the GGUF as stored (a quantised
             file is then another policy than the one ``mbs-train`` trains, which it refuses unless
             told ``train.allow_policy_mismatch=true``).
-        cache_dir: mbs' cache root (``paths.cache_dir``; ``None``: :func:`default_cache_dir`).
+        cache_dir: where derived model files go (``paths.models_dir``; ``None``: :func:`default_cache_dir`).
 
     Raises:
         FileNotFoundError: The model file does not exist.

@@ -79,7 +79,7 @@ class TransformersBackend:
 
     Args:
         model: Checkpoint folder, GGUF file, or ``embedded``/``None`` (the embedded model).
-        cache_dir: mbs' cache root (``paths.cache_dir``); a GGUF is converted into
+        cache_dir: where derived model files go (``paths.models_dir``); a GGUF is converted into
             ``<cache_dir>/hf/<sha256[:16]>/``. Only needed for a GGUF or the embedded model.
         device: ``auto`` (``cuda`` when a GPU is visible, else ``cpu``), ``cpu`` or ``cuda``.
         dtype: Weight and activation dtype: ``auto`` (bfloat16 on CUDA, float32 on the CPU),

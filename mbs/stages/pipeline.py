@@ -81,6 +81,7 @@ def sub_config(cfg: DictConfig, out_dir: Path, **overrides: Any) -> DictConfig:
     with open_dict(sub):
         sub.paths.root = str(cfg.paths.root)
         sub.paths.cache_dir = str(cfg.paths.cache_dir)
+        sub.paths.models_dir = str(cfg.paths.models_dir)
         sub.out_dir = str(out_dir)
         for key, value in overrides.items():
             OmegaConf.update(sub, key, value, merge=False, force_add=True)

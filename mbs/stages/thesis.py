@@ -112,7 +112,7 @@ def _train_cfg(cfg: DictConfig, data_dir: Path, out_dir: Path, seed: int, steps:
 def _backend(cfg: DictConfig, model: str, label: str, top_k: int | None, min_p: float | None) -> dict[str, Any]:
     """The ``transformers`` backend node of a checkpoint, sampling as the calibrated policy."""
     node = OmegaConf.to_container(OmegaConf.load(CONF / "backend" / "transformers.yaml"), resolve=False)
-    node.update(model=str(model), cache_dir=str(cfg.paths.cache_dir), label=label, batch_size=int(cfg.thesis.batch_size),
+    node.update(model=str(model), cache_dir=str(cfg.paths.models_dir), label=label, batch_size=int(cfg.thesis.batch_size),
                 top_k=int(top_k or 0), min_p=float(min_p or 0.0))
     return node
 
@@ -231,7 +231,7 @@ def run(cfg: DictConfig) -> Path:
     eval_groups = {b: [Group.of(problems[i], b, templates, vcfg) for i in heldout] for b in budgets}
     recal_groups = {name: [Group.of(problems[i], L, templates, vcfg) for i in ids] for name, ids in sets.items()}
     first = _train_cfg(cfg, set_dirs["goldilocks"], root / "runs" / "goldilocks" / f"seed{seeds[0]}", seeds[0], 1)
-    policy = resolve_policy(TrainSettings.from_cfg(first.train, seed=first.seed, cache_dir=cfg.paths.cache_dir))
+    policy = resolve_policy(TrainSettings.from_cfg(first.train, seed=first.seed, cache_dir=cfg.paths.models_dir))
     if policy.group_size != N or policy.max_completion_length != L:
         raise ConfigError(f"the export's calibrated policy has N={policy.group_size}, L={policy.max_completion_length}; "
                           f"the thesis asks N={N}, L={L}")

@@ -49,8 +49,8 @@ STAGE = "train"
 
 
 def settings_of(cfg: DictConfig) -> TrainSettings:
-    """The typed settings of a train config (its ``train`` node, ``seed`` and ``paths.cache_dir``)."""
-    return TrainSettings.from_cfg(cfg.train, seed=cfg.seed, cache_dir=cfg.paths.cache_dir)
+    """The typed settings of a train config (its ``train`` node, ``seed`` and ``paths.models_dir``)."""
+    return TrainSettings.from_cfg(cfg.train, seed=cfg.seed, cache_dir=cfg.paths.models_dir)
 
 
 def check_data_of(settings: TrainSettings, policy: TrainPolicy) -> TrainData:

@@ -2,7 +2,7 @@
 
 By default (every key below ``null``) training uses exactly what calibrated the data
 (:mod:`mbs.training.provenance`): the same model (a GGUF becomes a trainable fp32 checkpoint once,
-cached by the file's SHA-256 in ``paths.cache_dir``: :func:`mbs.llm.hf_checkpoint.trainable_checkpoint`),
+cached by the file's SHA-256 in ``paths.models_dir``: :func:`mbs.llm.hf_checkpoint.trainable_checkpoint`),
 group size = calibration N, completion length = budget L, and the same temperature, top-p, top-k,
 min-p, reasoning format and chat-template arguments (a calibrated reasoning effort becomes the
 ``reasoning_effort`` template variable, what gpt-oss's chat template reads).

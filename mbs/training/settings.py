@@ -1,7 +1,7 @@
 """What ``mbs-train`` reads of its config, as typed settings built once at the stage boundary.
 
 :meth:`TrainSettings.from_cfg` resolves the ``train`` node (``OmegaConf.to_container(...,
-resolve=True)``) with the run's ``seed`` and ``paths.cache_dir``; the engines
+resolve=True)``) with the run's ``seed`` and ``paths.models_dir``; the engines
 (:mod:`mbs.training.engines`), the verl command (:mod:`mbs.training.verl_command`), the TRL
 trainer (:mod:`mbs.training.trl_engine`), the policy resolution (:mod:`mbs.training.policy`) and
 the launcher (:mod:`mbs.training.launch`) read these values, never the config. Every value is
@@ -152,7 +152,7 @@ class SubmititSettings:
 
 @dataclass(frozen=True)
 class TrainSettings:
-    """What a training run reads of its config (the ``train`` node, ``seed``, ``paths.cache_dir``).
+    """What a training run reads of its config (the ``train`` node, ``seed``, ``paths.models_dir``).
 
     Attributes:
         engine: ``train.engine`` (``verl`` or ``trl``: :data:`mbs.training.engines.ENGINES`).
@@ -179,7 +179,7 @@ class TrainSettings:
         trl: ``train.trl`` (:class:`TrlSettings`).
         submitit: ``train.submitit`` (:class:`SubmititSettings`).
         seed: The run's ``seed`` (the trap forecast's draw of training rows).
-        cache_dir: ``paths.cache_dir`` (a GGUF policy's converted checkpoint goes to ``<cache_dir>/hf/``).
+        cache_dir: ``paths.models_dir`` (a GGUF policy's converted checkpoint goes to ``<cache_dir>/hf/``).
     """
 
     engine: str
@@ -217,7 +217,7 @@ class TrainSettings:
         Args:
             train: The ``train`` node (its interpolations resolve in the whole config).
             seed: The run's ``seed``.
-            cache_dir: ``paths.cache_dir``.
+            cache_dir: ``paths.models_dir``.
 
         Raises:
             omegaconf.errors.InterpolationResolutionError: A ``train.*`` value does not resolve.

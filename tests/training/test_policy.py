@@ -138,14 +138,13 @@ def test_sources_calibrated_differently_are_refused_by_name(make_cfg, tmp_path):
         ExportProvenance.from_export(export).choose("nope")
 
 
-def test_a_gguf_policy_trains_its_converted_checkpoint(make_cfg, tmp_path):
+def test_a_gguf_policy_trains_its_converted_checkpoint(make_cfg, models_dir, tmp_path):
     gguf = embedded_model_path()
     calibrated = {**HF_POLICY, "backend": "llamacpp", "model": str(gguf), "model_sha256": file_sha256(gguf), "embedded": True,
                   "top_k": 40, "min_p": 0.05, **LLAMACPP_NOW}
     export = write_export(tmp_path / "export", calibrated)
-    cache = tmp_path / "cache"
     pol = resolve_policy(settings_of(make_cfg("train", [f"train.data_dir={export}"])), convert=False)
-    assert pol.model == str(cache / "hf" / file_sha256(gguf)[:16]) and pol.gguf == str(gguf)  # trainable_checkpoint's folder
+    assert pol.model == str(models_dir / "hf" / file_sha256(gguf)[:16]) and pol.gguf == str(gguf)  # trainable_checkpoint's folder
     assert (pol.top_k, pol.min_p) == (40, 0.05)
     # the GGUF itself names the calibrated model; another file does not
     same = resolve_policy(settings_of(make_cfg("train", [f"train.data_dir={export}", f"train.model={gguf}"])), convert=False)

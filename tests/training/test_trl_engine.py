@@ -43,7 +43,7 @@ def export_dir(make_cfg, hf_cache):
                                           "export.select=usable"], out="export"))
 
 
-def test_trl_trains_the_calibrated_policy_resumes_and_rewards_equal_compute_score(make_cfg, export_dir, hf_cache, tmp_path):
+def test_trl_trains_the_calibrated_policy_resumes_and_rewards_equal_compute_score(make_cfg, export_dir, hf_cache, models_dir, tmp_path):
     from safetensors.numpy import load_file
 
     policy = read_summary(export_dir)["policy"]["sources"]["calibrate"]
@@ -56,7 +56,7 @@ def test_trl_trains_the_calibrated_policy_resumes_and_rewards_equal_compute_scor
     assert first["result"]["steps"] == 1 and (out / "checkpoints" / "checkpoint-1" / "trainer_state.json").is_file()
     pol = first["policy"]
     assert (pol["group_size"], pol["max_completion_length"], pol["top_k"], pol["min_p"]) == (8, 32, 40, 0.05)
-    assert first["overrides"] == {} and pol["model"].startswith(str(hf_cache / "hf"))
+    assert first["overrides"] == {} and pol["model"].startswith(str(models_dir / "hf"))
 
     # the rerun in the same folder, through the console script: resumes from checkpoint-1 and trains step 2
     res = subprocess.run(
@@ -76,7 +76,7 @@ def test_trl_trains_the_calibrated_policy_resumes_and_rewards_equal_compute_scor
             assert key in m, (key, m)
 
     # the weights moved (an update needs a group with mixed rewards: the rows are Goldilocks problems)
-    before = load_file(str(hf_cache / "hf" / policy["model_sha256"][:16] / "model.safetensors"))
+    before = load_file(str(models_dir / "hf" / policy["model_sha256"][:16] / "model.safetensors"))
     after = load_file(str(out / "final" / "model.safetensors"))
     assert before.keys() == after.keys()
     changed = [k for k in before if not (before[k] == after[k]).all()]
