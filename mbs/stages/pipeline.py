@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigKeyError
 
 from mbs.errors import ConfigError
-from mbs.figures.report import render
+from mbs.report import render
 from mbs.figures.story import findings
 from mbs.io import read_summary
 from mbs.progress import StepProgress, format_seconds

@@ -48,7 +48,7 @@ from mbs.calibration.sampling import Group, RolloutWriter
 from mbs.data import load_problems
 from mbs.errors import UserError
 from mbs.export.verl_schema import write_parquet
-from mbs.figures.report import render
+from mbs.report import render
 from mbs.io import read_records, read_summary, write_json_atomic
 from mbs.llm import close_all
 from mbs.records import Calibration, Problem, Rollout

@@ -4,6 +4,9 @@ Outputs: ``figures/<step>/<name>.{png,pdf}``, ``tables/<step>_<name>.{md,tex}`` 
 ``report.html`` (figures embedded), all derived from the run directory's ``summary.json``
 files through :mod:`mbs.io`, so the same run gives byte-identical tables. A pipeline run
 directory is walked step by step.
+
+It sits above :mod:`mbs.figures` and :mod:`mbs.synth` (a synthesis run's figures are its method's,
+:data:`mbs.synth.methods.METHODS`), so only the stages call it: no folder below draws the report.
 """
 
 from __future__ import annotations
