@@ -32,7 +32,7 @@ LAYERS: list[list[str]] = [
     ["mbs.figures"],
     # what the stages call: a calibration run's outputs, shards and their union, synthesis, export, training
     ["mbs.calibration.run", "mbs.calibration.recorded", "mbs.shards", "mbs.synth", "mbs.export", "mbs.training",
-     "mbs.thesis_summary"],
+     "mbs.thesis.summary"],
     # the report (draws every stage's figures, synthesis methods' included)
     ["mbs.report"],
     # the stages and their entry points
@@ -55,8 +55,8 @@ FOLDERS: list[list[str]] = [
     # shards and their union; the export (verl parquet with the calibrated policy's provenance)
     ["mbs.shards", "mbs.export"],
     ["mbs.training"],
-    # the thesis experiment's sets, sampler, statistics and summary (over calibrations and trainings)
-    ["mbs.thesis", "mbs.thesis_summary"],
+    # the thesis experiment's sets, sampler, statistics, table and summary (over calibrations and trainings)
+    ["mbs.thesis"],
     # figures of each stage's run directory
     ["mbs.figures"],
     # synthesis methods (each names its figures)

@@ -13,7 +13,7 @@ problem teaches a GRPO policy only when its rollouts disagree):
    (``mbs-export``, ``export.select=all``: dedup removes repeated prompts, so no held-out prompt is
    also a training prompt);
 3. ``sets/<set>/``: a held-out set (``thesis.heldout`` problems drawn from the export) and three
-   training sets of ``thesis.set_size`` problems from the rest (:func:`mbs.thesis.build_sets`):
+   training sets of ``thesis.set_size`` problems from the rest (:func:`mbs.thesis.sets.build_sets`):
    goldilocks, trapped, uncalibrated; each folder is an export (``train.parquet`` and the export's
    ``summary.json``), so ``mbs-train`` trains exactly the calibrated policy;
 4. ``runs/<set>/seed<s>/``: TRL's GRPO (``mbs-train train.engine=trl``) with the same steps,
@@ -55,8 +55,9 @@ from mbs.records import Calibration, Problem, Rollout
 from mbs.stages import calibrate, train
 from mbs.stages.config import open_run, validate_config
 from mbs.stages.pipeline import export_runs, stage_node, sub_config
-from mbs.thesis import ARM_SET, ARMS, Sampler, build_sets, split_heldout
-from mbs.thesis_summary import summarize
+from mbs.thesis.sampling import Sampler
+from mbs.thesis.sets import ARM_SET, ARMS, build_sets, split_heldout
+from mbs.thesis.summary import summarize
 from mbs.training.policy import resolve_policy
 from mbs.training.settings import TrainSettings
 from mbs.validate import ConfigError
@@ -121,7 +122,7 @@ def _write_sets(export_dir: Path, root: Path, sets: dict[str, list[str]], heldou
     """``sets/<set>/train.parquet`` (the export's rows of the set) and the export's ``summary.json``
     (its ``policy`` block: the provenance ``mbs-train`` trains from); ``sets/heldout.json``.
 
-    Writing the run's set folders is this stage's output (and :mod:`mbs.thesis`, below
+    Writing the run's set folders is this stage's output (and :mod:`mbs.thesis.sets`, below
     :mod:`mbs.export` in the layers, cannot write verl parquet), so it stays here."""
     rows = {r["extra_info"]["id"]: r for r in pq.read_table(export_dir / "train.parquet").to_pylist()}
     summary = read_summary(export_dir)

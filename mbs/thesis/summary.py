@@ -3,7 +3,7 @@
 :func:`summarize` is a pure function of what :mod:`mbs.stages.thesis` drew and trained (the
 evaluation and re-calibration rollouts, each training run's ``metrics.jsonl``, the corpus
 calibration), so a rerun that draws nothing new writes the same numbers. The arithmetic is
-:mod:`mbs.thesis`; the zero-std forecast is :func:`mbs.training.forecast.trap_forecast`.
+:mod:`mbs.thesis.statistics`; the zero-std forecast is :func:`mbs.training.forecast.trap_forecast`.
 """
 
 from __future__ import annotations
@@ -19,15 +19,8 @@ import numpy as np
 
 from mbs.calibration import calibrate_group
 from mbs.records import Calibration, Rollout
-from mbs.thesis import (
-    ARM_SET,
-    ARMS,
-    accuracy_summary,
-    contrasts,
-    migration,
-    per_problem_accuracy,
-    zero_std_counts,
-)
+from mbs.thesis.sets import ARM_SET, ARMS
+from mbs.thesis.statistics import accuracy_summary, contrasts, migration, per_problem_accuracy, zero_std_counts
 from mbs.training.forecast import compare_observed, counts_from_calibrations, trap_forecast
 from mbs.training.prior import BetaPrior, resolve_prior
 from mbs.training.trap import metrics_rows, observed_zero_std
