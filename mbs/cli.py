@@ -13,22 +13,10 @@ import hydra
 from omegaconf import DictConfig
 
 from mbs.launch import refuse_secrets
+from mbs.stages.compose import config_dir
 
 
-def config_dir() -> str:
-    """Absolute path of the ``conf/`` folder (the repository root of an editable install).
-
-    Raises:
-        FileNotFoundError: mbs is installed without its ``conf/`` folder (use ``pip install -e .``).
-    """
-    path = Path(__file__).resolve().parent.parent / "conf"
-    if not (path / "base.yaml").is_file():
-        raise FileNotFoundError(
-            f"mbs configs not found at {path}: install mbs from a checkout with `pip install -e .`"
-        )
-    return str(path)
-
-
+#: The ``conf/`` folder every entry point composes from (:func:`mbs.stages.compose.config_dir`).
 CONF = config_dir()
 
 

@@ -53,6 +53,7 @@ from mbs.io import read_records, read_summary, write_json_atomic
 from mbs.llm import close_all
 from mbs.records import Calibration, Problem, Rollout
 from mbs.stages import calibrate, train
+from mbs.stages.compose import backend_node
 from mbs.stages.config import open_run, validate_config
 from mbs.stages.pipeline import export_runs, stage_node, sub_config
 from mbs.thesis.sampling import Sampler
@@ -70,7 +71,6 @@ log = logging.getLogger(__name__)
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 STAGE = "thesis"
-CONF = Path(__file__).resolve().parent.parent.parent / "conf"
 
 
 def schedule(steps: int, every: int) -> list[int]:
@@ -97,7 +97,7 @@ def _train_cfg(cfg: DictConfig, data_dir: Path, out_dir: Path, seed: int, steps:
     """The ``mbs-train`` config of one set and seed, trained up to ``steps`` (``dynamic``: with dynamic
     sampling, at most ``thesis.dynamic_max_rounds`` generation rounds a step)."""
     t = cfg.thesis
-    sub = sub_config(cfg, out_dir, train=stage_node("train", "train", ["grpo"]))
+    sub = sub_config(cfg, out_dir, train=stage_node("train", "train", "grpo"))
     with open_dict(sub):
         sub.seed = int(seed)
         sub.train.engine, sub.train.data_dir, sub.train.calibration = "trl", str(data_dir), None
@@ -112,7 +112,7 @@ def _train_cfg(cfg: DictConfig, data_dir: Path, out_dir: Path, seed: int, steps:
 
 def _backend(cfg: DictConfig, model: str, label: str, top_k: int | None, min_p: float | None) -> dict[str, Any]:
     """The ``transformers`` backend node of a checkpoint, sampling as the calibrated policy."""
-    node = OmegaConf.to_container(OmegaConf.load(CONF / "backend" / "transformers.yaml"), resolve=False)
+    node = backend_node("transformers")
     node.update(model=str(model), cache_dir=str(cfg.paths.cache_dir), label=label, batch_size=int(cfg.thesis.batch_size),
                 top_k=int(top_k or 0), min_p=float(min_p or 0.0))
     return node
