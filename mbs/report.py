@@ -21,6 +21,7 @@ from mbs.calibration import budget_sort_key
 from mbs.figures import stage_key
 from mbs.figures.mbs_vs_direct import compare_methods
 from mbs.figures.stages import BY_STAGE, FigureFn
+from mbs.figures.story import figure_id, findings, step_id, story_html
 from mbs.io import read_summary, write_text_atomic
 from mbs.records import BANDS
 from mbs.synth.methods import METHODS
@@ -127,8 +128,6 @@ def _add_mbs_vs_direct(run_dir: Path, out_dir: Path, formats: Sequence[str], wid
 
 
 def _report_html(run_dir: Path, sections: list[tuple[str, dict[str, Any], list[str], list[str], str]]) -> str:
-    from mbs.figures.story import figure_id, findings, step_id, story_html
-
     try:
         run_summary = read_summary(run_dir)
     except FileNotFoundError:

@@ -17,8 +17,8 @@ from omegaconf import DictConfig
 from mbs.data import DataError
 from mbs.errors import ConfigError
 from mbs.figures.compare import compare_runs
-from mbs.report import render
 from mbs.io import MANIFEST, RunDir, write_text_atomic
+from mbs.report import render
 from mbs.stages.config import validate_config
 
 log = logging.getLogger(__name__)

@@ -25,6 +25,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigKeyError
 
+from mbs.data.reasoning_gym import levels_of
 from mbs.errors import ConfigError
 from mbs.figures.story import findings
 from mbs.io import read_summary
@@ -202,7 +203,6 @@ def run(cfg: DictConfig) -> Path:
     steps: dict[str, str] = {}
     pcfg = cfg.pipeline
     if pcfg.difficulty.enabled and pcfg.difficulty.data.loader == "reasoning_gym":  # bad levels fail now, not after CHAMP
-        from mbs.data.reasoning_gym import levels_of
 
         levels_of(pcfg.difficulty.data)
     names = plan(cfg)

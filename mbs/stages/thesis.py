@@ -48,10 +48,10 @@ from mbs.calibration.sampling import Group, RolloutWriter
 from mbs.data import load_problems
 from mbs.errors import UserError
 from mbs.export.verl_schema import write_parquet
-from mbs.report import render
 from mbs.io import read_records, read_summary, write_json_atomic
 from mbs.llm import close_all
 from mbs.records import Calibration, Problem, Rollout
+from mbs.report import render
 from mbs.stages import calibrate, train
 from mbs.stages.compose import backend_node
 from mbs.stages.config import open_run, validate_config

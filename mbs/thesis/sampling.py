@@ -10,6 +10,7 @@ from typing import Any
 from mbs.calibration.sampling import Group, Policy, RolloutWriter, draw
 from mbs.llm import close_all
 
+
 class Sampler:
     """Draws k samples per group for a named policy into a shard, skipping what is done.
 

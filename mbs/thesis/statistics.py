@@ -26,6 +26,7 @@ from scipy import stats as sps
 from mbs.records import BANDS, Rollout
 from mbs.stats import bootstrap_mean, share
 
+
 def per_problem_accuracy(rollouts: Iterable[Rollout], k: int) -> dict[str, float]:
     """avg@k per problem: correct samples / ``k`` (an ungraded sample counts as wrong).
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from mbs.thesis.sets import ARMS
 
+
 def _fmt(x: float | None, ci: Sequence[float] | None = None) -> str:
     if x is None:
         return "-"

@@ -9,8 +9,8 @@ import pytest
 
 import mbs.figures as figures_pkg
 from mbs.llm import close_all
-from mbs.stages.calibrate import run as calibrate
 from mbs.report import render
+from mbs.stages.calibrate import run as calibrate
 from support.fakes import fake_backend_overrides
 
 
