@@ -49,6 +49,7 @@ def compose_node(stage: str, key: str, overrides: Sequence[str] = ()) -> dict[st
 
     Raises:
         hydra.errors.HydraException: An unknown stage, group or option.
+        TypeError: The node is not a mapping.
     """
     if GlobalHydra.instance().is_initialized():
         cfg = compose(config_name=stage, overrides=list(overrides))
@@ -56,8 +57,9 @@ def compose_node(stage: str, key: str, overrides: Sequence[str] = ()) -> dict[st
         with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
             cfg = compose(config_name=stage, overrides=list(overrides))
     node = OmegaConf.to_container(cfg[key], resolve=False)
-    assert isinstance(node, dict), f"{stage}.{key} is not a mapping"
-    return node
+    if not isinstance(node, dict):
+        raise TypeError(f"{stage}.{key} is not a mapping: {node!r}")
+    return {str(k): v for k, v in node.items()}
 
 
 def backend_node(name: str) -> dict[str, Any]:
