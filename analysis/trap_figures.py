@@ -3,7 +3,7 @@
     python analysis/trap_figures.py RUN_DIR [RUN_DIR ...] --out FIGURE_DIR
 
 Reads only through the public readers of :mod:`mbs.io` (via :mod:`mbs.figures` and
-:func:`mbs.figures.report.render`); the same as ``mbs-figures run_dir=RUN hydra.run.dir=DIR``.
+:func:`mbs.report.render`); the same as ``mbs-figures run_dir=RUN hydra.run.dir=DIR``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from mbs.figures.report import render
+from mbs.report import render
 
 
 def main() -> None:

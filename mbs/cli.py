@@ -6,29 +6,23 @@ the composed config. The configs live in the repository's ``conf/`` folder.
 
 from __future__ import annotations
 
+import importlib
+import logging
+import os
+import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
 
-from mbs.launch import refuse_secrets
+from mbs.errors import UserError
+from mbs.launch import command_name, log_to_files, refuse_secrets
+from mbs.redact import install_log_redaction
+from mbs.stages.compose import config_dir
+from mbs.stages.config import staged_hydra_outputs
 
-
-def config_dir() -> str:
-    """Absolute path of the ``conf/`` folder (the repository root of an editable install).
-
-    Raises:
-        FileNotFoundError: mbs is installed without its ``conf/`` folder (use ``pip install -e .``).
-    """
-    path = Path(__file__).resolve().parent.parent / "conf"
-    if not (path / "base.yaml").is_file():
-        raise FileNotFoundError(
-            f"mbs configs not found at {path}: install mbs from a checkout with `pip install -e .`"
-        )
-    return str(path)
-
-
+#: The ``conf/`` folder every entry point composes from (:func:`mbs.stages.compose.config_dir`).
 CONF = config_dir()
 
 
@@ -40,16 +34,6 @@ def _run(module: str, cfg: DictConfig, *args: object) -> None:
     2, without a Python traceback. ``HYDRA_FULL_ERROR=1`` re-raises it, traceback included;
     any other exception is a bug and keeps its traceback. Hydra's files and log reach the run
     directory only once the run is admitted there (:func:`mbs.stages.config.staged_hydra_outputs`)."""
-    import importlib
-    import logging
-    import os
-    import sys
-
-    from mbs.errors import UserError
-    from mbs.launch import command_name, log_to_files
-    from mbs.redact import install_log_redaction
-    from mbs.stages.config import staged_hydra_outputs
-
     install_log_redaction()
     try:
         with staged_hydra_outputs(cfg):
@@ -105,7 +89,4 @@ merge = _stage_entry(
 @hydra.main(version_base="1.3", config_path=CONF, config_name="serve")
 def serve(cfg: DictConfig) -> None:
     """mbs-serve: an inference service job (vllm serve) publishing its URL; service.action=stop ends it."""
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import OmegaConf
-
     _run("mbs.stages.serve", cfg, OmegaConf.to_container(HydraConfig.get().launcher, resolve=True))

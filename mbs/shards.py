@@ -24,7 +24,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from mbs.calibration.grouping import SeenKeys
-from mbs.calibration.run import CalibrationSettings, finalize
+from mbs.calibration.run import CalibrationSettings, Finalized, finalize
 from mbs.data import load_problem_shards
 from mbs.errors import UserError
 from mbs.io import MANIFEST, RunDir, Shard, read_json, read_records, shard_files, write_json_atomic
@@ -307,13 +307,14 @@ def merge_backend_usage(usages: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def finalize_calibration(
     out: RunDir, settings: CalibrationSettings, data: DictConfig, shards: Sequence[ShardDir]
-) -> Path:
+) -> Finalized:
     """Recompute a calibration from the union of its shards' rollouts (already in ``out``).
 
     The problems are loaded again exactly as each shard loaded them (:func:`mbs.data.load_problem_shards`:
     the data read once and split as ``load_problems`` with each shard's index and count), then
-    :func:`mbs.calibration.run.finalize` derives calibrations, hard seeds, the summary, figures
-    and the manifest, as a single process does.
+    :func:`mbs.calibration.run.finalize` derives calibrations, hard seeds and the summary, as a
+    single process does; the merge stage then draws the figures and writes the manifest
+    (:meth:`mbs.calibration.run.Finalized.write_manifest`).
 
     Args:
         out: The merged run directory, holding the union of the shards' records.
@@ -322,7 +323,7 @@ def finalize_calibration(
         shards: The merged shards (their summaries and manifests are summed).
 
     Returns:
-        The merged run directory.
+        The finalised calibration, before its manifest.
 
     Raises:
         MergeError: A rollout of a problem no shard loaded (the data changed since the run).

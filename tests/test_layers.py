@@ -1,6 +1,7 @@
 """The import rules of CONTRIBUTING.md, checked on the source: every import of an ``mbs`` module
 (at the top or inside a function) goes down the layers of :data:`LAYERS` or stays in its layer;
-the modules import each other in no circle; and no function below ``mbs/stages/`` takes the whole
+every import between folders goes down the folder layers of :data:`FOLDERS` or stays in its
+layer; the modules import each other in no circle; and no function below ``mbs/stages/`` takes the whole
 config (a parameter ``cfg``) except the ones listed in :data:`CFG_DEBT`, which only shrinks.
 """
 
@@ -31,13 +32,57 @@ LAYERS: list[list[str]] = [
     ["mbs.figures"],
     # what the stages call: a calibration run's outputs, shards and their union, synthesis, export, training
     ["mbs.calibration.run", "mbs.calibration.recorded", "mbs.shards", "mbs.synth", "mbs.export", "mbs.training",
-     "mbs.thesis_summary"],
+     "mbs.thesis.summary"],
     # the report (draws every stage's figures, synthesis methods' included)
-    ["mbs.figures.report"],
+    ["mbs.report"],
     # the stages and their entry points
     ["mbs.stages"],
     ["mbs.cli"],
 ]
+
+#: Folders (the packages right below ``mbs``, and each root module on its own) from the bottom up:
+#: a folder imports only folders of its own layer or below, so a reader walks each folder down
+#: once. A folder's modules may be spread over several :data:`LAYERS`; this is the coarser rule.
+FOLDERS: list[list[str]] = [
+    # foundations
+    ["mbs", "mbs.errors", "mbs.redact", "mbs.progress", "mbs.resources", "mbs.stats", "mbs.textmath",
+     "mbs.reasoning", "mbs.prompts", "mbs.registry", "mbs.records", "mbs.run_lock", "mbs.run_restore"],
+    # run directories, config ranges, LLM backends, the job launcher and the service
+    ["mbs.llm", "mbs.validate", "mbs.io", "mbs.launch", "mbs.service"],
+    ["mbs.verify"],
+    ["mbs.data", "mbs.benchmarks", "mbs.rewards", "mbs.evaluation"],
+    ["mbs.calibration"],
+    # shards and their union; the export (verl parquet with the calibrated policy's provenance)
+    ["mbs.shards", "mbs.export"],
+    ["mbs.training"],
+    # the thesis experiment's sets, sampler, statistics, table and summary (over calibrations and trainings)
+    ["mbs.thesis"],
+    # figures of each stage's run directory
+    ["mbs.figures"],
+    # synthesis methods (each names its figures)
+    ["mbs.synth"],
+    # the report: every stage's figures, synthesis methods' included
+    ["mbs.report"],
+    ["mbs.stages"],
+    ["mbs.cli"],
+]
+
+
+def _folder(mod: str) -> str:
+    """The folder of a module: ``mbs.<first name>`` (``mbs.figures.calibration`` -> ``mbs.figures``)."""
+    return ".".join(mod.split(".")[:2])
+
+
+def _folder_layer(folder: str) -> int:
+    return next((i for i, names in enumerate(FOLDERS) if folder in names), -1)
+
+
+def _upward_folders(edges: dict[str, set[str]]) -> list[str]:
+    """Each import from a folder into a folder of a higher layer, named as ``module -> module``."""
+    return sorted(f"{m} imports {t}: folder {_folder(m)} (layer {_folder_layer(_folder(m))}) runs up to "
+                  f"{_folder(t)} (layer {_folder_layer(_folder(t))})"
+                  for m, ts in edges.items() for t in ts if _folder_layer(_folder(t)) > _folder_layer(_folder(m)))
+
 
 #: Functions below ``mbs/stages/`` that still take the whole config. Issue 26 emptied it (typed
 #: settings built at the stage boundary, ``mbs/stages/config.py`` for the config itself); none may
@@ -108,6 +153,21 @@ def test_every_module_has_a_layer():
 
 def test_no_import_runs_up_the_layers():
     assert _upward(_imports()) == []
+
+
+def test_every_folder_has_a_layer():
+    assert sorted({_folder(m) for m in MODULES if _folder_layer(_folder(m)) < 0}) == []
+
+
+def test_no_import_runs_up_the_folders():
+    assert _upward_folders(_imports()) == []
+
+
+def test_the_folder_check_names_the_offending_import():
+    edges = {"mbs.calibration.run": {"mbs.figures.calibration", "mbs.calibration.sampling", "mbs.io"}}
+    assert _upward_folders(edges) == [
+        "mbs.calibration.run imports mbs.figures.calibration: folder mbs.calibration (layer 4) runs up to "
+        "mbs.figures (layer 8)"]
 
 
 def test_no_import_circle():

@@ -8,21 +8,19 @@ import pytest
 
 from mbs.errors import ConfigError
 from mbs.records import Calibration, Rollout
-from mbs.thesis import (
-    ARMS,
-    SETS,
+from mbs.thesis.sets import ARMS, SETS, build_sets, split_heldout
+from mbs.thesis.statistics import (
     accuracy_summary,
-    build_sets,
     contrasts,
     crossed_difference,
     holm,
     migration,
     per_problem_accuracy,
-    results_table,
     seed_band,
-    split_heldout,
     zero_std_counts,
 )
+from mbs.thesis.summary import construct_validity
+from mbs.thesis.table import results_table
 
 
 def cal(pid: str, successes: int, n: int = 4, complete: bool = True) -> Calibration:
@@ -218,8 +216,6 @@ def test_figures_from_a_summary_and_skips_named(tmp_path):
 def test_construct_validity_counts_routes_strict_accuracy_levels_and_bands():
     """Issue 43: per arm, the rewarded samples by extraction route, the accuracy when only the answer
     tag counts, and the accuracy per Reasoning Gym level and calibrated band."""
-    from mbs.thesis_summary import construct_validity
-
     def r(pid, i, reward, reason, who):
         return Rollout(problem_id=pid, policy=who, budget=48, sample_index=i, text="", reward=reward, reason=reason)
 

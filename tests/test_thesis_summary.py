@@ -8,7 +8,7 @@ import json
 import numpy as np
 
 from mbs.records import Calibration
-from mbs.thesis_summary import _zero_std
+from mbs.thesis.summary import _zero_std
 from mbs.training.prior import BetaPrior, resolve_prior
 
 

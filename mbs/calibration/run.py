@@ -1,6 +1,7 @@
 """A calibration run: drawing every policy's rollouts (:func:`draw_policies`, ``mbs-calibrate``)
 and its derived outputs from the graded rollouts (:func:`finalize`, shared by ``mbs-calibrate``
-and ``mbs-merge``): calibrations, hard seeds, ``summary.json``, figures and ``manifest.json``.
+and ``mbs-merge``): calibrations, hard seeds and ``summary.json``, then ``manifest.json``
+(:class:`Finalized`) once the stage has drawn the figures.
 
 The derived outputs are a pure function of the rollouts, so rerunning (or merging the rollout
 shards of several processes and finalising once) gives identical files.
@@ -9,7 +10,6 @@ shards of several processes and finalising once) gives identical files.
 from __future__ import annotations
 
 import logging
-import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -27,7 +27,6 @@ from mbs.calibration.sampling import Group, Policy, RolloutWriter, draw
 from mbs.calibration.students import StudentSet
 from mbs.data.champ import gold_report
 from mbs.errors import ConfigError
-from mbs.figures.calibration import calibration_figures
 from mbs.io import RunDir
 from mbs.llm.meter import BackendMeter
 from mbs.records import Calibration, Problem, Rollout, reason_kind
@@ -244,6 +243,40 @@ def draw_policies(
     return backends
 
 
+@dataclass(frozen=True)
+class Finalized:
+    """A calibration run whose records and summary are written, before its manifest.
+
+    The stage draws the figures (they read ``summary.json``), then calls :meth:`write_manifest`
+    (``manifest.json`` is written last).
+
+    Attributes:
+        out: The run directory.
+        counts: The manifest's counts (problems, rollouts, calibrations, hard seeds, skipped
+            records, resumed rollouts).
+        backends: Per-policy backend usage of the drawing phase.
+    """
+
+    out: RunDir
+    counts: dict[str, Any]
+    backends: dict[str, Any]
+
+    def write_manifest(self) -> Path:
+        """Write ``manifest.json`` (counts, backend usage, the run's timings) last.
+
+        Returns:
+            The run directory.
+        """
+        self.out.write_manifest(
+            self.counts,
+            backends=self.backends,
+            backend_calls=sum(b["calls"] for b in self.backends.values()),
+            cache_hits=sum(b["cache_hits"] for b in self.backends.values()),
+        )
+        log.info("calibration written to %s", self.out.path)
+        return self.out.path
+
+
 def finalize(
     out: RunDir,
     settings: CalibrationSettings,
@@ -254,10 +287,12 @@ def finalize(
     stats: dict[str, int] | None = None,
     backends: dict[str, Any] | None = None,
     load_report: dict[str, Any] | None = None,
-) -> Path:
+) -> Finalized:
     """Derive everything else of a calibration run from its graded rollouts.
 
-    Writes calibrations, hard seeds, ``summary.json``, figures and, last, ``manifest.json``.
+    Writes calibrations, hard seeds and ``summary.json``; the stage then draws the figures
+    (:func:`mbs.figures.calibration.calibration_figures`, when ``settings.figures``) and writes
+    ``manifest.json`` last (:meth:`Finalized.write_manifest`).
     Everything here is a pure function of the rollouts, so rerunning (or merging the rollout
     shards of several processes and finalising once) gives identical files.
 
@@ -278,7 +313,7 @@ def finalize(
         load_report: The data loader's report.
 
     Returns:
-        The run directory.
+        What the manifest records (:class:`Finalized`), written by the stage after its figures.
     """
     stats = dict(stats or {})
     backends = dict(backends or {})
@@ -376,11 +411,8 @@ def finalize(
         summary["recorded"] = recorded_report(problems, list(recorded.values()), conditioned)
         summary["champ_gold"] = gold_report()
     out.write_summary(summary)
-    if settings.figures:
-        t2 = time.perf_counter()
-        calibration_figures(out.path, out.path / "figures")
-        out.timings["figures"] = time.perf_counter() - t2
-    out.write_manifest(
+    return Finalized(
+        out,
         {
             "problems": len(problems),
             "rollouts": totals["drawn"],
@@ -390,9 +422,5 @@ def finalize(
             # rollouts read back from this run directory's own files (a resumed or repeated run)
             "resumed_rollouts": int(stats.get("resumed", 0)),
         },
-        backends=backends,
-        backend_calls=sum(b["calls"] for b in backends.values()),
-        cache_hits=sum(b["cache_hits"] for b in backends.values()),
+        backends,
     )
-    log.info("calibration written to %s", out.path)
-    return out.path

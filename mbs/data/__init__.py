@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from mbs.data.base import LOADERS, DataError, LoadReport, register_loader
+from mbs.data.champ import load_champ
 from mbs.errors import UnknownNameError
 from mbs.records import Problem
 from mbs.verify import available as registered_verifiers
@@ -111,8 +112,6 @@ def _take_shard(problems: list[Problem], report: LoadReport, data_cfg: Any, inde
 
 @register_loader("champ")
 def _load_champ(data_cfg: Any, report: LoadReport) -> list[Problem]:
-    from mbs.data.champ import load_champ
-
     problems = load_champ(include_unverifiable=True)
     split = data_cfg.get("split", "all") or "all"
     if split != "all":

@@ -8,6 +8,7 @@ from typing import Any, Sequence
 
 from mbs.calibration import budget_sort_key
 from mbs.figures import band_bars, figure, save
+from mbs.figures.difficulty import DIFFICULTY_FIGURES, difficulty_report
 from mbs.io import read_summary
 
 log = logging.getLogger(__name__)
@@ -121,7 +122,6 @@ def calibration_figures(run_dir: str | Path, out_dir: str | Path, formats: Seque
     summary = read_summary(run_dir)
     written: list[str] = []
     skipped: dict[str, str] = {}
-    from mbs.figures.difficulty import DIFFICULTY_FIGURES, difficulty_report
 
     by_difficulty = bool(summary.get("by_difficulty"))  # grouped by difficulty level too
     for fn in CALIBRATION_FIGURES + (DIFFICULTY_FIGURES if by_difficulty else ()):

@@ -3,7 +3,7 @@
 A stage's figure function is ``fn(run_dir, out_dir, formats, width) -> {"written": [...],
 "skipped": {...}}`` (optionally ``"tables"`` and ``"html"``). Synthesis methods name their
 figures in their own spec (:class:`mbs.synth.methods.MethodSpec`), so :data:`BY_STAGE` holds
-the other stages; :func:`mbs.figures.report.render` reads both.
+the other stages; :func:`mbs.report.render` reads both.
 """
 
 from __future__ import annotations

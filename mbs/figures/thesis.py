@@ -1,6 +1,6 @@
 """Figures and tables of a thesis run (``mbs-thesis``; :data:`mbs.figures.stages.BY_STAGE` ``thesis``).
 
-All are drawn from the run directory's ``summary.json`` (:mod:`mbs.thesis_summary`):
+All are drawn from the run directory's ``summary.json`` (:mod:`mbs.thesis.summary`):
 
 * ``accuracy_vs_step``: held-out avg@k at L against the training step and against the rollouts
   drawn, one line per training set (mean over seeds) with its 95% t band across seeds;
@@ -23,7 +23,8 @@ from typing import Any
 
 from mbs.figures import BAND_COLORS, figure, save
 from mbs.io import read_summary
-from mbs.thesis import ARMS, results_table
+from mbs.thesis.sets import ARMS
+from mbs.thesis.table import results_table
 
 log = logging.getLogger(__name__)
 

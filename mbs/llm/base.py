@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from mbs.errors import UserError
+from mbs.reasoning import no_answer_reason, split_response
 
 Message = dict[str, str]
 
@@ -122,7 +123,6 @@ class Completion:
         ``None`` when it has one; parsers record it instead of a parse error."""
         if self.answered:
             return None
-        from mbs.reasoning import no_answer_reason  # local: mbs.reasoning stays free of mbs.llm
 
         return no_answer_reason(self.finish_reason)
 
@@ -301,8 +301,6 @@ def split_completion(
         ``comp`` with ``text`` = final answer (``""`` if none), ``reasoning``,
         ``reasoning_tokens`` and ``answered`` set.
     """
-    from mbs.reasoning import split_response  # local: mbs.reasoning stays free of mbs.llm
-
     raw = comp.text
     split = split_response(raw, fmt, reasoning=server_reasoning)
     comp.text = split.answer or ""

@@ -28,6 +28,7 @@ from mbs.llm.base import (
     sample_seed,
     split_completion,
 )
+from mbs.llm.hf_checkpoint import dequantized_gguf
 from mbs.llm.llamacpp_batched import BatchedDecoder, Job, RawSample, prompt_too_long
 from mbs.llm.llamacpp_sampling import LLAMA_CPP_DEFAULTS
 from mbs.reasoning import ReasoningConfig
@@ -247,7 +248,6 @@ class LlamaCppBackend:
         written on first use (``weights=f32``: :func:`mbs.llm.hf_checkpoint.dequantized_gguf`)."""
         if self.weights == "file":
             return self.model_path
-        from mbs.llm.hf_checkpoint import dequantized_gguf
 
         return dequantized_gguf(self.model_path, self.cache_dir)
 

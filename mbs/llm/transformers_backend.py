@@ -57,6 +57,8 @@ from mbs.llm.base import (
     split_completion,
     template_kwargs,
 )
+from mbs.llm.hf_checkpoint import checkpoint_sha256, trainable_checkpoint
+from mbs.llm.llamacpp import embedded_model_path
 from mbs.reasoning import ReasoningConfig
 
 log = logging.getLogger(__name__)
@@ -169,14 +171,11 @@ class TransformersBackend:
         if self.model != EMBEDDED and Path(self.model).expanduser().is_dir():
             return Path(self.model).expanduser().resolve()
         if self.model == EMBEDDED:
-            from mbs.llm.llamacpp import embedded_model_path
-
             gguf = embedded_model_path()
         else:
             gguf = Path(self.model).expanduser()
         if not self.cache_dir:
             raise ConfigError(f"backend.cache_dir is null: backend.model={self.model} is a GGUF and needs a folder to convert it into")
-        from mbs.llm.hf_checkpoint import trainable_checkpoint
 
         return trainable_checkpoint(gguf, self.cache_dir)
 
@@ -207,8 +206,6 @@ class TransformersBackend:
     def model_id(self) -> str:
         """``hf@sha256:<hash>`` of the checkpoint's content (:func:`mbs.llm.hf_checkpoint.checkpoint_sha256`),
         computed once: a copied checkpoint hits the cache, a retrained one at the same path misses it."""
-        from mbs.llm.hf_checkpoint import checkpoint_sha256
-
         t0 = time.perf_counter()
         digest = checkpoint_sha256(self.folder)
         log.info("transformers backend: hashed %s in %.1f s", self.folder, time.perf_counter() - t0)

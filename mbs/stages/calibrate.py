@@ -25,6 +25,8 @@ from mbs.calibration.grouping import GroupOutcomes
 from mbs.calibration.run import CalibrationSettings, draw_policies, finalize
 from mbs.calibration.sampling import RolloutWriter
 from mbs.data import load_problems
+from mbs.figures.calibration import calibration_figures
+from mbs.io import RunDir
 from mbs.records import Rollout
 from mbs.stages.config import open_run, validate_config
 from mbs.training.provenance import sampled_distributions
@@ -96,7 +98,17 @@ def run(cfg: DictConfig) -> Path:
     if not cond_done:
         cond_shard.path.unlink(missing_ok=True)
     written = (r for r in shard.iter() if r.problem_id in by_id)  # every graded rollout, read once
-    return finalize(
+    done = finalize(
         out, settings, problems, written, list(cond_done.values()),
         stats={**stats, "resumed": resumed}, backends=backends, load_report=report.as_dict(),
     )
+    if settings.figures:
+        draw_figures(out)
+    return done.write_manifest()
+
+
+def draw_figures(out: RunDir) -> None:
+    """Draw a finalised calibration's figures into ``out/figures`` (timed as ``figures``)."""
+    t0 = time.perf_counter()
+    calibration_figures(out.path, out.path / "figures")
+    out.timings["figures"] = time.perf_counter() - t0

@@ -3,7 +3,7 @@
 Run: ``mbs-figures run_dir=RUN hydra.run.dir=DIR`` (figures of RUN into DIR); a pipeline run
 directory is walked step by step.
 
-Outputs: see :func:`mbs.figures.report.render` (figures, tables, ``report.html``), then
+Outputs: see :func:`mbs.report.render` (figures, tables, ``report.html``), then
 ``summary.json`` and ``manifest.json``.
 """
 
@@ -17,8 +17,8 @@ from omegaconf import DictConfig
 from mbs.data import DataError
 from mbs.errors import ConfigError
 from mbs.figures.compare import compare_runs
-from mbs.figures.report import render
 from mbs.io import MANIFEST, RunDir, write_text_atomic
+from mbs.report import render
 from mbs.stages.config import validate_config
 
 log = logging.getLogger(__name__)

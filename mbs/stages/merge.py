@@ -20,8 +20,8 @@ The merge checks, before writing anything:
 It then writes every record set as one file ``<name>.00000-of-00001.jsonl``, so the merged
 folder looks exactly like a single-process run, and recomputes what is derived from the
 records with the stage's own code (calibration: :func:`mbs.shards.finalize_calibration`, through
-:func:`mbs.calibration.run.finalize`, which writes calibrations, hard seeds, ``summary.json``,
-figures and ``manifest.json``). The merge is
+:func:`mbs.calibration.run.finalize`, which writes calibrations, hard seeds and ``summary.json``;
+this stage then draws the figures and writes ``manifest.json``). The merge is
 idempotent: every output file is rewritten in full, record files left by an earlier merge are
 removed first, and ``manifest.json`` (written last) marks a merge that finished.
 """
@@ -29,12 +29,14 @@ removed first, and ``manifest.json`` (written last) marks a merge that finished.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from omegaconf import DictConfig
 
 from mbs.calibration.run import CalibrationSettings
+from mbs.figures.calibration import calibration_figures
 from mbs.io import RunDir
 from mbs.registry import Registry
 from mbs.shards import (
@@ -64,10 +66,15 @@ FINALIZERS: Registry[Callable[[RunDir, DictConfig, Sequence[ShardDir]], Path]] =
 
 @FINALIZERS.register("calibrate")
 def _finalize_calibration(out: RunDir, cfg: DictConfig, shards: Sequence[ShardDir]) -> Path:
-    """A calibration's finalizer: its settings and data node from the merged config, then
-    :func:`mbs.shards.finalize_calibration`."""
+    """A calibration's finalizer: its settings and data node from the merged config,
+    :func:`mbs.shards.finalize_calibration`, the figures, then the manifest."""
     settings = CalibrationSettings.from_cfg(cfg.calibrate, cfg.students, cfg.verifier)
-    return finalize_calibration(out, settings, cfg.data, shards)
+    done = finalize_calibration(out, settings, cfg.data, shards)
+    if settings.figures:  # drawn here, as mbs-calibrate draws them, before the manifest
+        t0 = time.perf_counter()
+        calibration_figures(out.path, out.path / "figures")
+        out.timings["figures"] = time.perf_counter() - t0
+    return done.write_manifest()
 
 
 def merge(inputs: Sequence[str | Path], out_dir: str | Path) -> Path:

@@ -25,12 +25,14 @@ import yaml
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigKeyError
 
+from mbs.data.reasoning_gym import levels_of
 from mbs.errors import ConfigError
-from mbs.figures.report import render
 from mbs.figures.story import findings
 from mbs.io import read_summary
 from mbs.progress import StepProgress, format_seconds
+from mbs.report import render
 from mbs.stages import calibrate, evaluate, export, synthesize, train
+from mbs.stages.compose import backend_node, compose_node
 from mbs.stages.config import open_run, validate_config
 from mbs.training.launch import TrainError
 from mbs.training.provenance import MissingProvenanceError
@@ -144,20 +146,17 @@ def plan(cfg: DictConfig) -> list[str]:
     return names + ["figures"]
 
 
-def stage_node(stage: str, key: str, groups: Sequence[str] = ()) -> dict[str, Any]:
-    """The ``key`` node of ``conf/<stage>.yaml`` merged with its group files ``conf/<key>/<group>.yaml``,
-    as that stage composes it (unresolved: interpolations resolve in the pipeline's config)."""
-    conf = Path(__file__).resolve().parent.parent.parent / "conf"
-    node = OmegaConf.load(conf / f"{stage}.yaml")[key]
-    for group in groups:
-        node = OmegaConf.merge(node, OmegaConf.load(conf / key / f"{group}.yaml"))
-    return OmegaConf.to_container(node, resolve=False)
+def stage_node(stage: str, key: str, group: str | None = None) -> dict[str, Any]:
+    """The ``key`` node of stage ``stage``'s config as Hydra composes it (:func:`mbs.stages.compose.compose_node`)
+    with group ``key`` set to ``group`` (``None``: without the group, ``conf/<stage>.yaml``'s own node),
+    unresolved: interpolations resolve in the pipeline's config."""
+    return compose_node(stage, key, [f"{key}={group}" if group else f"~{key}"])
 
 
 def train_step(cfg: DictConfig, export_dir: str, out_dir: Path, steps: Mapping[str, str]) -> str:
     """A brief TRL run of the calibrated policy on ``export_dir`` (``pipeline.train``)."""
     pcfg = cfg.pipeline
-    sub = sub_config(cfg, out_dir, train=stage_node("train", "train", ["grpo"]))
+    sub = sub_config(cfg, out_dir, train=stage_node("train", "train", "grpo"))
     with open_dict(sub):
         sub.train.engine = "trl"
         sub.train.data_dir = export_dir
@@ -173,8 +172,7 @@ def evaluate_step(cfg: DictConfig, trained: str, out_dir: Path) -> str:
     pcfg, s = cfg.pipeline, read_summary(trained)
     policy = s["policy"]
     start, final = policy["model"], s["result"]["final"]
-    conf = Path(__file__).resolve().parent.parent.parent / "conf"
-    backend = OmegaConf.to_container(OmegaConf.load(conf / "backend" / "transformers.yaml"), resolve=False)
+    backend = backend_node("transformers")
     backend.update(top_k=int(policy.get("top_k") or 0), min_p=float(policy.get("min_p") or 0.0))
     name = str((s["policy"].get("calibrated") or {}).get("policy") or "policy")
     models = {
@@ -206,7 +204,6 @@ def run(cfg: DictConfig) -> Path:
     steps: dict[str, str] = {}
     pcfg = cfg.pipeline
     if pcfg.difficulty.enabled and pcfg.difficulty.data.loader == "reasoning_gym":  # bad levels fail now, not after CHAMP
-        from mbs.data.reasoning_gym import levels_of
 
         levels_of(pcfg.difficulty.data)
     names = plan(cfg)

@@ -13,7 +13,7 @@ problem teaches a GRPO policy only when its rollouts disagree):
    (``mbs-export``, ``export.select=all``: dedup removes repeated prompts, so no held-out prompt is
    also a training prompt);
 3. ``sets/<set>/``: a held-out set (``thesis.heldout`` problems drawn from the export) and three
-   training sets of ``thesis.set_size`` problems from the rest (:func:`mbs.thesis.build_sets`):
+   training sets of ``thesis.set_size`` problems from the rest (:func:`mbs.thesis.sets.build_sets`):
    goldilocks, trapped, uncalibrated; each folder is an export (``train.parquet`` and the export's
    ``summary.json``), so ``mbs-train`` trains exactly the calibrated policy;
 4. ``runs/<set>/seed<s>/``: TRL's GRPO (``mbs-train train.engine=trl``) with the same steps,
@@ -48,15 +48,17 @@ from mbs.calibration.sampling import Group, RolloutWriter
 from mbs.data import load_problems
 from mbs.errors import UserError
 from mbs.export.verl_schema import write_parquet
-from mbs.figures.report import render
 from mbs.io import read_records, read_summary, write_json_atomic
 from mbs.llm import close_all
 from mbs.records import Calibration, Problem, Rollout
+from mbs.report import render
 from mbs.stages import calibrate, train
+from mbs.stages.compose import backend_node
 from mbs.stages.config import open_run, validate_config
 from mbs.stages.pipeline import export_runs, stage_node, sub_config
-from mbs.thesis import ARM_SET, ARMS, Sampler, build_sets, split_heldout
-from mbs.thesis_summary import summarize
+from mbs.thesis.sampling import Sampler
+from mbs.thesis.sets import ARM_SET, ARMS, build_sets, split_heldout
+from mbs.thesis.summary import summarize
 from mbs.training.policy import resolve_policy
 from mbs.training.settings import TrainSettings
 from mbs.validate import ConfigError
@@ -69,7 +71,6 @@ log = logging.getLogger(__name__)
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 STAGE = "thesis"
-CONF = Path(__file__).resolve().parent.parent.parent / "conf"
 
 
 def schedule(steps: int, every: int) -> list[int]:
@@ -96,7 +97,7 @@ def _train_cfg(cfg: DictConfig, data_dir: Path, out_dir: Path, seed: int, steps:
     """The ``mbs-train`` config of one set and seed, trained up to ``steps`` (``dynamic``: with dynamic
     sampling, at most ``thesis.dynamic_max_rounds`` generation rounds a step)."""
     t = cfg.thesis
-    sub = sub_config(cfg, out_dir, train=stage_node("train", "train", ["grpo"]))
+    sub = sub_config(cfg, out_dir, train=stage_node("train", "train", "grpo"))
     with open_dict(sub):
         sub.seed = int(seed)
         sub.train.engine, sub.train.data_dir, sub.train.calibration = "trl", str(data_dir), None
@@ -111,7 +112,7 @@ def _train_cfg(cfg: DictConfig, data_dir: Path, out_dir: Path, seed: int, steps:
 
 def _backend(cfg: DictConfig, model: str, label: str, top_k: int | None, min_p: float | None) -> dict[str, Any]:
     """The ``transformers`` backend node of a checkpoint, sampling as the calibrated policy."""
-    node = OmegaConf.to_container(OmegaConf.load(CONF / "backend" / "transformers.yaml"), resolve=False)
+    node = backend_node("transformers")
     node.update(model=str(model), cache_dir=str(cfg.paths.models_dir), label=label, batch_size=int(cfg.thesis.batch_size),
                 top_k=int(top_k or 0), min_p=float(min_p or 0.0))
     return node
@@ -121,7 +122,7 @@ def _write_sets(export_dir: Path, root: Path, sets: dict[str, list[str]], heldou
     """``sets/<set>/train.parquet`` (the export's rows of the set) and the export's ``summary.json``
     (its ``policy`` block: the provenance ``mbs-train`` trains from); ``sets/heldout.json``.
 
-    Writing the run's set folders is this stage's output (and :mod:`mbs.thesis`, below
+    Writing the run's set folders is this stage's output (and :mod:`mbs.thesis.sets`, below
     :mod:`mbs.export` in the layers, cannot write verl parquet), so it stays here."""
     rows = {r["extra_info"]["id"]: r for r in pq.read_table(export_dir / "train.parquet").to_pylist()}
     summary = read_summary(export_dir)

@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from mbs.errors import ConfigError
+from mbs.llm.hf_checkpoint import SOURCE_FILE, file_sha256, trainable_checkpoint
+from mbs.llm.llamacpp import embedded_model_path
 from mbs.training.provenance import (
     ExportProvenance,
     MissingProvenanceError,
@@ -114,8 +116,6 @@ def _same(key: str, asked: Any, calibrated: Any, prov: PolicyProvenance | None) 
 
 def _same_model(asked: str, prov: PolicyProvenance) -> bool:
     """``train.model`` names the calibrated model: its name, its GGUF (same SHA-256) or its converted checkpoint."""
-    from mbs.llm.hf_checkpoint import SOURCE_FILE, file_sha256
-
     if asked in (prov.model, prov.model_id):
         return True
     path = Path(asked).expanduser()
@@ -134,12 +134,8 @@ def _calibrated_gguf(prov: PolicyProvenance) -> str:
     Raises:
         ConfigError: The file is missing here or holds other weights than the ones calibrated.
     """
-    from mbs.llm.hf_checkpoint import file_sha256
-
     path = prov.model
     if prov.embedded:
-        from mbs.llm.llamacpp import embedded_model_path
-
         path = str(embedded_model_path())
     if path is None or not Path(path).is_file():
         raise ConfigError(f"the calibrated GGUF {path} ({prov.source}) is not on this machine: set train.model to its file")
@@ -155,7 +151,6 @@ def _load_path(model: str, gguf: str | None, cache_dir: str, convert: bool) -> s
     """The checkpoint a trainer loads: a GGUF's converted checkpoint (made now when ``convert``)."""
     if gguf is None:
         return model
-    from mbs.llm.hf_checkpoint import file_sha256, trainable_checkpoint
 
     if convert:
         return str(trainable_checkpoint(gguf, cache_dir))

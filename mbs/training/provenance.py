@@ -38,6 +38,8 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from mbs.errors import ConfigError, InputNotFoundError
 from mbs.llm.base import LLAMA_CPP_PYTHON_SAMPLER_ORDER, SAMPLER_ORDER, VLLM_SAMPLER_ORDER, same_distribution
+from mbs.llm.hf_checkpoint import file_sha256
+from mbs.llm.llamacpp import embedded_model_path
 
 __all__ = [
     "AGREEMENT_KEYS",
@@ -311,13 +313,9 @@ def _backend_kind(node: Mapping[str, Any]) -> str:
 
 def _model_identity(node: Mapping[str, Any], kind: str) -> dict[str, Any]:
     """``model``, ``model_sha256``, ``embedded``, ``revision`` of a backend node."""
-    from mbs.llm.hf_checkpoint import file_sha256
-
     if kind == "llamacpp":
         embedded = not node.get("model_path")
         if embedded:
-            from mbs.llm.llamacpp import embedded_model_path
-
             try:
                 path = str(embedded_model_path())
             except (ImportError, FileNotFoundError) as err:

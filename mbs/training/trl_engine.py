@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mbs import rewards
 from mbs.errors import ConfigError, require_extra
 from mbs.rewards import compute_score
 from mbs.training.checkpoints import (
@@ -307,8 +308,6 @@ def _environment(env: dict[str, Any]):
     """Set ``env`` in ``os.environ`` for the block, then put the previous values back (a training
     run in a process that goes on, e.g. the thesis experiment or a test, must not leave
     ``MBS_REWARD_WORKERS=0`` behind for the next reward)."""
-    from mbs import rewards
-
     before = {str(k): os.environ.get(str(k)) for k in env}
     os.environ.update({str(k): str(v) for k, v in env.items()})
     rewards.reset_pool()  # the reward's pool is made from these values

@@ -15,6 +15,7 @@ imports torch); it only has to be installed where the command runs (``pip instal
 from __future__ import annotations
 
 import copy
+import importlib.util
 import logging
 import os
 import re
@@ -27,6 +28,7 @@ from typing import Any
 
 from mbs.errors import ConfigError, MissingExtraError, require_extra
 from mbs.export.prompt_length import PromptCounter, length_report, parquet_prompts
+from mbs.reasoning import FORMATS
 from mbs.training.launch import TrainError, run_logged
 from mbs.training.policy import TrainPolicy, resolve_policy
 from mbs.training.settings import TrainSettings
@@ -100,8 +102,6 @@ def flatten(node: Any, prefix: str = "") -> list[tuple[str, Any]]:
 
 def reward_path() -> str:
     """Absolute path of this install's ``mbs/rewards.py`` (what verl loads by file path)."""
-    import importlib.util
-
     spec = importlib.util.find_spec("mbs.rewards")
     if spec is None or spec.origin is None:  # pragma: no cover - mbs is importable here
         raise TrainError("mbs.rewards not found")
@@ -243,8 +243,6 @@ def check_reasoning_format(fmt: str) -> str:
     Raises:
         TrainError: ``server`` or an unknown format.
     """
-    from mbs.reasoning import FORMATS
-
     if fmt == "server":
         raise TrainError(
             "train.reasoning_format=server: the trainer decodes the whole response itself; set the policy's own format "

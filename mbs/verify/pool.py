@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 
 from pebble import ProcessExpired, ProcessPool
 
+from mbs.resources import split_cpus
 from mbs.verify import Grade, get_verifier, grade
 
 if TYPE_CHECKING:
@@ -218,8 +219,6 @@ class GradingPool:
         pool from the cores this process may use (:func:`mbs.resources.split_cpus`: half of
         them beside an LLM engine, all of them when ``generating`` is False), and more workers
         than usable cores are cut to that many."""
-        from mbs.resources import split_cpus
-
         wall = verifier_cfg.get("wall_timeout_s")
         workers = verifier_cfg.workers
         return cls(

@@ -9,8 +9,8 @@ import pytest
 
 import mbs.figures as figures_pkg
 from mbs.llm import close_all
+from mbs.report import render
 from mbs.stages.calibrate import run as calibrate
-from mbs.figures.report import render
 from support.fakes import fake_backend_overrides
 
 
@@ -114,7 +114,7 @@ def test_missing_input_is_named(tmp_path):
 
 
 def test_bands_table_orders_budgets_as_numbers():
-    from mbs.figures.report import bands_table
+    from mbs.report import bands_table
 
     shares = {"solved_all": 0.0, "goldilocks": 0.5, "failed_all": 0.5}
     md, tex = bands_table({"bands": {"pi": {"128": shares, "64": shares, "1024": shares}}})

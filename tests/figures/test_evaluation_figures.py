@@ -8,7 +8,7 @@ import pytest
 
 from mbs.figures.evaluation import accuracy_vs_budget, budget_label, evaluation_figures, results_table
 from mbs.io import RunDir
-from mbs.figures.report import render
+from mbs.report import render
 
 
 def cell(avg, p16, n=30):

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
-from mbs.figures.stages import BY_STAGE
 from mbs.figures.forecast import SUMMARY_KEY, train_figures, zero_std_forecast
-from mbs.figures.report import render
+from mbs.figures.stages import BY_STAGE
 from mbs.io import RunDir
+from mbs.report import render
 from mbs.training.forecast import compare_observed, trap_forecast
 
 

@@ -9,7 +9,7 @@ from support.goose_teacher import student_overrides
 
 from mbs.figures.goose import compare_option_counts, goose_figures
 from mbs.io import read_records, read_summary
-from mbs.figures.report import render
+from mbs.report import render
 from mbs.stages.synthesize import run
 
 

@@ -10,7 +10,7 @@ import pytest
 
 import mbs.figures as figures_pkg
 from mbs.llm import close_all
-from mbs.figures.report import render
+from mbs.report import render
 from support.fakes import fake_backend_overrides
 
 FIGURE_MODULES = ("calibration", "difficulty", "synthesis", "goose", "evaluation", "compare", "mbs_vs_direct")

@@ -11,7 +11,7 @@ import pytest
 
 from mbs.figures.synthesis import compare_yield, synthesis_figures
 from mbs.llm import close_all
-from mbs.figures.report import render
+from mbs.report import render
 from mbs.stages.synthesize import run as synthesize
 from support.scripted_teacher import SEEDS, configure, write_calibration_dir
 

@@ -12,7 +12,7 @@ import pytest
 
 from mbs.io import read_manifest, read_summary
 from mbs.llm import close_all
-from mbs.thesis import ARM_SET, ARMS, SETS
+from mbs.thesis.sets import ARM_SET, ARMS, SETS
 
 pytestmark = pytest.mark.slow
 

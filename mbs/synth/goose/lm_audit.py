@@ -16,6 +16,8 @@ import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from mbs.llm.llamacpp import embedded_model_path, file_sha256
+
 #: ``fn(text) -> mean token log-likelihood`` (nats per token).
 TextScorer = Callable[[str], float]
 
@@ -72,8 +74,6 @@ def llama_scorer(model_path: str | None = None, n_ctx: int = 512) -> tuple[TextS
     Raises:
         FileNotFoundError: ``model_path`` does not exist.
     """
-    from mbs.llm.llamacpp import embedded_model_path, file_sha256
-
     path = Path(model_path).expanduser() if model_path else embedded_model_path()
     if not path.exists():
         raise FileNotFoundError(f"goose.audit.lm.model_path: GGUF file not found: {path}")

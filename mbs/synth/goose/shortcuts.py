@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from mbs.data import DataError, records_hf_disk, records_jsonl, records_parquet
@@ -17,6 +18,7 @@ from mbs.io import RunDir
 from mbs.synth.goose.audit import Solver, accuracy_table, audit_row, select_solvers
 from mbs.synth.goose.build import LETTERS, Candidate, Rejected, mask
 from mbs.synth.goose.distractors import teacher_free_candidate
+from mbs.synth.goose.lm_audit import CachedLMSolver, llama_scorer
 from mbs.synth.goose.settings import AuditSettings, GooseSettings, SourceSettings
 from mbs.synth.goose.sources import Passage
 
@@ -39,8 +41,6 @@ class Auditor:
         self.alpha = audit.alpha
         more = dict(extra or {})
         if audit.lm_enabled and "lm_choices_only" not in more:
-            from mbs.synth.goose.lm_audit import CachedLMSolver, llama_scorer
-
             scorer, model_id = llama_scorer(audit.lm_model_path)
             more["lm_choices_only"] = CachedLMSolver(scorer, model_id, cache_dir)
         self.solvers = select_solvers(list(audit.solvers), more)
@@ -194,8 +194,6 @@ def corpus_items(source: SourceSettings, audit: AuditSettings, limit: int | None
         DataError: A missing path, an unsupported source, or a bad record (names the file, the
             record and the field); with ``goose.on_error=skip`` bad records are skipped.
     """
-    from pathlib import Path
-
     src = source.name
     readers = {"jsonl": records_jsonl, "parquet": records_parquet}
     if source.path is None:

@@ -3,7 +3,7 @@
 :func:`summarize` is a pure function of what :mod:`mbs.stages.thesis` drew and trained (the
 evaluation and re-calibration rollouts, each training run's ``metrics.jsonl``, the corpus
 calibration), so a rerun that draws nothing new writes the same numbers. The arithmetic is
-:mod:`mbs.thesis`; the zero-std forecast is :func:`mbs.training.forecast.trap_forecast`.
+:mod:`mbs.thesis.statistics`; the zero-std forecast is :func:`mbs.training.forecast.trap_forecast`.
 """
 
 from __future__ import annotations
@@ -19,9 +19,8 @@ import numpy as np
 
 from mbs.calibration import calibrate_group
 from mbs.records import Calibration, Rollout
-from mbs.thesis import (
-    ARM_SET,
-    ARMS,
+from mbs.thesis.sets import ARM_SET, ARMS
+from mbs.thesis.statistics import (
     accuracy_summary,
     contrasts,
     migration,
@@ -53,6 +52,8 @@ def _drawn(root: Path, arm: str, seed: int) -> dict[int, int]:
 def _by(rollouts: Sequence[Rollout]) -> dict[tuple[str, int], list[Rollout]]:
     out: dict[tuple[str, int], list[Rollout]] = defaultdict(list)
     for r in rollouts:
+        if r.budget is None:  # the thesis draws every rollout live, at a budget
+            raise ValueError(f"thesis rollout without a budget: {r.key}")
         out[(r.policy, int(r.budget))].append(r)
     return out
 
@@ -200,10 +201,10 @@ def summarize(t: Any, root: Path, corpus: Sequence[Calibration], heldout: Sequen
                 if acc is not None:
                     by_seed[seed] = acc
             if by_seed:
-                who = [f"base/seed{x}" if name == "base" else f"{name}/seed{x}/final" for x in by_seed]
-                toks = [r.completion_tokens for w in who for r in ev.get((w, b), []) if r.problem_id in held_set]
+                names = [f"base/seed{x}" if name == "base" else f"{name}/seed{x}/final" for x in by_seed]
+                toks = [r.completion_tokens for w in names for r in ev.get((w, b), []) if r.problem_id in held_set]
                 final[name][str(b)] = {**accuracy_summary(by_seed), "completion_tokens_mean": sum(toks) / len(toks),
-                                       "truncated_share": sum(r.finish_reason == "length" for w in who for r in ev.get((w, b), [])
+                                       "truncated_share": sum(r.finish_reason == "length" for w in names for r in ev.get((w, b), [])
                                                               if r.problem_id in held_set) / len(toks)}
                 if b == L:
                     finals[name] = by_seed

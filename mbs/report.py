@@ -4,6 +4,9 @@ Outputs: ``figures/<step>/<name>.{png,pdf}``, ``tables/<step>_<name>.{md,tex}`` 
 ``report.html`` (figures embedded), all derived from the run directory's ``summary.json``
 files through :mod:`mbs.io`, so the same run gives byte-identical tables. A pipeline run
 directory is walked step by step.
+
+It sits above :mod:`mbs.figures` and :mod:`mbs.synth` (a synthesis run's figures are its method's,
+:data:`mbs.synth.methods.METHODS`), so only the stages call it: no folder below draws the report.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from mbs.calibration import budget_sort_key
 from mbs.figures import stage_key
 from mbs.figures.mbs_vs_direct import compare_methods
 from mbs.figures.stages import BY_STAGE, FigureFn
+from mbs.figures.story import figure_id, findings, step_id, story_html
 from mbs.io import read_summary, write_text_atomic
 from mbs.records import BANDS
 from mbs.synth.methods import METHODS
@@ -124,8 +128,6 @@ def _add_mbs_vs_direct(run_dir: Path, out_dir: Path, formats: Sequence[str], wid
 
 
 def _report_html(run_dir: Path, sections: list[tuple[str, dict[str, Any], list[str], list[str], str]]) -> str:
-    from mbs.figures.story import figure_id, findings, step_id, story_html
-
     try:
         run_summary = read_summary(run_dir)
     except FileNotFoundError:

@@ -1,0 +1,218 @@
+"""The thesis's numbers (issue 28): accuracies with their intervals, contrasts between arms at the
+unit that varies, zero-std shares and band migration.
+
+* :func:`per_problem_accuracy` and :func:`accuracy_summary`: avg@k on the held-out problems with a
+  bootstrap interval over problems per seed, an interval over problems of the seed-averaged
+  accuracy and a t band across seeds (:func:`seed_band`);
+* :func:`crossed_difference`, :func:`holm` and :func:`contrasts`: differences between arms at the
+  unit that varies (training seeds and problems crossed: a two-way bootstrap interval and a
+  sign-flip permutation test over seeds of the mean), one pre-declared primary contrast
+  (``thesis.primary``) and Holm-corrected secondary ones;
+* :func:`zero_std_counts`: the observed zero-std group share of a set's training steps, with its
+  Wilson interval, to put beside the calibration's forecast (:mod:`mbs.training.forecast`);
+* :func:`migration`: which training problems moved band after training.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from scipy import stats as sps
+
+from mbs.records import BANDS, Rollout
+from mbs.stats import bootstrap_mean, share
+
+
+def per_problem_accuracy(rollouts: Iterable[Rollout], k: int) -> dict[str, float]:
+    """avg@k per problem: correct samples / ``k`` (an ungraded sample counts as wrong).
+
+    Raises:
+        ValueError: A problem with fewer than ``k`` samples (an evaluation that did not finish).
+    """
+    correct: Counter[str] = Counter()
+    seen: Counter[str] = Counter()
+    for r in rollouts:
+        if r.sample_index < k:
+            seen[r.problem_id] += 1
+            correct[r.problem_id] += r.reward == 1.0
+    short = sorted(p for p, n in seen.items() if n < k)
+    if short:
+        raise ValueError(f"per_problem_accuracy: {len(short)} problem(s) have fewer than k={k} samples, e.g. {short[0]}")
+    return {p: correct[p] / k for p in sorted(seen)}
+
+
+def seed_band(values: Sequence[float], level: float = 0.95) -> tuple[float, float]:
+    """Student-t interval of the mean across seeds (one value per seed); one seed gives ``(v, v)``."""
+    x = np.asarray(values, dtype=float)
+    if len(x) < 2:
+        return (float(x[0]), float(x[0])) if len(x) else (math.nan, math.nan)
+    half = float(sps.t.ppf(0.5 + level / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+    return float(x.mean() - half), float(x.mean() + half)
+
+
+def accuracy_summary(by_seed: Mapping[int, Mapping[str, float]], seed: int = 0) -> dict[str, Any]:
+    """avg@k of one policy (set, step) over seeds, with its intervals.
+
+    Args:
+        by_seed: ``{seed: {problem id: accuracy}}``, the same problems for every seed.
+        seed: Bootstrap seed.
+
+    Returns:
+        ``{"mean", "ci" (95% bootstrap over problems of the seed-averaged accuracy), "seeds",
+        "seed_means", "seed_cis" (bootstrap over problems within each seed), "seed_band" (t
+        interval across seeds), "problems"}``.
+
+    Raises:
+        ValueError: No seed, or seeds scored on different problems.
+    """
+    if not by_seed:
+        raise ValueError("accuracy_summary: no seed")
+    ids = sorted(next(iter(by_seed.values())))
+    if any(sorted(v) != ids for v in by_seed.values()):
+        raise ValueError("accuracy_summary: the seeds were evaluated on different problems")
+    seeds = sorted(by_seed)
+    means = [float(np.mean([by_seed[s][p] for p in ids])) for s in seeds]
+    avg = [float(np.mean([by_seed[s][p] for s in seeds])) for p in ids]
+    return {
+        "mean": float(np.mean(avg)), "ci": [round(x, 4) for x in bootstrap_mean(avg, seed=seed)],
+        "seeds": seeds, "seed_means": means,
+        "seed_cis": [[round(x, 4) for x in bootstrap_mean([by_seed[s][p] for p in ids], seed=seed)] for s in seeds],
+        "seed_band": [round(x, 4) for x in seed_band(means)], "problems": len(ids),
+    }
+
+
+def crossed_difference(a: Mapping[int, Mapping[str, float]], b: Mapping[int, Mapping[str, float]], seed: int = 0,
+                       level: float = 0.95, draws: int = 4000) -> dict[str, Any]:
+    """Arm A minus arm B at the unit that varies: training seeds and held-out problems, crossed.
+
+    Each training seed trains each arm once, so a seed's model (and the draw of what it trained on)
+    is one unit and the held-out problems are another; both vary. With ``D[s, p]`` the accuracy
+    difference on problem ``p`` between the two models of seed ``s``:
+
+    * the estimate is the mean of ``D``;
+    * its interval resamples seeds and problems independently (a two-way, crossed percentile
+      bootstrap of the mean; conservative: it counts the interaction twice);
+    * the test is a sign-flip permutation test over seeds of the per-seed mean differences (exact
+      over all 2^S sign patterns up to 16 seeds, else 20,000 random ones): under the null the sign
+      of each seed's difference is exchangeable; it tests the mean, which the table reports. With
+      S seeds its smallest p is 2 / 2^S (0.25 at 3 seeds);
+    * beside them, the Student-t interval across the S per-seed means.
+
+    Args:
+        a, b: ``{seed: {problem id: accuracy}}`` of the two arms, on the same problems.
+        seed: Seed of the bootstrap and of random sign patterns.
+        level: Interval coverage.
+        draws: Bootstrap draws.
+
+    Returns:
+        ``{"difference", "ci" (crossed bootstrap), "t_ci_seeds", "sign_flip_p", "seed_differences",
+        "seeds", "problems", "a_better_seeds", "b_better_seeds"}``.
+
+    Raises:
+        ValueError: No seed in common, or no problem every common seed evaluated.
+    """
+    seeds = sorted(set(a) & set(b))
+    if not seeds:
+        raise ValueError("crossed_difference: the two arms share no seed")
+    ids = sorted(set.intersection(*(set(a[s]) & set(b[s]) for s in seeds)))
+    if not ids:
+        raise ValueError("crossed_difference: no held-out problem is scored for both arms at every seed")
+    d = np.array([[a[s][p] - b[s][p] for p in ids] for s in seeds], dtype=float)  # (seeds, problems)
+    per_seed = d.mean(axis=1)
+    rng = np.random.default_rng(seed)
+    si = rng.integers(0, len(seeds), size=(draws, len(seeds)))
+    pi = rng.integers(0, len(ids), size=(draws, len(ids)))
+    boot = np.array([d[np.ix_(si[k], pi[k])].mean() for k in range(draws)])
+    tail = (1 - level) / 2
+    observed = abs(per_seed.mean())
+    if len(seeds) <= 16:
+        signs = np.array(np.meshgrid(*[[-1.0, 1.0]] * len(seeds))).reshape(len(seeds), -1).T
+    else:
+        signs = rng.choice([-1.0, 1.0], size=(20_000, len(seeds)))
+    p = float(np.mean(np.abs((signs * per_seed).mean(axis=1)) >= observed - 1e-12))
+    return {
+        "difference": float(d.mean()), "ci": [round(float(x), 4) for x in np.quantile(boot, [tail, 1 - tail])],
+        "t_ci_seeds": [round(x, 4) for x in seed_band(per_seed.tolist(), level)], "sign_flip_p": p,
+        "seed_differences": [round(float(x), 4) for x in per_seed], "seeds": seeds, "problems": len(ids),
+        "a_better_seeds": int(np.sum(per_seed > 0)), "b_better_seeds": int(np.sum(per_seed < 0)),
+    }
+
+
+def holm(pvalues: Mapping[str, float]) -> dict[str, float]:
+    """Holm's step-down adjustment of a family of p-values (controls the family-wise error rate).
+
+    The i-th smallest of m p-values becomes ``max_{j <= i} min(1, (m - j + 1) p_(j))``.
+
+    Args:
+        pvalues: ``{contrast: p}``.
+
+    Returns:
+        ``{contrast: adjusted p}``, same keys.
+    """
+    order = sorted(pvalues, key=lambda k: pvalues[k])
+    m, running, out = len(order), 0.0, {}
+    for i, key in enumerate(order):
+        running = max(running, min(1.0, (m - i) * float(pvalues[key])))
+        out[key] = running
+    return {k: out[k] for k in pvalues}
+
+
+def contrasts(finals: Mapping[str, Mapping[int, Mapping[str, float]]], primary: Sequence[str],
+              secondary: Sequence[Sequence[str]], seed: int = 0) -> dict[str, Any]:
+    """The pre-declared primary contrast and the Holm-corrected secondary ones (:func:`crossed_difference`).
+
+    Args:
+        finals: ``{arm: {seed: {problem: accuracy}}}`` at the final step and budget L.
+        primary: ``(A, B)``: the one contrast declared before the run (``thesis.primary``).
+        secondary: The other ``(A, B)`` pairs; their sign-flip p-values are adjusted together (Holm).
+        seed: Bootstrap seed.
+
+    Returns:
+        ``{"primary": {"contrast": "A - B", ...}, "secondary": {"A - B": {..., "p_holm"}}}``; arms
+        without results are left out (named under ``missing``).
+    """
+    out: dict[str, Any] = {"primary": None, "secondary": {}, "missing": []}
+    a, b = primary
+    if a in finals and b in finals:
+        out["primary"] = {"contrast": f"{a} - {b}", **crossed_difference(finals[a], finals[b], seed=seed)}
+    else:
+        out["missing"].append(f"{a} - {b}")
+    for x, y in secondary:
+        if x in finals and y in finals:
+            out["secondary"][f"{x} - {y}"] = crossed_difference(finals[x], finals[y], seed=seed)
+        else:
+            out["missing"].append(f"{x} - {y}")
+    adjusted = holm({k: v["sign_flip_p"] for k, v in out["secondary"].items()})
+    for key, value in adjusted.items():
+        out["secondary"][key]["p_holm"] = value
+    return out
+
+
+def zero_std_counts(shares: Sequence[float], prompts_per_step: int) -> dict[str, Any]:
+    """The zero-std group share over logged steps: ``frac_reward_zero_std`` x prompts per step, summed.
+
+    Args:
+        shares: ``frac_reward_zero_std`` of each step (TRL's share of groups with reward std 0).
+        prompts_per_step: Groups per step.
+
+    Returns:
+        :func:`mbs.stats.share` of zero-std groups among all groups (``value``, ``k``, ``n``, Wilson
+        ``ci``; ``value`` ``None`` without a step), plus ``steps``.
+    """
+    groups = int(prompts_per_step) * len(shares)
+    zero = int(round(sum(float(s) * int(prompts_per_step) for s in shares)))
+    out = share(zero, groups)
+    out["steps"] = len(shares)
+    return out
+
+
+def migration(before: Mapping[str, str], after: Mapping[str, str]) -> dict[str, dict[str, int]]:
+    """Band transition counts ``{band before: {band after: problems}}`` over problems in both maps (all bands listed)."""
+    out = {a: {b: 0 for b in BANDS} for a in BANDS}
+    for pid in sorted(set(before) & set(after)):
+        out[before[pid]][after[pid]] += 1
+    return out
