@@ -8,7 +8,7 @@ import pytest
 
 from mbs.errors import ConfigError
 from mbs.records import Calibration, Rollout
-from mbs.thesis.sets import ARMS, SETS, build_sets, split_heldout
+from mbs.thesis.sets import ARMS, SETS, build_sets, commuted_key, split_heldout
 from mbs.thesis.statistics import (
     accuracy_summary,
     contrasts,
@@ -43,6 +43,34 @@ def test_heldout_is_disjoint_and_deterministic():
     assert split_heldout(c, 12, seed=4)[0] != held
     with pytest.raises(ConfigError, match="thesis.heldout=60"):
         split_heldout(c, 60, seed=0)
+
+
+@pytest.mark.parametrize(("a", "b", "same"), [
+    ("State the final answer to the following arithmetic problem: 12 + 45 - 3 =", "State the final answer to the following arithmetic problem: 45 - 3 + 12 =", True),
+    ("2 * (3 + 4)", "(4 + 3) * 2", True),
+    ("What is -5 + 3?", "What is 3 - 5?", True),
+    ("8 / 2 * 3", "3 * 8 / 2", True),
+    ("12 - 45 + 3 =", "12 + 45 - 3 =", False),  # a sign moved: another problem
+    ("8 / 2", "2 / 8", False),
+    ("1 - 2 * 3", "(1 - 2) * 3", False),
+    ("Spell the word apple", "spell  the word APPLE", True),  # no expression: the words decide
+    ("Spell the word apple", "Spell the word pear", False),
+])
+def test_commuted_key(a, b, same):
+    assert (commuted_key(a) == commuted_key(b)) is same
+
+
+def test_heldout_problems_with_commuted_operands_leave_the_pool():
+    c = corpus()
+    # problem i + 30 is problem i with its operands commuted
+    texts = {x.problem_id: f"{i} + 50 =" if i < 30 else f"50 + {i - 30} =" for i, x in enumerate(c)}
+    keys = {pid: commuted_key(s) for pid, s in texts.items()}
+    held, pool = split_heldout(c, 12, seed=3, keys=keys)
+    assert held == split_heldout(c, 12, seed=3)[0]  # the draw is the same; only the pool shrinks
+    held_keys = {keys[i] for i in held}
+    assert pool and not {keys[x.problem_id] for x in pool} & held_keys
+    dropped = [x.problem_id for x in c if x.problem_id not in held and keys[x.problem_id] in held_keys]
+    assert dropped and len(pool) == len(c) - 12 - len(dropped)
 
 
 def test_sets_have_equal_size_and_the_bands_they_promise():

@@ -57,7 +57,7 @@ from mbs.stages.compose import backend_node
 from mbs.stages.config import open_run, validate_config
 from mbs.stages.pipeline import export_runs, stage_node, sub_config
 from mbs.thesis.sampling import Sampler
-from mbs.thesis.sets import ARM_SET, ARMS, build_sets, split_heldout
+from mbs.thesis.sets import ARM_SET, ARMS, build_sets, commuted_key, split_heldout
 from mbs.thesis.summary import summarize
 from mbs.training.policy import resolve_policy
 from mbs.training.settings import TrainSettings
@@ -224,10 +224,11 @@ def run(cfg: DictConfig) -> Path:
     exported = {r["extra_info"]["id"] for r in pq.read_table(export_dir / "train.parquet", columns=["extra_info"]).to_pylist()}
     corpus = [c for c in read_records(cal_dir, "calibrations", Calibration)
               if c.policy == policy_name and c.budget == L and c.problem_id in exported]
-    heldout, pool = split_heldout(corpus, int(t.heldout), int(t.split_seed))
+    problems = {p.id: p for p in corpus_problems}
+    keys = {c.problem_id: commuted_key(problems[c.problem_id].problem) for c in corpus}
+    heldout, pool = split_heldout(corpus, int(t.heldout), int(t.split_seed), keys)
     sets = build_sets(pool, corpus, int(t.set_size), int(t.split_seed))
     set_dirs = _write_sets(export_dir, root, sets, heldout)
-    problems = {p.id: p for p in corpus_problems}
     templates, vcfg = cfg.calibrate.templates, cfg.verifier
     eval_groups = {b: [Group.of(problems[i], b, templates, vcfg) for i in heldout] for b in budgets}
     recal_groups = {name: [Group.of(problems[i], L, templates, vcfg) for i in ids] for name, ids in sets.items()}
@@ -280,6 +281,8 @@ def run(cfg: DictConfig) -> Path:
     out.timings["train_and_evaluate"] = time.perf_counter() - t1
     levels = {i: str((problems[i].metadata or {}).get("level")) for i in heldout}
     summary = summarize(cfg.thesis, root, corpus, heldout, sets, steps, seeds, budgets, evals, recals, policy, trained, levels)
+    # pool problems that are a held-out problem with its operands commuted, left out of every set
+    summary["heldout"]["commuted_dropped_from_pool"] = len(corpus) - len(heldout) - len(pool)
     out.write_summary(summary)
     report = render(root, root, formats=tuple(t.formats), width=str(t.width))
     out.write_manifest({"corpus": len(corpus), "heldout": len(heldout), "set_size": int(t.set_size), "seeds": len(seeds),

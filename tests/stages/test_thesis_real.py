@@ -30,7 +30,7 @@ def test_quick_thesis_runs_measures_and_resumes(make_cfg):
     close_all()
     s = read_summary(out)
     held = set(json.loads((out / "sets" / "heldout.json").read_text())["ids"])
-    assert len(held) == s["heldout"]["problems"] == 6
+    assert len(held) == s["heldout"]["problems"] == 6 and s["heldout"]["commuted_dropped_from_pool"] >= 0
     ids = {}
     for name in SETS:
         rows = pq.read_table(out / "sets" / name / "train.parquet").to_pylist()
