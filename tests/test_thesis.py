@@ -86,6 +86,11 @@ def test_sets_have_equal_size_and_the_bands_they_promise():
     assert trapped.count("failed_all") == 6 and trapped.count("solved_all") == 2
     assert all(not set(ids) & set(held) for ids in sets.values())
     assert build_sets(pool, c, 8, seed=0) == sets
+    # the thesis draws each training seed's sets with [split_seed, seed]: reproducible, and another seed draws others
+    per_seed = {s: build_sets(pool, c, 8, seed=[0, s]) for s in range(3)}
+    assert per_seed[1] == build_sets(pool, c, 8, seed=[0, 1])
+    assert per_seed[0]["uncalibrated"] != per_seed[1]["uncalibrated"] or per_seed[1]["uncalibrated"] != per_seed[2]["uncalibrated"]
+    assert all({band[i] for i in d["goldilocks"]} == {"goldilocks"} for d in per_seed.values())
 
 
 def test_goldilocks_set_keeps_only_usable_problems():

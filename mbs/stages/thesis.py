@@ -12,9 +12,10 @@ problem teaches a GRPO policy only when its rollouts disagree):
 2. ``export/``: every calibrated problem as verl parquet with the calibrated policy's provenance
    (``mbs-export``, ``export.select=all``: dedup removes repeated prompts, so no held-out prompt is
    also a training prompt);
-3. ``sets/<set>/``: a held-out set (``thesis.heldout`` problems drawn from the export) and three
-   training sets of ``thesis.set_size`` problems from the rest (:func:`mbs.thesis.sets.build_sets`):
-   goldilocks, trapped, uncalibrated; each folder is an export (``train.parquet`` and the export's
+3. ``sets/``: a held-out set (``thesis.heldout`` problems drawn from the export; pool problems that
+   are a held-out one with its operands commuted are dropped) and, for each training seed, three
+   training sets of ``thesis.set_size`` problems drawn from the rest (``sets/seed<s>/<set>/``,
+   :func:`mbs.thesis.sets.build_sets`): goldilocks, trapped, uncalibrated; each folder is an export (``train.parquet`` and the export's
    ``summary.json``), so ``mbs-train`` trains exactly the calibrated policy;
 4. ``runs/<set>/seed<s>/``: TRL's GRPO (``mbs-train train.engine=trl``) with the same steps,
    learning rate and seed for every set, trained ``thesis.eval_every`` steps at a time; after each
@@ -118,21 +119,25 @@ def _backend(cfg: DictConfig, model: str, label: str, top_k: int | None, min_p: 
     return node
 
 
-def _write_sets(export_dir: Path, root: Path, sets: dict[str, list[str]], heldout: list[str]) -> dict[str, Path]:
-    """``sets/<set>/train.parquet`` (the export's rows of the set) and the export's ``summary.json``
-    (its ``policy`` block: the provenance ``mbs-train`` trains from); ``sets/heldout.json``.
+def _write_sets(export_dir: Path, root: Path, sets: dict[int, dict[str, list[str]]],
+                heldout: list[str]) -> dict[int, dict[str, Path]]:
+    """``sets/seed<s>/<set>/train.parquet`` (the export's rows of the set each training seed drew) and
+    the export's ``summary.json`` (its ``policy`` block: the provenance ``mbs-train`` trains from);
+    ``sets/heldout.json``.
 
     Writing the run's set folders is this stage's output (and :mod:`mbs.thesis.sets`, below
     :mod:`mbs.export` in the layers, cannot write verl parquet), so it stays here."""
     rows = {r["extra_info"]["id"]: r for r in pq.read_table(export_dir / "train.parquet").to_pylist()}
     summary = read_summary(export_dir)
-    out = {}
-    for name, ids in sets.items():
-        folder = root / "sets" / name
-        write_parquet([rows[i] for i in ids], folder / "train.parquet")
-        write_parquet([], folder / "val.parquet")  # the held-out set is the thesis's own; mbs-train expects the file
-        write_json_atomic(folder / "summary.json", {**summary, "thesis_set": name, "set_rows": len(ids), "ids": ids})
-        out[name] = folder
+    out: dict[int, dict[str, Path]] = {}
+    for seed, by_name in sets.items():
+        for name, ids in by_name.items():
+            folder = root / "sets" / f"seed{seed}" / name
+            write_parquet([rows[i] for i in ids], folder / "train.parquet")
+            write_parquet([], folder / "val.parquet")  # the held-out set is the thesis's own; mbs-train expects the file
+            write_json_atomic(folder / "summary.json", {**summary, "thesis_set": name, "thesis_seed": seed, "set_rows": len(ids),
+                                                        "ids": ids})
+            out.setdefault(seed, {})[name] = folder
     write_json_atomic(root / "sets" / "heldout.json", {"ids": heldout})
     return out
 
@@ -227,12 +232,15 @@ def run(cfg: DictConfig) -> Path:
     problems = {p.id: p for p in corpus_problems}
     keys = {c.problem_id: commuted_key(problems[c.problem_id].problem) for c in corpus}
     heldout, pool = split_heldout(corpus, int(t.heldout), int(t.split_seed), keys)
-    sets = build_sets(pool, corpus, int(t.set_size), int(t.split_seed))
+    # each training seed draws its own sets from the pool (the held-out set is fixed): the seed-level
+    # intervals then cover which problems a set happens to hold, not only the training noise
+    sets = {seed: build_sets(pool, corpus, int(t.set_size), [int(t.split_seed), seed]) for seed in seeds}
     set_dirs = _write_sets(export_dir, root, sets, heldout)
     templates, vcfg = cfg.calibrate.templates, cfg.verifier
     eval_groups = {b: [Group.of(problems[i], b, templates, vcfg) for i in heldout] for b in budgets}
-    recal_groups = {name: [Group.of(problems[i], L, templates, vcfg) for i in ids] for name, ids in sets.items()}
-    first = _train_cfg(cfg, set_dirs["goldilocks"], root / "runs" / "goldilocks" / f"seed{seeds[0]}", seeds[0], 1)
+    recal_groups = {seed: {name: [Group.of(problems[i], L, templates, vcfg) for i in ids] for name, ids in by_name.items()}
+                    for seed, by_name in sets.items()}
+    first = _train_cfg(cfg, set_dirs[seeds[0]]["goldilocks"], root / "runs" / "goldilocks" / f"seed{seeds[0]}", seeds[0], 1)
     policy = resolve_policy(TrainSettings.from_cfg(first.train, seed=first.seed, cache_dir=cfg.paths.models_dir))
     if policy.group_size != N or policy.max_completion_length != L:
         raise ConfigError(f"the export's calibrated policy has N={policy.group_size}, L={policy.max_completion_length}; "
@@ -250,20 +258,20 @@ def run(cfg: DictConfig) -> Path:
             for b in budgets:
                 ev(f"base/seed{seed}", base_be, eval_groups[b], k, seed)
             if bool(t.recalibrate):  # the sets' bands under the evaluation backend before training (the control)
-                rc(f"base/seed{seed}", base_be, sorted({g.id: g for gs in recal_groups.values() for g in gs}.values(),
+                rc(f"base/seed{seed}", base_be, sorted({g.id: g for gs in recal_groups[seed].values() for g in gs}.values(),
                                                         key=lambda g: g.id), N, seed)
             for name in ARMS:
                 run_dir = root / "runs" / name / f"seed{seed}"
                 tag = f"{name}/seed{seed}"
                 finished = (ev.done(f"{tag}/step{steps[-1]}", eval_groups[L], k)
                             and all(ev.done(f"{tag}/final", eval_groups[b], k) for b in budgets)
-                            and (not t.recalibrate or rc.done(f"{tag}/final", recal_groups[ARM_SET[name]], N)))
+                            and (not t.recalibrate or rc.done(f"{tag}/final", recal_groups[seed][ARM_SET[name]], N)))
                 for s in steps[1:]:
                     last = s == steps[-1]
                     if finished or (ev.done(f"{tag}/step{s}", eval_groups[L], k) and not last):
                         continue
                     log.info("thesis: training %s to step %d", tag, s)
-                    summary = read_summary(train.run(_train_cfg(cfg, set_dirs[ARM_SET[name]], run_dir, seed, s,
+                    summary = read_summary(train.run(_train_cfg(cfg, set_dirs[seed][ARM_SET[name]], run_dir, seed, s,
                                                                 dynamic=name == "dynamic")))
                     close_all()
                     final = summary["result"]["final"]
@@ -273,7 +281,7 @@ def run(cfg: DictConfig) -> Path:
                         for b in budgets:
                             ev(f"{tag}/final", be, eval_groups[b], k, seed)
                         if bool(t.recalibrate):
-                            rc(f"{tag}/final", be, recal_groups[ARM_SET[name]], N, seed)
+                            rc(f"{tag}/final", be, recal_groups[seed][ARM_SET[name]], N, seed)
                 if not bool(t.keep_checkpoints):
                     shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
                 trained[tag] = str(run_dir.relative_to(root))

@@ -122,7 +122,8 @@ def split_heldout(calibrations: Sequence[Calibration], heldout: int, seed: int,
     return [cals[i].problem_id for i in sorted(pick)], pool
 
 
-def build_sets(pool: Sequence[Calibration], corpus: Sequence[Calibration], size: int, seed: int) -> dict[str, list[str]]:
+def build_sets(pool: Sequence[Calibration], corpus: Sequence[Calibration], size: int,
+               seed: int | Sequence[int]) -> dict[str, list[str]]:
     """Three training sets of ``size`` problems each from the pool (not the held-out problems).
 
     * ``goldilocks``: usable problems (Goldilocks band with a complete correct rollout within L);
@@ -134,7 +135,8 @@ def build_sets(pool: Sequence[Calibration], corpus: Sequence[Calibration], size:
         pool: Calibrations of the problems that may train.
         corpus: Calibrations of the whole corpus (the trapped proportion).
         size: Problems per set.
-        seed: Seed of the draws.
+        seed: Seed of the draws (an int, or ints combined by NumPy's ``SeedSequence``: the
+            thesis draws each training seed's sets with ``[thesis.split_seed, seed]``).
 
     Returns:
         ``{set name: sorted problem ids}`` in :data:`SETS` order.

@@ -19,7 +19,7 @@ import numpy as np
 
 from mbs.calibration import calibrate_group
 from mbs.records import Calibration, Rollout
-from mbs.thesis.sets import ARM_SET, ARMS
+from mbs.thesis.sets import ARM_SET, ARMS, SETS
 from mbs.thesis.statistics import (
     accuracy_summary,
     contrasts,
@@ -148,7 +148,7 @@ def construct_validity(ev: Mapping[tuple[str, int], list[Rollout]], seeds: Seque
     return out
 
 
-def summarize(t: Any, root: Path, corpus: Sequence[Calibration], heldout: Sequence[str], sets: Mapping[str, Sequence[str]],
+def summarize(t: Any, root: Path, corpus: Sequence[Calibration], heldout: Sequence[str], sets: Mapping[int, Mapping[str, Sequence[str]]],
               steps: Sequence[int], seeds: Sequence[int], budgets: Sequence[int], evals: Sequence[Rollout],
               recals: Sequence[Rollout], policy: Any, trained: Mapping[str, str],
               levels: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -159,7 +159,7 @@ def summarize(t: Any, root: Path, corpus: Sequence[Calibration], heldout: Sequen
         root: The run directory (each training run's ``metrics.jsonl`` is read from ``runs/``).
         corpus: Calibrations of the exported corpus at L (policy of the thesis).
         heldout: Held-out problem ids.
-        sets: ``{set: problem ids}``.
+        sets: ``{training seed: {set: problem ids}}`` (each seed draws its own sets).
         steps: Evaluation steps (0 first).
         seeds: Training seeds.
         budgets: Evaluation budgets (L and the extra ones), tokens.
@@ -212,7 +212,9 @@ def summarize(t: Any, root: Path, corpus: Sequence[Calibration], heldout: Sequen
     tests = contrasts(finals, primary, [pair for pair in SECONDARY if tuple(pair) != primary])
     corpus_k, corpus_n, _ = counts_from_calibrations(corpus)  # the prior: fitted to the whole corpus, every band
     prior = resolve_prior("empirical", np.asarray(corpus_k), np.asarray(corpus_n), fitted_on="thesis corpus, all bands")
-    zero = {name: _zero_std(root, name, seeds, [cal_of[i] for i in sets[ARM_SET[name]]], prior, N, B) for name in ARMS}
+    # the forecast of an arm's steps over every seed: the seeds' sets pooled (each problem as often as it was drawn)
+    zero = {name: _zero_std(root, name, seeds, [cal_of[i] for seed in seeds for i in sets[seed][ARM_SET[name]]], prior, N, B)
+            for name in ARMS}
     moves: dict[str, Any] = {}
     for name in ARMS:
         calib_to_after: Counter = Counter()
@@ -221,11 +223,11 @@ def summarize(t: Any, root: Path, corpus: Sequence[Calibration], heldout: Sequen
         seeds_done = []
         for seed in seeds:
             after = _bands(recals, f"{name}/seed{seed}/final", N)
-            base = {i: b for i, b in _bands(recals, f"base/seed{seed}", N).items() if i in set(sets[ARM_SET[name]])}
+            base = {i: b for i, b in _bands(recals, f"base/seed{seed}", N).items() if i in set(sets[seed][ARM_SET[name]])}
             if not after:
                 continue
             seeds_done.append(seed)
-            before = {i: band_of[i] for i in sets[ARM_SET[name]]}
+            before = {i: band_of[i] for i in sets[seed][ARM_SET[name]]}
             for key, m in (("c", migration(before, after)), ("b", migration(base, after)), ("cb", migration(before, base))):
                 target = {"c": calib_to_after, "b": base_to_after, "cb": calib_to_base}[key]
                 for a, row in m.items():
@@ -243,14 +245,21 @@ def summarize(t: Any, root: Path, corpus: Sequence[Calibration], heldout: Sequen
         "corpus": {"problems": len(corpus), "bands": dict(Counter(c.band for c in corpus)),
                    "usable": sum(c.usable for c in corpus)},
         "heldout": {"problems": len(heldout), "bands": dict(Counter(band_of[i] for i in heldout))},
-        "sets": {name: {"problems": len(ids), "bands": dict(Counter(band_of[i] for i in ids)),
-                        "overlap_with_heldout": len(set(ids) & set(heldout))} for name, ids in sets.items()},
+        "sets": {name: _set_block([sets[seed][name] for seed in seeds], band_of, held_set) for name in SETS},
         "arms": {name: ARM_SET[name] + (" with dynamic sampling" if name == "dynamic" else "") for name in ARMS},
         "curves": curves, "final": final, "contrasts": tests, "zero_std": zero, "migration": moves,
         "construct_validity": construct_validity(ev, seeds, L, heldout, k, levels or {}, band_of),
         "trained": dict(trained),
         "train_seconds": _train_seconds(root, trained),
     }
+
+
+def _set_block(draws: Sequence[Sequence[str]], band_of: Mapping[str, str], heldout: set[str]) -> dict[str, Any]:
+    """One training set over the seeds' draws: its size, how many distinct problems the draws held,
+    the bands summed over draws, and the overlap with the held-out set (0 by construction)."""
+    drawn = [i for ids in draws for i in ids]
+    return {"problems": len(draws[0]) if draws else 0, "draws": len(draws), "distinct_problems": len(set(drawn)),
+            "bands": dict(Counter(band_of[i] for i in drawn)), "overlap_with_heldout": len(set(drawn) & heldout)}
 
 
 def _train_seconds(root: Path, trained: Mapping[str, str]) -> dict[str, Any]:

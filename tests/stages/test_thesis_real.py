@@ -33,9 +33,9 @@ def test_quick_thesis_runs_measures_and_resumes(make_cfg):
     assert len(held) == s["heldout"]["problems"] == 6 and s["heldout"]["commuted_dropped_from_pool"] >= 0
     ids = {}
     for name in SETS:
-        rows = pq.read_table(out / "sets" / name / "train.parquet").to_pylist()
+        rows = pq.read_table(out / "sets" / "seed0" / name / "train.parquet").to_pylist()
         ids[name] = {r["extra_info"]["id"] for r in rows}
-        assert len(ids[name]) == s["sets"][name]["problems"] == 2  # equal sizes
+        assert len(ids[name]) == s["sets"][name]["problems"] == 2 and s["sets"][name]["draws"] == 1  # equal sizes, one seed
         assert not ids[name] & held and s["sets"][name]["overlap_with_heldout"] == 0
     assert set(s["sets"]["goldilocks"]["bands"]) == {"goldilocks"}
     assert set(s["sets"]["trapped"]["bands"]) <= {"failed_all", "solved_all"}
