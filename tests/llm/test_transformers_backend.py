@@ -164,11 +164,11 @@ def test_bad_settings_name_the_key(tiny, tmp_path, monkeypatch):
         TransformersBackend(str(tiny)).generate([ChatRequest(ASK)])
 
 
-def test_built_from_config(make_cfg, tiny, tmp_path):
+def test_built_from_config(make_cfg, tiny, models_dir):
     cfg = make_cfg("calibrate", ["backend=transformers", f"backend.model={tiny}", "backend.batch_size=2"])
     backend = build_backend(cfg.backend, cfg.paths.cache_dir)
     assert isinstance(backend.backend, TransformersBackend) and backend.name == "transformers"
-    assert backend.backend.cache_dir == str(tmp_path / "cache") and cfg.backend.label == str(tiny)
+    assert backend.backend.cache_dir == str(models_dir) and cfg.backend.label == str(tiny)  # paths.models_dir
     assert make_cfg("calibrate", ["backend=transformers"]).backend.model == "embedded"
 
 
