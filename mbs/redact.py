@@ -49,6 +49,8 @@ _QUERY_VALUE = re.compile(r"(?P<sep>[?&;])(?P<name>[^=&;#\s]+)=(?P<value>[^&;#\s
 _SECRET_NAME = re.compile(
     r"(?i)^(?:.*[_\-])?(?:api[_\-]?key|apikey|token|secret|password|passwd|credentials?|authorization|bearer)$"
 )
+#: A key inside a Hydra dict value (``{name: ...}``, ``{a: 1, 'name': ...}``), at any depth.
+_DICT_KEY = re.compile(r"[{,]\s*['\"]?(?P<name>[A-Za-z_][\w\-]*)['\"]?\s*:")
 #: A credential whatever its key: OpenAI-style ``sk-``, Hugging Face ``hf_``, GitHub, Slack and
 #: AWS access keys, an ``Authorization: Bearer`` value.
 _SECRET_VALUE = re.compile(
@@ -110,8 +112,9 @@ def secret_override(arg: str) -> str | None:
 
     A secret is a key whose last part names one (``api_key``, ``hf_token``, ``password``, ...;
     not ``api_key_env``, which names an environment variable), a value that looks like a
-    credential (see :func:`redact_text`) or a value holding a URL with a credential
-    (:func:`credentialed_url`; every value of a sweep ``a,b`` is checked). Options (``--cfg``,
+    credential (see :func:`redact_text`), a value holding a URL with a credential
+    (:func:`credentialed_url`; every value of a sweep ``a,b`` is checked) or a dict value with a
+    key that names a secret, at any depth (``{api_key: ...}``, ``{Authorization: ...}``). Options (``--cfg``,
     ``-m``) are not overrides.
 
     >>> secret_override("+backend.api_key=x"), secret_override("backend.api_key_env=MY_KEY")
@@ -120,6 +123,8 @@ def secret_override(arg: str) -> str | None:
     'backend.model'
     >>> secret_override("backend.base_url=http://user:pw@host/v1")
     'backend.base_url'
+    >>> secret_override("+backend.extra_body={api_key:x}"), secret_override("+backend.extra_body={top_k:5}")
+    ('backend.extra_body.api_key', None)
     """
     if arg.startswith("-") or "=" not in arg:
         return None
@@ -127,6 +132,9 @@ def secret_override(arg: str) -> str | None:
     key = key.lstrip("+~").split("@", 1)[0]
     if _SECRET_NAME.match(key.rsplit(".", 1)[-1]) or _SECRET_VALUE.search(value) or credentialed_url(value):
         return key
+    nested = [m.group("name") for m in _DICT_KEY.finditer(value) if _SECRET_NAME.match(m.group("name"))]
+    if nested:  # a dict value naming a secret: +backend.extra_body={api_key:...}, default_headers={Authorization:...}
+        return f"{key}.{nested[0]}"
     return None
 
 

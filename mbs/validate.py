@@ -133,6 +133,8 @@ THRESHOLD_RANGES: dict[str, Num] = {
     "alpha_leaf": SHARE, "alpha_parent": SHARE,
 }
 BOOL = OneOf((True, False))
+#: The GRPO loss aggregations TRL 1.16's ``GRPOConfig.loss_type`` accepts (its help text lists them).
+TRL_LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
 #: Which calibrated problems of a run ``mbs-export`` keeps (``export.select``).
 EXPORT_SELECTIONS: tuple[str, ...] = ("usable", *BANDS, "all")
 #: Figure file formats (matplotlib's ``savefig`` formats for figures).
@@ -246,6 +248,7 @@ RULES: tuple[tuple[str, Check], ...] = (
     ("thesis.prompts_per_step", COUNT),
     ("thesis.learning_rate", Num(lo=0, lo_open=True)),
     ("thesis.beta", Num(lo=0)),
+    ("thesis.loss_type", OneOf(TRL_LOSS_TYPES)),
     ("thesis.eval_k", COUNT),
     ("thesis.extra_budgets", ListOf(BUDGET, nonempty=False)),
     ("thesis.recalibrate", BOOL),
@@ -301,6 +304,7 @@ RULES: tuple[tuple[str, Check], ...] = (
     ("train.trl.gradient_accumulation_steps", COUNT),
     ("train.trl.learning_rate", Num(lo=0, lo_open=True)),
     ("train.trl.beta", Num(lo=0)),
+    ("train.trl.loss_type", OneOf(TRL_LOSS_TYPES)),
     ("train.trl.save_steps", COUNT),
     ("train.trl.save_total_limit", Num(integer=True, lo=1, nullable=True)),
     *((f"train.trl.{k}", BOOL) for k in ("resume", "bf16", "use_vllm", "gradient_checkpointing", "progress")),

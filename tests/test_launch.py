@@ -245,6 +245,9 @@ def test_redaction_matches_what_hydra_writes(tmp_path):
         ("backend.base_url=https://h/v1?api-key=abc", "backend.base_url"),
         ("backend.base_url=http://127.0.0.1:8000/v1?x=1", None),
         ("backend.base_url=${oc.env:MY_BASE_URL}", None),
+        ("+backend.extra_body={api_key:PW}", "backend.extra_body.api_key"),  # a secret-named key inside a dict value
+        ("+backend.default_headers={Accept: json, 'Authorization': PW}", "backend.default_headers.Authorization"),
+        ("+backend.extra_body={chat_template_kwargs: {enable_thinking: false}, top_k: 5}", None),
         ("--cfg", None),
     ],
 )

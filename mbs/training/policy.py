@@ -147,6 +147,21 @@ def _calibrated_gguf(prov: PolicyProvenance) -> str:
     return str(path)
 
 
+def _check_local(model: str) -> None:
+    """``train.model`` written as a path (absolute, ``./``, ``../``, ``~`` or a ``.gguf`` file) must exist
+    here: caught before TRL starts, not as transformers' hub-id traceback after the dataset is built.
+
+    Raises:
+        ConfigError: No such file or folder, or a folder without ``config.json``.
+    """
+    path = Path(model).expanduser()
+    if (model.startswith(("/", "./", "../", "~")) or model.endswith(".gguf")) and not path.exists():
+        raise ConfigError(f"train.model={model}: no such file or folder (a checkpoint folder with config.json and weights, "
+                          "or a .gguf file, on this machine)")
+    if path.is_dir() and not (path / "config.json").is_file():
+        raise ConfigError(f"train.model={model}: a folder without config.json, not a Hugging Face checkpoint")
+
+
 def _load_path(model: str, gguf: str | None, cache_dir: str, convert: bool) -> str:
     """The checkpoint a trainer loads: a GGUF's converted checkpoint (made now when ``convert``)."""
     if gguf is None:
@@ -224,6 +239,7 @@ def resolve_policy(train: TrainSettings, convert: bool = True) -> TrainPolicy:
     gguf = None
     if "model" in overrides or prov is None:
         model = str(used["model"])
+        _check_local(model)
         if model.endswith(".gguf") and Path(model).expanduser().is_file():
             gguf = str(Path(model).expanduser())
     elif prov.backend == "llamacpp":

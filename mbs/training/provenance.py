@@ -465,9 +465,14 @@ class ExportProvenance:
                 f"{export_dir}: {what}; train.data_dir must be an mbs-export run folder (train.parquet, val.parquet and "
                 "summary.json: run mbs-export first)"
             )
-        summary = json.loads(path.read_text())
-        if summary.get("stage") != "export":
-            raise InputNotFoundError(f"{path}: stage {summary.get('stage')!r}, not an mbs-export run folder (train.data_dir)")
+        try:
+            summary = json.loads(path.read_text())
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise InputNotFoundError(f"{path}: not a readable summary ({err}); train.data_dir must be an mbs-export run folder: "
+                                     "export the runs again with mbs-export") from None
+        if not isinstance(summary, dict) or summary.get("stage") != "export":
+            stage = summary.get("stage") if isinstance(summary, dict) else type(summary).__name__
+            raise InputNotFoundError(f"{path}: stage {stage!r}, not an mbs-export run folder (train.data_dir)")
         block = summary.get("policy")
         if not isinstance(block, dict) or "sources" not in block:
             raise MissingProvenanceError(

@@ -38,6 +38,7 @@ def test_every_bad_thesis_key_is_named_at_once_in_its_own_name(make_cfg, tmp_pat
         "thesis.extra_budgets=[0]": "thesis.extra_budgets=[0]: must be a list of an integer >= 1",
         "thesis.batch_size=0": "thesis.batch_size=0: must be an integer >= 1",
         "thesis.recalibrate=sometimes": "thesis.recalibrate='sometimes': must be one of True, False",
+        "thesis.loss_type=nope": "thesis.loss_type='nope': must be one of grpo, dr_grpo, dapo",
     }
     msg = _refused(make_cfg, tmp_path, *bad)
     assert f"{len(bad)} config errors" in msg, msg

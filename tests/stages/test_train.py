@@ -19,7 +19,7 @@ from support.exports import HF_POLICY, write_export
 from support.slurm_cluster import slurm_ready
 from support.verl import VERL_VERSION, override_problems, source, trainer_config, verl_package_dir
 
-from mbs.errors import InputNotFoundError
+from mbs.errors import ConfigError, InputNotFoundError
 from mbs.io import read_summary
 from mbs.rewards import compute_score
 from mbs.stages.train import run, settings_of
@@ -137,6 +137,20 @@ def test_missing_data_dir_is_named(make_cfg, tmp_path):
     (tmp_path / "export" / "train.parquet").unlink()
     with pytest.raises(TrainError, match=r"train.parquet not found: run mbs-export first"):
         run(make_cfg("train", [f"train.data_dir={tmp_path / 'export'}"], out="run2"))
+
+
+def test_a_missing_model_and_an_unreadable_summary_are_named_before_the_run_opens(make_cfg, tmp_path):
+    data = write_export(tmp_path / "export")
+    for model, why in ((tmp_path / "nope", "no such file or folder"), (tmp_path / "nope.gguf", "no such file or folder"),
+                       (tmp_path, "a folder without config.json")):
+        out = tmp_path / f"run_{Path(model).name}"
+        with pytest.raises(ConfigError, match=rf"train.model={model}: {why}"):
+            run(make_cfg("train", [f"train.data_dir={data}", f"train.model={model}", "train.override=[model]"], out=out.name))
+        assert not out.exists()
+    (data / "summary.json").write_text('{"stage": "export", "policy": ')  # cut short
+    with pytest.raises(InputNotFoundError, match=r"export/summary.json: not a readable summary \(Expecting value"):
+        run(make_cfg("train", [f"train.data_dir={data}"], out="run_cut"))
+    assert not (tmp_path / "run_cut").exists()
 
 
 def _launch_overrides(data_dir, stub_verl, record, rc=0):
