@@ -230,7 +230,7 @@ def run(cfg: DictConfig) -> Path:
     corpus = [c for c in read_records(cal_dir, "calibrations", Calibration)
               if c.policy == policy_name and c.budget == L and c.problem_id in exported]
     problems = {p.id: p for p in corpus_problems}
-    keys = {c.problem_id: commuted_key(problems[c.problem_id].problem) for c in corpus}
+    keys = {c.problem_id: commuted_key(problems[c.problem_id].prompt) for c in corpus}
     heldout, pool = split_heldout(corpus, int(t.heldout), int(t.split_seed), keys)
     # each training seed draws its own sets from the pool (the held-out set is fixed): the seed-level
     # intervals then cover which problems a set happens to hold, not only the training noise
