@@ -22,7 +22,7 @@ def test_settings_are_the_resolved_train_node_and_pickle_with_the_trl_job(make_c
     assert isinstance(s, TrainSettings) and (s.engine, s.launcher, s.data_dir) == ("trl", "local", str(export))
     assert s.env == {"MBS_REWARD_WORKERS": "1", "MBS_REWARD_TIMEOUT_S": "5.0", "FOO": "1"}  # strings, interpolations resolved
     assert s.trl.to_dict() == {**dict(cfg.train.trl), "report_to": ["wandb"], "seed": cfg.seed}
-    assert s.submitit.folder == f"{cfg.out_dir}/submitit" and s.seed == cfg.seed and s.cache_dir == str(cfg.paths.cache_dir)
+    assert s.submitit.folder == f"{cfg.out_dir}/submitit" and s.seed == cfg.seed and s.cache_dir == str(cfg.paths.models_dir)
     job = TrlJob(s, resolve_policy(s, convert=False), str(tmp_path / "run"))
     assert pickle.loads(pickle.dumps(job)) == job
 
