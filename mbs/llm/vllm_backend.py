@@ -362,9 +362,9 @@ class VLLMBackend:
         settings = (f"backend.model={self.model} ({args['model']}), backend.max_model_len={self.max_model_len}, "
                     f"backend.kv_cache_memory_bytes={args['kv_cache_memory_bytes']}, backend.dtype={args['dtype']}")
         hint = ""
-        if args["kv_cache_memory_bytes"] is not None:
-            hint = (" The KV cache (backend.kv_cache_memory_bytes) must hold backend.max_model_len tokens of the "
-                    "model (the engine's log above says how much it needs).")
+        if "Engine core initialization failed" in str(err):  # the cause is in the engine process's log
+            hint = (" The engine's log above names the cause; on the CPU the usual one is a KV cache "
+                    "(backend.kv_cache_memory_bytes) too small for one sequence of backend.max_model_len tokens.")
         return BackendError(f"vllm backend: the engine failed to start ({settings}): {type(err).__name__}: {err}.{hint}")
 
     def _load(self) -> Any:
@@ -438,8 +438,9 @@ class VLLMBackend:
         try:
             outputs = llm.chat(convs, params, use_tqdm=False, **self.chat_kwargs())
         except Exception as err:
-            limit = getattr(getattr(llm, "llm_engine", None), "model_config", None)
-            name = f"backend.max_model_len={limit.max_model_len}: " if "maximum model length" in str(err) and limit else ""
+            config = getattr(getattr(llm, "llm_engine", None), "model_config", None)
+            too_long = any(s in str(err) for s in ("maximum context length", "maximum model length"))
+            name = f"backend.max_model_len={config.max_model_len}: " if too_long and config is not None else ""
             raise BackendError(f"vllm backend ({self.model}): {name}{type(err).__name__}: {err}") from err
         dt = time.perf_counter() - t0
         if len(outputs) != len(convs):

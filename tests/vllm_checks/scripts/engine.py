@@ -35,9 +35,11 @@ CONVERT = WORK / "convert"
 MAX_LEN = 1024
 #: Engine keyword arguments of every backend here: processed logprobs (after temperature, top-k,
 #: top-p and min-p) for the one-policy check; they change what is returned, not what is sampled.
+#: Every engine here runs eagerly (no torch.compile: the compile took minutes of the engine's start
+#: on 2 busy cores).
 ENGINE_KW = {"logprobs_mode": "processed_logprobs", "max_logprobs": 64}
-ENGINE = ["backend=vllm", f"backend.cache_dir={CONVERT}", f"backend.max_model_len={MAX_LEN}",
-          "backend.engine_kwargs={logprobs_mode: processed_logprobs, max_logprobs: 64}"]
+ENGINE = ["backend=vllm", f"backend.cache_dir={CONVERT}", f"backend.max_model_len={MAX_LEN}", "backend.enforce_eager=true",
+          "+backend.engine_kwargs.logprobs_mode=processed_logprobs", "+backend.engine_kwargs.max_logprobs=64"]
 #: Calibration: 6 Reasoning Gym chain_sum problems (one-digit operands, where the embedded model has
 #: problems in every band), N=4 at two budgets.
 CAL = ["data=reasoning_gym", "data.size=6", "data.levels.chain_sum={1digit: {min_digits: 1, max_digits: 1, min_terms: 2, max_terms: 2}}",
@@ -47,6 +49,7 @@ SEA = [{"role": "user", "content": "Write one sentence about the sea."}]
 
 def backend(**kw) -> VLLMBackend:
     """A backend on the shared engine (same engine settings as the stage runs' ``backend=vllm``)."""
+    kw.setdefault("enforce_eager", True)
     return VLLMBackend(model="embedded", cache_dir=str(CONVERT), max_model_len=MAX_LEN, engine_kwargs=ENGINE_KW, **kw)
 
 
@@ -278,7 +281,7 @@ def small_kv() -> dict:
     """An engine whose KV cache (1 MiB) cannot hold one sequence of max_model_len tokens."""
     t0 = time.perf_counter()
     try:
-        backend(kv_cache_memory_bytes=1 << 20, enforce_eager=True).generate([ChatRequest(SEA)])
+        backend(kv_cache_memory_bytes=1 << 20).generate([ChatRequest(SEA)])
         return {"error": None}
     except BackendError as err:
         return {"error": str(err), "seconds": time.perf_counter() - t0}
