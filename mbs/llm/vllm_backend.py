@@ -342,24 +342,25 @@ class VLLMBackend:
         kv_bytes = self.kv_cache_memory_bytes
         if kv_bytes is None and self.on_cpu:
             kv_bytes = CPU_KV_CACHE_BYTES
-        args = dict(
-            model=str(folder) if folder is not None else self.model,
-            revision=None if folder is not None else self.revision,
-            tensor_parallel_size=self.tensor_parallel_size,
-            gpu_memory_utilization=self.gpu_memory_utilization,
-            max_model_len=self.max_model_len,
-            kv_cache_memory_bytes=kv_bytes,
-            enable_prefix_caching=self.enable_prefix_caching,
-            enforce_eager=self.enforce_eager,
-            dtype=self.dtype,
-            seed=self.seed,
-            trust_remote_code=self.trust_remote_code,
-        )
+        args = {
+            "model": str(folder) if folder is not None else self.model,
+            "revision": None if folder is not None else self.revision,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "max_model_len": self.max_model_len,
+            "kv_cache_memory_bytes": kv_bytes,
+            "enable_prefix_caching": self.enable_prefix_caching,
+            "enforce_eager": self.enforce_eager,
+            "dtype": self.dtype,
+            "seed": self.seed,
+            "trust_remote_code": self.trust_remote_code,
+        }
         return {**args, **self.engine_kwargs}
 
     def _start_failure(self, args: dict[str, Any], err: BaseException) -> BackendError:
         """The error of an engine that failed to start, naming the settings that decide a start."""
-        settings = (f"backend.model={self.model} ({args['model']}), backend.max_model_len={self.max_model_len}, "
+        where = f" ({args['model']})" if args["model"] != self.model else ""
+        settings = (f"backend.model={self.model}{where}, backend.max_model_len={self.max_model_len}, "
                     f"backend.kv_cache_memory_bytes={args['kv_cache_memory_bytes']}, backend.dtype={args['dtype']}")
         hint = ""
         if "Engine core initialization failed" in str(err):  # the cause is in the engine process's log

@@ -154,7 +154,8 @@ def synthesize() -> dict:
     from mbs.stages.synthesize import run
 
     args = ["method=goose", "synth.figures=false", "verifier.workers=1", "goose.champ.concepts=false", "goose.source=champ",
-            "goose.teacher_free=true", "data.limit=1", "goose.filter.n=2", "goose.filter.budget=8", "synth.early_stop=false"]
+            "goose.teacher_free=true", "data.limit=1", "goose.filter.n=2", "goose.filter.budget=8", "synth.early_stop=false",
+            "teacher.pool.0.max_tokens=256"]  # the teacher-free items need no teacher; its budget must fit max_model_len
     out = run(cfg("synthesize", args, "synth", "cache_synth"))
     s = read_summary(out)
     return {"items_built": s["items_built"], "rejected": s["rejected"], "student": s["student"], "rollouts": rollouts(out),
@@ -215,9 +216,10 @@ def sampling() -> dict:
 def one_policy() -> dict:
     """The tokens vLLM keeps at the first generated step (its processed logprobs: after temperature,
     top-k, top-p and min-p) on the one-policy test's 24 prompts, at two settings."""
+    from vllm import SamplingParams
+
     from mbs.calibration.sampling import messages_for
     from mbs.data import load_problems
-    from vllm import SamplingParams
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
