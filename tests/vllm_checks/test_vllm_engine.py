@@ -123,7 +123,7 @@ def test_faults_name_the_setting_and_cache_nothing(results):
     assert "backend.model=no-such-org/no-such-model" in f["hub_name_offline"]["error"]
     assert f["bad_path"]["type"] == "InputNotFoundError" and "backend.model=" in f["bad_path"]["error"]
     kv = scenario(results, "small_kv")
-    assert kv["error"] and "backend.kv_cache_memory_bytes=1048576" in kv["error"] and "failed to start" in kv["error"]
+    assert kv["message"] and "backend.kv_cache_memory_bytes=1048576" in kv["message"] and "failed to start" in kv["message"]
 
 
 def test_one_policy_vllm_keeps_the_transformers_backends_tokens(results):

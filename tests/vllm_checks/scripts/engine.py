@@ -284,9 +284,9 @@ def small_kv() -> dict:
     t0 = time.perf_counter()
     try:
         backend(kv_cache_memory_bytes=1 << 20).generate([ChatRequest(SEA)])
-        return {"error": None}
+        return {"message": None}
     except BackendError as err:
-        return {"error": str(err), "seconds": time.perf_counter() - t0}
+        return {"message": str(err), "seconds": time.perf_counter() - t0}
 
 
 def main() -> None:
