@@ -414,7 +414,8 @@ class VLLMBackend:
             )
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[list[Completion]]:
-        """Draw ``n`` samples per request in one engine call. See :meth:`mbs.llm.base.Backend.generate`.
+        """Draw ``n`` samples per request in one engine call (one vLLM request per sample, seeded by its
+        index). See :meth:`mbs.llm.base.Backend.generate`.
 
         Latency per completion is the call's seconds divided evenly over its samples.
 
@@ -450,7 +451,8 @@ class VLLMBackend:
         for r, ro in zip(owner, outputs):
             grouped[r].append(ro)
         for req, ros in zip(requests, grouped):
-            self._check_length(req, len(ros[0].prompt_token_ids or ()))
+            if ros:
+                self._check_length(req, len(ros[0].prompt_token_ids or ()))
         latency = dt / max(1, len(convs))
         count = self._token_counter(llm) if self.reasoning.format != "none" else None
         out: list[list[Completion]] = []

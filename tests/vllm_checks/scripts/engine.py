@@ -106,8 +106,9 @@ def calibrate() -> dict:
 
 
 def resume() -> dict:
-    """A calibration (early stopping on: one engine call per round) that fails in its second
-    engine call, then the same run again: which samples the engine was asked for, in both."""
+    """A calibration (early stopping on: one engine call per round; the first budget only) that
+    fails in its second engine call, then the same run again: which samples the engine was asked
+    for, in both."""
     from mbs.stages.calibrate import run
 
     drawn: list[str] = []
@@ -122,7 +123,7 @@ def resume() -> dict:
         return real(self, requests)
 
     VLLMBackend.generate = generate
-    args = CAL + ["calibrate.early_stop.enabled=true", "calibrate.early_stop.batch=2"]
+    args = CAL + ["calibrate.early_stop.enabled=true", "calibrate.early_stop.batch=2", "calibrate.budgets=[32]"]
     try:
         try:
             run(cfg("calibrate", args, "cal_kill", "cache_kill"))
