@@ -193,8 +193,8 @@ def engine_sampling(backend_kind: str | None, node: Mapping[str, Any] | None = N
         the GGUF's fp32 de-quantisation unless ``weights: file``; a llama.cpp node without ``weights``
         (a run from before issue 47) sampled llama-cpp-python's order on the file as stored.
         ``backend=transformers`` applies its ``top_k`` / ``min_p`` settings (0: off) in Hugging Face's
-        order on its checkpoint in its ``dtype``; vLLM's ``SamplingParams`` default to neither, in
-        vLLM's order; an OpenAI-compatible server's defaults and order are not known here.
+        order on its checkpoint in its ``dtype``; ``backend=vllm`` applies its ``top_k`` / ``min_p`` settings
+        (0: off) in vLLM's order; an OpenAI-compatible server's defaults and order are not known here.
     """
     node = node or {}
     if backend_kind == "llamacpp":  # its settings (0: off), else llama-cpp-python's defaults
@@ -207,8 +207,9 @@ def engine_sampling(backend_kind: str | None, node: Mapping[str, Any] | None = N
         top_k, min_p = node.get("top_k") or 0, node.get("min_p") or 0.0
         return {"top_k": int(top_k) or None, "min_p": float(min_p) or None, "sampler": SAMPLER_ORDER,
                 "weights": f"checkpoint ({node.get('dtype') or 'auto'})"}
-    if backend_kind == "vllm":
-        return {"top_k": None, "min_p": None, "sampler": VLLM_SAMPLER_ORDER,
+    if backend_kind == "vllm":  # its settings (0: off) in vLLM's order
+        top_k, min_p = node.get("top_k") or 0, node.get("min_p") or 0.0
+        return {"top_k": int(top_k) or None, "min_p": float(min_p) or None, "sampler": VLLM_SAMPLER_ORDER,
                 "weights": f"checkpoint ({node.get('dtype') or 'auto'})"}
     return {"top_k": None, "min_p": None, "sampler": None, "weights": None}
 
