@@ -32,8 +32,8 @@ from pathlib import Path
 from mbs.io import write_json_atomic, write_text_atomic
 
 __all__ = [
-    "COMPLETE", "checkpoint_step", "drop_after", "is_complete", "last_checkpoint", "mark_complete", "remove_incomplete_after",
-    "replace_dir", "resume_hint", "rotate",
+    "COMPLETE", "TRAINING_STATE", "checkpoint_step", "copy_model", "drop_after", "is_complete", "last_checkpoint", "mark_complete",
+    "remove_incomplete_after", "replace_dir", "resume_hint", "rotate",
 ]
 
 log = logging.getLogger(__name__)
@@ -169,3 +169,26 @@ def replace_dir(tmp: str | os.PathLike, final: str | os.PathLike) -> Path:
     os.replace(tmp, final)
     shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+#: Files of a checkpoint that restore training, not the model: what :func:`copy_model` leaves out.
+TRAINING_STATE = re.compile(r"^(optimizer\.pt|scheduler\.pt|scaler\.pt|rng_state(_\d+)?\.pth|trainer_state\.json|"
+                            r"training_args\.bin|" + re.escape(COMPLETE) + r")$")
+
+
+def copy_model(checkpoint: str | os.PathLike, target: str | os.PathLike) -> Path:
+    """The model of a complete checkpoint (weights, config, tokenizer: what the trainer's
+    ``save_model`` wrote into it) copied into the folder ``target`` (created; replaced whole by
+    :func:`replace_dir`), leaving out the training state (:data:`TRAINING_STATE`).
+
+    Raises:
+        OSError: A file cannot be read or written.
+    """
+    checkpoint, target = Path(checkpoint), Path(target)
+    tmp = target.with_name(f".{target.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for path in sorted(checkpoint.iterdir()):
+        if path.is_file() and not TRAINING_STATE.match(path.name):
+            shutil.copy2(path, tmp / path.name)
+    return replace_dir(tmp, target)

@@ -54,6 +54,7 @@ from mbs.rewards import compute_score
 from mbs.training.checkpoints import (
     COMPLETE,
     checkpoint_step,
+    copy_model,
     drop_after,
     is_complete,
     last_checkpoint,
@@ -345,6 +346,8 @@ def _train(train: TrainSettings, policy: TrainPolicy, out: Path, resume: Path | 
             (out / name).unlink(missing_ok=True)
         elif dropped := drop_after(out / name, int(resumed_step)):
             log.info("%s: dropped %d line(s) after step %d (steps this run trains again, or a torn line)", name, dropped, resumed_step)
+    if resume is not None and int(resumed_step) >= int(train.trl.max_steps):
+        return _already_trained(train, policy, out, resume, int(resumed_step), removed)
     kwargs = grpo_args(train.trl, policy, out)
     keep = kwargs.pop("save_total_limit")
     args = GRPOConfig(**kwargs, save_total_limit=None)  # rotation after the new checkpoint is complete (trainer_class)
@@ -383,6 +386,29 @@ def _train(train: TrainSettings, policy: TrainPolicy, out: Path, resume: Path | 
         "seconds_per_step": round(seconds / done, 3) if done > 0 else None,
         "grpo_config": {k: v for k, v in grpo_args(train.trl, policy, out).items() if k != "output_dir"},
     }
+
+
+def _already_trained(train: TrainSettings, policy: TrainPolicy, out: Path, resume: Path, step: int,
+                     removed: list[str]) -> dict[str, Any]:
+    """A rerun whose last checkpoint is at ``train.trl.max_steps``: no step is trained (the trainer
+    would train one more: it checks the limit after a step), ``final`` is the checkpoint's model.
+
+    Raises:
+        TrainError: The checkpoint is past ``max_steps`` (the run trained further before), or the
+            model cannot be copied.
+    """
+    if step > int(train.trl.max_steps):
+        raise TrainError(f"train.trl.max_steps={train.trl.max_steps}: {out} already trained to step {step} ({resume}); "
+                         "train into a new run folder, or set train.trl.resume_from to an earlier checkpoint")
+    final = out / "final"
+    try:
+        copy_model(resume, final)
+    except OSError as err:
+        raise TrainError(f"step {step}: copying the trained model from {resume} to {final} failed ({err})") from err
+    log.info("%s is at step %d = train.trl.max_steps: nothing to train; final is its model", resume, step)
+    return {"steps": step, "resumed_from": str(resume), "resumed_step": step, "removed_checkpoints": removed,
+            "final": str(final), "checkpoint": str(resume), "train": {}, "load_seconds": 0.0, "seconds_per_step": None,
+            "grpo_config": {k: v for k, v in grpo_args(train.trl, policy, out).items() if k != "output_dir"}}
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import json
 import os
 import random
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -101,6 +102,23 @@ def test_a_missing_or_incomplete_resume_from_is_refused(tiny, tmp_path):
     (run / "checkpoints" / "checkpoint-1" / COMPLETE).unlink()  # as if killed before the sentinel
     with pytest.raises(TrainError, match=r"resume_from=checkpoint-1: .*checkpoint-1 is incomplete .*: none"):
         train.run(cfg(tmp_path, tiny, "run", 2, "train.trl.resume_from=checkpoint-1"))
+
+
+def test_a_rerun_of_a_finished_run_trains_no_step_more(tiny, tmp_path):
+    """A training killed after its last step and rerun (mbs-thesis does this): no step is trained
+    (the trainer would train one more: it checks max_steps after a step); final is the last
+    checkpoint's model, also when the kill came before final was written."""
+    run = train.run(cfg(tmp_path, tiny, "run", 2))
+    metrics, completions, final = lines(run, "metrics.jsonl"), lines(run, "completions.jsonl"), weights(run / "final")
+    shutil.rmtree(run / "final")  # as if killed before the model was saved
+    assert train.run(cfg(tmp_path, tiny, "run", 2)) == run
+    assert lines(run, "metrics.jsonl") == metrics and lines(run, "completions.jsonl") == completions
+    result = json.loads((run / "summary.json").read_text())["result"]
+    assert (result["steps"], result["resumed_step"], result["seconds_per_step"]) == (2, 2, None)
+    again = weights(run / "final")
+    assert set(again) == set(final) and all((again[k] == final[k]).all() for k in final)
+    with pytest.raises(TrainError, match=r"train.trl.max_steps=1: .* already trained to step 2"):
+        train.run(cfg(tmp_path, tiny, "run", 1, "resume.allow_config_change=true"))
 
 
 def test_a_nan_loss_stops_at_its_step_and_saves_nothing_of_it(tiny, tmp_path, monkeypatch):
