@@ -330,8 +330,10 @@ class VLLMBackend:
 
     @property
     def cache_params(self) -> dict[str, Any]:
-        """Settings besides the request that decide a sample (enter the cache key)."""
-        params: dict[str, Any] = {"sampler": SAMPLER, "dtype": self.dtype, "top_k": self.top_k, "min_p": self.min_p}
+        """Settings besides the request that decide a sample (enter the cache key). ``dtype`` is the
+        setting as written (``auto`` is not resolved: that needs vLLM, and a rerun served from the
+        cache on a machine without it must find the same keys)."""
+        params: dict[str, Any] = {"sampler": SAMPLER, "dtype": self.dtype_setting, "top_k": self.top_k, "min_p": self.min_p}
         if self.reasoning.cache_params():
             params["reasoning"] = self.reasoning.cache_params()
         return params

@@ -133,7 +133,8 @@ def test_vllm_output_conversion_splits_and_counts_reasoning_tokens():
     assert b.chat_kwargs() == {"chat_template_kwargs": {"reasoning_effort": "high"}}
     q = VLLMBackend("Qwen/Qwen3-8B", reasoning={"format": "think", "chat_template_kwargs": {"enable_thinking": False}})
     assert q.chat_kwargs() == {"chat_template_kwargs": {"enable_thinking": False}} and q.cache_params["reasoning"]["format"] == "think"
-    assert VLLMBackend("x").chat_kwargs() == {} and VLLMBackend("x").cache_params == {}
+    assert VLLMBackend("x").chat_kwargs() == {} and "reasoning" not in VLLMBackend("x").cache_params
+    assert VLLMBackend("x").cache_params == {"sampler": "vllm-per-sample-seed/1", "dtype": "auto", "top_k": 0, "min_p": 0.0}
 
 
 def test_split_completion_token_counts():
