@@ -21,7 +21,13 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    # two quick-size thesis runs plus four restarts: 19 minutes on 2 quiet cores, more than CI's budget
+    # allows beside the other slow tests; run it with MBS_THESIS_FAULTS=1 python -m pytest tests/stages/test_thesis_faults.py
+    pytest.mark.skipif(os.environ.get("MBS_THESIS_FAULTS") != "1",
+                       reason="mbs-thesis kill -9 test: 19 min on 2 cores; set MBS_THESIS_FAULTS=1 to run it"),
+]
 
 # what varies between two uninterrupted runs of unchanged code: wall-clock times and where they ran
 VOLATILE = {"timings", "elapsed_s", "last_elapsed_s", "train_seconds", "load_seconds", "seconds_per_step", "started", "finished", "host", "wall_s", "seconds", "git", "out_dir", "run_dir"}
