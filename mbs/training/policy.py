@@ -152,14 +152,12 @@ def _check_local(model: str) -> None:
     here: caught before TRL starts, not as transformers' hub-id traceback after the dataset is built.
 
     Raises:
-        ConfigError: No such file or folder, or a folder without ``config.json``.
+        ConfigError: No such file or folder.
     """
     path = Path(model).expanduser()
     if (model.startswith(("/", "./", "../", "~")) or model.endswith(".gguf")) and not path.exists():
         raise ConfigError(f"train.model={model}: no such file or folder (a checkpoint folder with config.json and weights, "
                           "or a .gguf file, on this machine)")
-    if path.is_dir() and not (path / "config.json").is_file():
-        raise ConfigError(f"train.model={model}: a folder without config.json, not a Hugging Face checkpoint")
 
 
 def _load_path(model: str, gguf: str | None, cache_dir: str, convert: bool) -> str:
