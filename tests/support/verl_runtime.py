@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
+from support.side_env import side_python
 
 REPO = Path(__file__).resolve().parents[2]
 VENV = REPO / ".venv-verl"
@@ -25,13 +25,7 @@ SCRIPTS = REPO / "tests" / "verl_checks" / "scripts"
 
 def verl_python() -> Path:
     """``.venv-verl/bin/python``; skips (or fails under ``MBS_REQUIRE_VERL=1``) when it is missing."""
-    python = VENV / "bin" / "python"
-    if not python.is_file():
-        why = f"{python} not found: build verl's environment with .ci/verl_env.sh (about 2 minutes)"
-        if os.environ.get("MBS_REQUIRE_VERL") == "1":
-            pytest.fail(f"MBS_REQUIRE_VERL=1 but {why}")
-        pytest.skip(why)
-    return python
+    return side_python(".venv-verl", "verl's environment", ".ci/verl_env.sh", 2, "MBS_REQUIRE_VERL")
 
 
 def run_script(name: str, request: dict[str, Any], tmp_path: Path, timeout: float = 600, env: dict[str, str] | None = None) -> dict:

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
+from support.side_env import side_python
 
 REPO = Path(__file__).resolve().parents[2]
 VENV = REPO / ".venv-vllm"
@@ -27,13 +27,7 @@ SCRIPTS = REPO / "tests" / "vllm_checks" / "scripts"
 
 def vllm_python() -> Path:
     """``.venv-vllm/bin/python``; skips (or fails under ``MBS_REQUIRE_VLLM=1``) when it is missing."""
-    python = VENV / "bin" / "python"
-    if not python.is_file():
-        why = f"{python} not found: build vLLM's CPU environment with .ci/vllm_env.sh (about 3 minutes)"
-        if os.environ.get("MBS_REQUIRE_VLLM") == "1":
-            pytest.fail(f"MBS_REQUIRE_VLLM=1 but {why}")
-        pytest.skip(why)
-    return python
+    return side_python(".venv-vllm", "vLLM's CPU environment", ".ci/vllm_env.sh", 3, "MBS_REQUIRE_VLLM")
 
 
 def run_driver(name: str, request: dict[str, Any], tmp_path: Path, timeout: float = 1500) -> dict:
