@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from mbs.errors import UserError
 
@@ -29,6 +29,28 @@ SCHEMA_VERSION = 2
 #: Bands of the zero-advantage trap (seed paper, "Background"): all N rollouts correct,
 #: mixed (non-zero GRPO advantage), or all wrong.
 BANDS = ("solved_all", "goldilocks", "failed_all")
+
+class Graded(Protocol):
+    """What calibration reads of a graded rollout: a :class:`Rollout`, or a
+    :class:`mbs.calibration.grouping.Outcome` (the same attributes without the text)."""
+
+    @property
+    def problem_id(self) -> str: ...
+    @property
+    def policy(self) -> str: ...
+    @property
+    def budget(self) -> int | None: ...
+    @property
+    def sample_index(self) -> int: ...
+    @property
+    def reward(self) -> float | None: ...
+    @property
+    def finish_reason(self) -> str | None: ...
+    @property
+    def completion_tokens(self) -> int: ...
+    @property
+    def complete_correct(self) -> bool: ...
+
 
 def rollout_key(r: Any) -> tuple:
     """(problem, policy, budget, sample) of a rollout or anything with those attributes."""

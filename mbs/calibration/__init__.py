@@ -17,7 +17,7 @@ from typing import Any
 from mbs.calibration.estimate import pass_rate_estimate
 from mbs.calibration.grouping import BandTable, budget_key, budget_sort_key
 from mbs.calibration.stopping import settled
-from mbs.records import Calibration, Rollout
+from mbs.records import Calibration, Graded
 
 __all__ = [
     "band_of", "budget_key", "budget_sort_key", "calibrate_group", "grpo_advantages", "settled", "trap_summary",
@@ -46,7 +46,7 @@ def grpo_advantages(rewards: Sequence[float]) -> list[float]:
 
 
 def calibrate_group(
-    rollouts: Sequence[Rollout], n_target: int, decision: str = "band", alpha: float = 0.5, batch: int | None = None
+    rollouts: Sequence[Graded], n_target: int, decision: str = "band", alpha: float = 0.5, batch: int | None = None
 ) -> Calibration:
     """Summarise the rollouts of one (problem, policy, budget) into a :class:`Calibration`.
 
@@ -62,7 +62,8 @@ def calibrate_group(
     (:func:`mbs.calibration.estimate.pass_rate_of`).
 
     Args:
-        rollouts: The group's rollouts in sample order.
+        rollouts: The group's rollouts (:class:`~mbs.records.Rollout` or
+            :class:`~mbs.calibration.grouping.Outcome`) in sample order.
         n_target: Rollouts N.
         decision: ``band`` or ``above_alpha``: what early stopping kept identical.
         alpha: Threshold of ``above_alpha``.

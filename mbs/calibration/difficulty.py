@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from mbs.calibration import budget_key, budget_sort_key, trap_summary
@@ -45,11 +45,11 @@ def _level_order(problems: Sequence[Problem]) -> list[str]:
     return sorted(first, key=first.__getitem__)
 
 
-def difficulty_summary(calibrations: Sequence[Calibration], problems: Sequence[Problem]) -> dict[str, Any] | None:
+def difficulty_summary(calibrations: Iterable[Calibration], problems: Sequence[Problem]) -> dict[str, Any] | None:
     """Band shares per (difficulty level, policy, budget L) and the moves between budgets.
 
     Args:
-        calibrations: Every calibration of the run.
+        calibrations: Every calibration of the run (read once: a stream will do).
         problems: The run's problems (their ``metadata["difficulty"]`` names the level).
 
     Returns:
@@ -160,7 +160,7 @@ def describe_moves(by_difficulty: dict[str, Any] | None) -> list[str]:
     return out
 
 
-def difficulty_fields(calibrations: Sequence[Calibration], problems: Sequence[Problem]) -> dict[str, Any]:
+def difficulty_fields(calibrations: Iterable[Calibration], problems: Sequence[Problem]) -> dict[str, Any]:
     """The ``summary.json`` keys of a calibration with difficulty levels: ``by_difficulty``
     (:func:`difficulty_summary`) and ``difficulty_moves`` (:func:`describe_moves`); empty when
     no problem has a level."""

@@ -96,10 +96,15 @@ class Outcome(NamedTuple):
     completion_tokens: int
     reason: str | None
 
-    #: (problem, policy, budget, sample), as :attr:`mbs.records.Rollout.key`.
-    key = property(rollout_key)
-    #: Correct and complete within L (finish reason ``stop``), as the rollout's.
-    complete_correct = property(is_complete_correct)
+    @property
+    def key(self) -> tuple:
+        """(problem, policy, budget, sample), as :attr:`mbs.records.Rollout.key`."""
+        return rollout_key(self)
+
+    @property
+    def complete_correct(self) -> bool:
+        """Correct and complete within L (finish reason ``stop``), as the rollout's."""
+        return is_complete_correct(self)
 
 
 class Mark(NamedTuple):
@@ -133,7 +138,9 @@ class GroupOutcomes:
             masks[slot] = masks[slot] | bit if on else masks[slot] & ~bit
 
     def __contains__(self, key: object) -> bool:
-        masks = self._groups.get(key[:3]) if isinstance(key, tuple) and len(key) == 4 else None
+        if not (isinstance(key, tuple) and len(key) == 4):
+            return False
+        masks = self._groups.get(key[:3])
         return masks is not None and bool(masks[0] >> int(key[3]) & 1)
 
     def __getitem__(self, key: tuple) -> Mark:

@@ -64,7 +64,7 @@ class IndexCorrelation:
         self.seed = int(seed)
         self.rows: dict[tuple[str, int], list[Sequence[float]]] = {}
 
-    def add(self, policy: str, budget: int, rewards: Sequence[float]) -> None:
+    def add(self, policy: str, budget: int, rewards: Sequence[float | None]) -> None:
         """One full group's rewards in sample-index order (ungraded counted as 0)."""
         rows = self.rows.setdefault((policy, int(budget)), [])
         if len(rows) < MAX_PROBLEMS:

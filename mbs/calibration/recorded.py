@@ -34,13 +34,17 @@ def calibrate_recorded(
         verifier_path: ``verifier.path`` (a verifier named by import path; ``None``: by answer type).
 
     Raises:
-        ValueError: The problems are not CHAMP problems (recorded answers exist only there).
+        ConfigError: The policy names no recorded model, or the problems are not CHAMP problems
+            (recorded answers exist only there).
     """
+    model = policy.model
+    if model is None:
+        raise ConfigError(f"students: recorded policy {policy.name} needs a model, one of {list(RECORDED_MODELS)}")
     todo: list[tuple[Rollout, Problem, bool]] = []
     for p in problems:
         if not p.id.startswith("champ/"):
             raise ConfigError(f"students: recorded policy {policy.name} needs data=champ, got problem {p.id}")
-        answers = sorted(recorded_answers(p.id.split("/", 1)[1], policy.model), key=lambda a: a.setting)
+        answers = sorted(recorded_answers(p.id.split("/", 1)[1], model), key=lambda a: a.setting)
         samples = [a for a in answers if a.kind == "sample"]
         others = [a for a in answers if a.kind != "sample"]
         for i, a in enumerate(samples + others):
@@ -73,7 +77,7 @@ def recorded_report(problems: Sequence[Problem], rollouts: Sequence[Rollout], co
     annotations (a human spot-check: "no mistake" should grade correct), and per-policy
     accuracy without and with hints / partial solutions (the offline effectivity analogue).
     """
-    fws: dict[tuple[str, str, str], bool] = {}
+    fws: dict[tuple[str, str, str | None], bool] = {}  # keyed as rollouts read it (a rollout's setting may be None)
     for p in problems:
         if not p.id.startswith("champ/"):
             continue

@@ -29,7 +29,7 @@ from mbs.data.champ import gold_report
 from mbs.errors import ConfigError
 from mbs.io import RunDir
 from mbs.llm.meter import BackendMeter
-from mbs.records import Calibration, Problem, Rollout, reason_kind
+from mbs.records import Calibration, Graded, Problem, Rollout, reason_kind
 from mbs.verify.gold import ungradable_golds
 from mbs.verify.rules import extraction_report
 
@@ -120,7 +120,7 @@ def _extraction(graded: Iterable[tuple[str | None, float | None]]) -> dict[str, 
     return report
 
 
-def early_stop_group(rollouts: Sequence[Rollout], full: Calibration, batch: int, decision: str, alpha: float) -> tuple[int, int, bool]:
+def early_stop_group(rollouts: Sequence[Graded], full: Calibration, batch: int, decision: str, alpha: float) -> tuple[int, int, bool]:
     """Replay sequential early stopping on one fully drawn group.
 
     Args:
@@ -169,7 +169,7 @@ class _EarlyStopTally:
         self.batch, self.decision, self.alpha = batch, decision, alpha
         self.total = self.saved = self.same = self.groups = 0
 
-    def add(self, rollouts: Sequence[Rollout], full: Calibration) -> None:
+    def add(self, rollouts: Sequence[Graded], full: Calibration) -> None:
         n, saved, same = early_stop_group(rollouts, full, self.batch, self.decision, self.alpha)
         self.total += n
         self.saved += saved

@@ -205,8 +205,7 @@ class RolloutWriter:
         while len(self.pending) > self.max_pending:  # backpressure: wait for the oldest grading
             if self._unsent:
                 self._send()
-            oldest = next(iter(self.pending.values()))[1]
-            concurrent.futures.wait([oldest], timeout=1.0)
+            concurrent.futures.wait([self._grading(next(iter(self.pending)))], timeout=1.0)
             self.flush(wait=False)
         return number
 
@@ -221,7 +220,7 @@ class RolloutWriter:
         """
         if any(t in self.pending and self.pending[t][1] is None for t in tickets):
             self._send()
-        concurrent.futures.wait([self.pending[t][1] for t in tickets if t in self.pending])
+        concurrent.futures.wait([self._grading(t) for t in tickets if t in self.pending])
         failed, took = None, 0
         for t in tickets:
             try:
@@ -244,14 +243,22 @@ class RolloutWriter:
         if item is None:
             return False
         rollout, fut = item
-        grade = fut.result()  # type: ignore[union-attr]
+        assert fut is not None, f"rollout {number} taken before it was sent for grading"
+        grade = fut.result()
         rollout.reward, rollout.extracted, rollout.reason = grade.score, grade.extracted, grade.reason
         self._ready.append(rollout)
         return True
 
+    def _grading(self, number: int) -> Future:
+        """The grading of pending rollout ``number``, which has been sent (callers send the
+        unsent answers first)."""
+        fut = self.pending[number][1]
+        assert fut is not None, f"rollout {number} was not sent for grading"
+        return fut
+
     def _track(self, number: int, rollout: Rollout, fut: Future) -> None:
         self.pending[number] = (rollout, fut)
-        fut.add_done_callback(lambda _f, number=number: self._finished.append(number))
+        fut.add_done_callback(lambda _f: self._finished.append(number))
 
     def _send(self) -> None:
         """Send the answers waiting for their batch to the grading pool."""
