@@ -9,7 +9,8 @@ Record types:
 * :class:`Problem`: one problem with its ground truth and answer type.
 * :class:`Rollout`: one sampled response of a policy to a problem under a budget L.
 * :class:`Calibration`: the per-(problem, policy, budget) summary of N rollouts.
-* :class:`TreeNode`: one node of a MagicBeanStalk decomposition tree.
+* :class:`TreeNode`: one node of a MagicBeanStalk decomposition tree (:class:`NodeStatus`), with
+  its effectivity test (:class:`Effectivity`) and synthetic candidates (:class:`Candidate`, :class:`Status`).
 * :class:`MCQ`: one Golden Goose fill-in-the-middle multiple-choice item.
 """
 
@@ -17,7 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from enum import StrEnum
+from typing import Any, Protocol, TypedDict
 
 from mbs.errors import UserError
 
@@ -205,6 +207,169 @@ class Calibration:
         return self.band == "goldilocks" and self.complete_correct
 
 
+class NodeStatus(StrEnum):
+    """Where a :class:`TreeNode` stands (a ``str``: written to JSON as its value, equal to it when read back).
+
+    ``new`` (just created), ``verified`` (has a verified trace, being grown), then finally
+    ``no_trace`` (root without a verified trace), ``synthesized`` (kept at least one synthetic
+    problem) or ``exhausted`` (``reject_reason`` says why).
+    """
+
+    NEW = "new"
+    VERIFIED = "verified"
+    NO_TRACE = "no_trace"
+    SYNTHESIZED = "synthesized"
+    EXHAUSTED = "exhausted"
+
+
+class Status(StrEnum):
+    """Where a synthetic candidate (:class:`Candidate`) or a subproblem (:class:`Subproblem`) stands
+    (a ``str``: written to JSON as its value, equal to it when read back)::
+
+        pending -> rejected                  (parse error, self-reference, duplicate, answer mismatch)
+        pending -> valid -> discarded        (the weakest student solves it above alpha; Stage 3)
+                         -> kept -> qualified | unqualified   (target calibration, judges)
+    """
+
+    PENDING = "pending"
+    REJECTED = "rejected"
+    VALID = "valid"
+    DISCARDED = "discarded"
+    KEPT = "kept"
+    QUALIFIED = "qualified"
+    UNQUALIFIED = "unqualified"
+
+
+#: Candidates that passed the weakest-student filter (synthetic problems of the tree).
+KEPT = (Status.KEPT, Status.QUALIFIED, Status.UNQUALIFIED)
+#: Candidates that did not become qualified problems and say why in ``reason``.
+REJECTIONS = (Status.REJECTED, Status.DISCARDED, Status.UNQUALIFIED)
+
+# The synthesis records below are JSON objects (``TypedDict``s), not dataclasses: their keys are
+# written in the order they are set, which differs by path (a qualified candidate's ``reason`` comes
+# after its ``target``, a discarded one's after its ``filter``; a parse error has no ``problem``), so
+# the trees files keep their bytes and a resumed run reads earlier records back unchanged.
+
+
+class Subproblem(TypedDict, total=False):
+    """One subproblem of a Stage-2 decomposition attempt (``EffectivityAttempt.subproblems``).
+
+    Attributes:
+        index: Position in the teacher's decomposition.
+        problem: Problem text (absent when it did not parse).
+        solution: The teacher's solution.
+        answer: Its final answer.
+        status: ``pending``, then ``valid`` or ``rejected`` (:class:`Status`).
+        reason: Why it was rejected.
+    """
+
+    index: int
+    problem: str
+    solution: str
+    answer: str
+    status: Status
+    reason: str | None
+
+
+class Candidate(Subproblem, total=False):
+    """One synthetic candidate problem (:attr:`TreeNode.variants`; keys in the order they are set).
+
+    Besides a :class:`Subproblem`'s keys (``index``: the teacher sample index):
+
+    Attributes:
+        id: Candidate id (also the id of its :class:`Problem` and rollout group).
+        kind: What made it (``direct``, ``leaf_variant``, ``composed``).
+        tokens: Completion tokens of the teacher sample.
+        finish_reason: ``stop`` or ``length``.
+        parents: Ids of the problems it was grown from.
+        node_id: Tree node it belongs to.
+        children: The child candidates a composed parent was made from.
+        raw: The clipped teacher sample (parse errors only).
+        filter: The weakest-student check (policy, budget, alpha, successes, pass rate, above).
+        target: The target calibration (:class:`Calibration` as a dict).
+        judges: Per judge verdicts; ``judge_verdict``: accepted, rejected or none.
+        grounding: Document grounding (MBS with ``mbs.grounding.enabled``).
+    """
+
+    id: str
+    kind: str
+    tokens: int
+    finish_reason: str
+    parents: list[str]
+    node_id: str
+    children: list[str]
+    raw: str
+    filter: dict[str, Any]
+    target: dict[str, Any]
+    judges: dict[str, Any]
+    judge_verdict: str
+    grounding: dict[str, Any]
+
+
+class StudentEffect(TypedDict):
+    """One live student's side of an effectivity test: acc(S, p) against acc_cond(S, p | subproblems).
+
+    Attributes:
+        acc: Pass rate of the problem alone (unbiased under early stopping).
+        acc_source: ``calibration`` (the calibration run's) or ``measured`` (drawn here with all N).
+        acc_n: Rollouts behind ``acc``.
+        acc_cond: Pass rate with the valid subproblems shown as worked examples.
+        n: Rollouts drawn for ``acc_cond``; ``n_target``: N.
+        successes: Correct ones of them.
+        passed: ``acc_cond`` settled above ``acc``.
+    """
+
+    acc: float | None
+    acc_source: str
+    acc_n: int
+    acc_cond: float | None
+    n: int
+    n_target: int
+    successes: int
+    passed: bool
+
+
+class EffectivityAttempt(TypedDict, total=False):
+    """One decomposition attempt of Stage 2 (keys in the order they are set).
+
+    Attributes:
+        attempt: 0 for the first try, then the retries up to N_d.
+        tokens: Completion tokens of the teacher sample.
+        finish_reason: ``stop`` or ``length``.
+        subproblems: What the teacher proposed, each with its status.
+        students: Per live student, the effectivity test (absent when no subproblem was valid).
+        passed: Some student's ``acc_cond`` exceeds its ``acc``.
+        reason: Why the attempt failed.
+        raw: The clipped teacher sample (parse errors only).
+    """
+
+    attempt: int
+    tokens: int
+    finish_reason: str
+    subproblems: list[Subproblem]
+    students: dict[str, StudentEffect]
+    passed: bool
+    reason: str
+    raw: str
+
+
+class Effectivity(TypedDict, total=False):
+    """The effectivity test of a tree node (:attr:`TreeNode.effectivity`); empty for a node Stage 2
+    never reached (a root without a verified trace).
+
+    Attributes:
+        passed: A decomposition passed (``None`` at the depth limit D: none was tried).
+        students: The per-student results of the deciding (last) attempt.
+        attempts: Every attempt, in order.
+        leaf_reason: Why the node is a leaf (``None`` when it was decomposed).
+    """
+
+    passed: bool | None
+    students: dict[str, StudentEffect]
+    attempts: list[EffectivityAttempt]
+    leaf_reason: str | None
+
+
 @dataclass
 class TreeNode:
     """One node of a MagicBeanStalk tree (seed paper, Stages 2 and 3).
@@ -221,11 +386,9 @@ class TreeNode:
             ``mbs.trace_context=reasoning``), else ``None``.
         answer: Verified final answer.
         children: Child node ids (K <= 3).
-        effectivity: Per student: {"acc": ..., "acc_cond": ..., "passed": ...}.
-        variants: Synthetic problems grown from this node with their calibration.
-        status: ``new`` (just created), ``verified`` (has a verified trace, being grown),
-            then finally ``no_trace`` (root without a verified trace), ``synthesized`` (kept
-            at least one synthetic problem) or ``exhausted`` (``reject_reason`` says why).
+        effectivity: The node's effectivity test (:class:`Effectivity`).
+        variants: Synthetic problems grown from this node with their calibration (:class:`Candidate`).
+        status: See :class:`NodeStatus`.
         reject_reason: Why the node is ``no_trace`` or ``exhausted``, if it is.
     """
 
@@ -236,9 +399,9 @@ class TreeNode:
     trace: str | None = None
     answer: str | None = None
     children: list[str] = field(default_factory=list)
-    effectivity: dict[str, Any] = field(default_factory=dict)
-    variants: list[dict[str, Any]] = field(default_factory=list)
-    status: str = "new"
+    effectivity: Effectivity = field(default_factory=Effectivity)
+    variants: list[Candidate] = field(default_factory=list)
+    status: NodeStatus = NodeStatus.NEW
     reject_reason: str | None = None
     trace_reasoning: str | None = None
 
@@ -306,6 +469,11 @@ def from_dict(cls: type, data: dict[str, Any], *, where: str = "") -> Any:
     kwargs = dict(data)
     if cls is TreeNode and isinstance(kwargs.get("problem"), dict):
         kwargs["problem"] = from_dict(Problem, kwargs["problem"], where=where + " .problem")
+    if cls is TreeNode and "status" in kwargs:
+        try:
+            kwargs["status"] = NodeStatus(kwargs["status"])
+        except ValueError:
+            raise RecordError(f"{where}: unknown TreeNode status {kwargs['status']!r}; valid: {[s.value for s in NodeStatus]}") from None
     if cls is MCQ and isinstance(kwargs.get("span_offsets"), list):
         kwargs["span_offsets"] = tuple(kwargs["span_offsets"])
     return cls(**kwargs)

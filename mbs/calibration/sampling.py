@@ -18,7 +18,7 @@ import concurrent.futures
 import sys
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +27,7 @@ from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 from mbs.calibration import calibrate_group, settled
+from mbs.errors import ConfigError
 from mbs.io import Shard
 from mbs.llm import build_backend
 from mbs.llm.base import ChatRequest, index_runs, salted_seed
@@ -56,6 +57,17 @@ class Policy:
     budget: int | None = None
     model: str | None = None
 
+    @property
+    def live_budget(self) -> int:
+        """The budget L in tokens of a live policy.
+
+        Raises:
+            ConfigError: The policy has none (a recorded policy).
+        """
+        if self.budget is None:
+            raise ConfigError(f"students: policy {self.name!r} has no budget L")
+        return int(self.budget)
+
 
 def policies_from_cfg(students: DictConfig) -> list[Policy]:
     """The student set, in config order (MBS measures which is weakest: :mod:`mbs.synth.students`).
@@ -73,7 +85,7 @@ def policies_from_cfg(students: DictConfig) -> list[Policy]:
     return out
 
 
-def messages_for(problem: Problem, templates: DictConfig) -> list[dict[str, str]]:
+def messages_for(problem: Problem, templates: Mapping[str, str]) -> list[dict[str, str]]:
     """Chat messages of a problem from the template of its answer type.
 
     Raises:
@@ -104,8 +116,12 @@ class Group:
     verifier: str
 
     @classmethod
-    def of(cls, problem: Problem, budget: int, templates: DictConfig, verifier_cfg: DictConfig) -> Group:
-        """The plain group of a problem: its template prompt, its ground truth and verifier."""
+    def of(cls, problem: Problem, budget: int, templates: Mapping[str, str], verifier_cfg: Any) -> Group:
+        """The plain group of a problem: its template prompt, its ground truth and verifier.
+
+        ``templates``: the prompt template per answer type; ``verifier_cfg``: the ``verifier`` node
+        (the config's, or synthesis' resolved copy), whose ``path`` is read.
+        """
         return cls(
             id=problem.id,
             budget=int(budget),

@@ -44,12 +44,12 @@ Where each decision is recorded:
 
 * root ``problem.metadata["mbs"]``: Stage-1 attempts (teacher, sample index, grade reason),
   the accepted teacher, teacher tokens and samples of the seed, grounding documents;
-* ``TreeNode.effectivity``: ``{"passed", "students" (of the deciding attempt: acc,
+* ``TreeNode.effectivity`` (:class:`~mbs.records.Effectivity`): ``{"passed", "students" (of the deciding attempt: acc,
   acc_source, acc_cond, n, successes, passed), "attempts" (each: subproblems with status and
   reason, per-student results, reason), "leaf_reason"}``;
-* ``TreeNode.variants``: every candidate (see :class:`mbs.synth.grower.SynthBase`) with its
+* ``TreeNode.variants`` (:class:`~mbs.records.Candidate`): every candidate (see :class:`mbs.synth.grower.SynthBase`) with its
   weakest-student filter, target calibration and judge verdicts;
-* ``TreeNode.status``: ``no_trace``, ``synthesized`` (kept >= 1 synthetic problem) or
+* ``TreeNode.status`` (:class:`~mbs.records.NodeStatus`): ``no_trace``, ``synthesized`` (kept >= 1 synthetic problem) or
   ``exhausted`` (``reject_reason`` says why: no variant kept, parent trials exhausted, no
   synthetic children).
 
@@ -69,8 +69,18 @@ from mbs.calibration.estimate import pass_rate_of
 from mbs.calibration.sampling import Group, Policy, messages_for
 from mbs.io import RunDir
 from mbs.prompts import user_messages
-from mbs.records import Problem, TreeNode, reason_kind
-from mbs.synth.candidate import KEPT, REJECTIONS, Candidate, Status
+from mbs.records import (
+    KEPT,
+    Candidate,
+    EffectivityAttempt,
+    NodeStatus,
+    Problem,
+    Status,
+    StudentEffect,
+    Subproblem,
+    TreeNode,
+    reason_kind,
+)
 from mbs.synth.engine import Calibrate, Gather, Tally, Task, Verify, generate, one
 from mbs.synth.grounding import assign_documents, documents_block
 from mbs.synth.grower import SeedTree, SynthBase, mark_verified
@@ -84,7 +94,7 @@ from mbs.synth.settings import SynthSettings
 from mbs.synth.store import root_id
 from mbs.synth.structured import StructureError, parse_items, self_reference
 from mbs.synth.students import weakest_student
-from mbs.synth.summary import base_summary
+from mbs.synth.summary import base_summary, effectivity_summary, rejections
 from mbs.synth.teacher import find_trace
 from mbs.synth.traces import blueprint, trace_for_prompt
 from mbs.verify.gold import answer_as_response, shown_answer
@@ -169,9 +179,9 @@ class Beanstalk(SynthBase):
         root.problem.metadata["mbs"] = info
         problems: list[Problem] = []
         if res.trace is None:
-            root.status, root.reject_reason = "no_trace", res.reason
+            root.status, root.reject_reason = NodeStatus.NO_TRACE, res.reason
         else:
-            root.trace, root.answer, root.status = res.trace, seed.ground_truth, "verified"
+            root.trace, root.answer, root.status = res.trace, seed.ground_truth, NodeStatus.VERIFIED
             root.trace_reasoning = res.reasoning
             yield from self.decompose(tree, root)
             kept = yield from self.synthesize(tree, root)
@@ -203,13 +213,13 @@ class Beanstalk(SynthBase):
             else:
                 todo.append(s)
         if todo:
-            groups = [Group.of(node.problem, int(s.budget), self.templates, self.verifier) for s in todo]
+            groups = [Group.of(node.problem, s.live_budget, self.templates, self.verifier) for s in todo]
             res = yield Gather([one(Calibrate(s, [g], self.n, "band", early_stop=False, tally=tally)) for s, g in zip(todo, groups)])
             for s, (c,) in zip(todo, res):
                 out[s.name] = {"acc": pass_rate_of(c), "source": "measured", "n": c.n}
         return out
 
-    def conditioned(self, node: TreeNode, valid: list[dict[str, Any]], s: Policy, attempt: int) -> Group:
+    def conditioned(self, node: TreeNode, valid: list[Subproblem], s: Policy, attempt: int) -> Group:
         """The problem shown after the valid subproblems as worked examples (multi-turn chat)."""
         messages: list[dict[str, str]] = []
         for sub in valid:
@@ -218,7 +228,7 @@ class Beanstalk(SynthBase):
             messages.append({"role": "assistant", "content": clip(sub["solution"], self.max_chars)})
         messages += messages_for(node.problem, self.templates)
         return Group(
-            id=f"{node.problem.id}#cond{attempt}", budget=int(s.budget), messages=messages,
+            id=f"{node.problem.id}#cond{attempt}", budget=s.live_budget, messages=messages,
             ground_truth=node.answer or "", verifier=verifier_for(node.problem, self.verifier.path),
         )
 
@@ -234,27 +244,27 @@ class Beanstalk(SynthBase):
             m.templates["decompose"], problem=clip(node.problem.prompt, self.max_chars),
             solution=self.trace_text(node), answer=self.shown(node), k=str(k_max),
         )
-        attempts: list[dict[str, Any]] = []
-        accepted: list[dict[str, Any]] | None = None
+        attempts: list[EffectivityAttempt] = []
+        accepted: list[Subproblem] | None = None
         for k in range(1 + n_d):  # the first try and up to N_d retries (paper)
             comp = (yield from generate(self.gen, [self.gen.request(messages, k)], tree.tally))[0][0]
-            att: dict[str, Any] = {"attempt": k, "tokens": comp.completion_tokens, "finish_reason": comp.finish_reason}
+            att: EffectivityAttempt = {"attempt": k, "tokens": comp.completion_tokens, "finish_reason": comp.finish_reason}
             attempts.append(att)
             try:
                 parsed = parse_items(comp.text, k_max, max_answer_chars=self.max_answer_chars)
             except StructureError as err:
-                att.update(passed=False, reason=comp.no_answer_reason or f"parse error: {err}", raw=clip(comp.text, 600))
+                att.update({"passed": False, "reason": comp.no_answer_reason or f"parse error: {err}", "raw": clip(comp.text, 600)})
                 continue
-            subs: list[dict[str, Any]] = []
+            subs: list[Subproblem] = []
             for i, item in enumerate(parsed):
                 if isinstance(item, StructureError):
                     why = str(item) if str(item).startswith("beyond K") else f"parse error: {item}"
                     subs.append({"index": i, "status": Status.REJECTED, "reason": why})
                     continue
-                sub = {"index": i, "problem": item.problem, "solution": item.solution, "answer": item.answer, "status": Status.PENDING}
+                sub: Subproblem = {"index": i, "problem": item.problem, "solution": item.solution, "answer": item.answer, "status": Status.PENDING}
                 ref = self_reference(item.problem, self.patterns)
                 if ref:
-                    sub.update(status=Status.REJECTED, reason=f"self-reference: {ref!r}")
+                    sub.update({"status": Status.REJECTED, "reason": f"self-reference: {ref!r}"})
                 subs.append(sub)
             pending = [s for s in subs if s["status"] == Status.PENDING]
             if pending:
@@ -264,22 +274,22 @@ class Beanstalk(SynthBase):
                 grades = yield Verify([(s["solution"], s["answer"], variant_type(tree.seed)) for s in pending]
                                       + [(answer_as_response(s["answer"], parent_verifier), node.answer or "", parent_verifier)
                                          for s in pending])
-                for s, g, same in zip(pending, grades, grades[len(pending):]):
-                    mark_verified(s, g)
-                    why = restatement(s["problem"], node.problem.prompt, m.restate_similarity) or (
-                        same_answer_reason(s["answer"], self.shown(node)) if same.score == 1.0 else None)
-                    if s["status"] == Status.VALID and why:
-                        s.update(status=Status.REJECTED, reason=why)
+                for sub, g, same in zip(pending, grades, grades[len(pending):]):
+                    mark_verified(sub, g)
+                    restated = restatement(sub["problem"], node.problem.prompt, m.restate_similarity) or (
+                        same_answer_reason(sub["answer"], self.shown(node)) if same.score == 1.0 else None)
+                    if sub["status"] == Status.VALID and restated:
+                        sub.update({"status": Status.REJECTED, "reason": restated})
             att["subproblems"] = subs
             valid = [s for s in subs if s["status"] == Status.VALID]
             if not valid:
-                att.update(passed=False, reason="no valid subproblem")
+                att.update({"passed": False, "reason": "no valid subproblem"})
                 continue
             res = yield Gather([
                 one(Calibrate(s, [self.conditioned(node, valid, s, k)], self.n, "above_alpha", accs[s.name]["acc"], tally=tree.tally))
                 for s in self.students
             ])
-            per: dict[str, dict[str, Any]] = {}
+            per: dict[str, StudentEffect] = {}
             for s, (c,) in zip(self.students, res):
                 a = accs[s.name]
                 per[s.name] = {
@@ -309,7 +319,7 @@ class Beanstalk(SynthBase):
                 reference_solution=sub["solution"], metadata={"seed_id": tree.seed.id}, parents=[node.node_id],
             )
             child = TreeNode(node_id=cid, seed_id=tree.seed.id, depth=node.depth + 1, problem=problem,
-                             trace=sub["solution"], answer=sub["answer"], status="verified")
+                             trace=sub["solution"], answer=sub["answer"], status=NodeStatus.VERIFIED)
             tree.add(child)
             children.append(child)
         node.children = [c.node_id for c in children]
@@ -352,9 +362,9 @@ class Beanstalk(SynthBase):
         node.variants.extend(variants)
         kept = [v for v in variants if v["status"] == Status.KEPT]
         if kept:
-            node.status = "synthesized"
+            node.status = NodeStatus.SYNTHESIZED
         else:
-            node.status = "exhausted"
+            node.status = NodeStatus.EXHAUSTED
             node.reject_reason = f"no leaf variant kept of N_l={int(th.N_l)}: {_why(variants)}"
         return kept
 
@@ -371,10 +381,10 @@ class Beanstalk(SynthBase):
         th, m = self.th, self.m
         missing = [k.node_id for k, kl in zip(kids, kept_lists) if not kl]
         if len(missing) == len(kids):
-            node.status, node.reject_reason = "exhausted", "no synthetic children: no child kept a synthetic problem"
+            node.status, node.reject_reason = NodeStatus.EXHAUSTED, "no synthetic children: no child kept a synthetic problem"
             return []
         if missing:
-            node.status = "exhausted"
+            node.status = NodeStatus.EXHAUSTED
             node.reject_reason = (f"incomplete children: {len(missing)} of {len(kids)} children kept no synthetic problem "
                                   f"({', '.join(missing)}); a parent is never composed from fewer children than B(G_n) shows")
             return []
@@ -383,7 +393,7 @@ class Beanstalk(SynthBase):
         originals = _blocks([(k.problem.prompt, self.trace_text(k), self.shown(k)) for k in kids], self.max_chars)
         alpha, n_c, want = float(th.alpha_parent), int(th.N_c), m.parents_per_node
         kept: list[Candidate] = []
-        trials: list[dict[str, Any]] = []
+        trials: list[Candidate] = []
         for t in range(n_c):
             chosen = [kl[t % len(kl)] for _, kl in avail]
             new = _blocks([(v["problem"], v["solution"], v["answer"]) for v in chosen], self.max_chars)
@@ -403,9 +413,9 @@ class Beanstalk(SynthBase):
                     break
         node.variants.extend(trials)
         if kept:
-            node.status = "synthesized"
+            node.status = NodeStatus.SYNTHESIZED
         else:
-            node.status = "exhausted"
+            node.status = NodeStatus.EXHAUSTED
             node.reject_reason = f"parent trials exhausted: all N_c={n_c} composition trials rejected ({_why(trials)})"
         return kept
 
@@ -439,7 +449,7 @@ class Beanstalk(SynthBase):
             if c["status"] == Status.VALID:
                 v["grounding"] = {"status": "grounded", "documents": doc_ids,
                                   "original": {"id": v["id"], "problem": v["problem"], "solution": v["solution"], "answer": v["answer"]}}
-                v.update(id=c["id"], problem=c["problem"], solution=c["solution"], answer=c["answer"])
+                v.update({"id": c["id"], "problem": c["problem"], "solution": c["solution"], "answer": c["answer"]})
             else:
                 v["grounding"] = {"status": "failed", "documents": doc_ids, "reason": c.get("reason")}
         return kept
@@ -470,14 +480,14 @@ def funnel(state: RunState) -> dict[str, int]:
     roots = [n for n in nodes if n.depth == 0]
     attempts = [a for n in nodes for a in n.effectivity.get("attempts", [])]
     subs = [s for a in attempts for s in a.get("subproblems", [])]
-    leaves = [n for n in nodes if not n.children and n.status != "no_trace"]
+    leaves = [n for n in nodes if not n.children and n.status != NodeStatus.NO_TRACE]
     lv = [v for n in nodes for v in n.variants if v["kind"] == "leaf_variant"]
     cp = [v for n in nodes for v in n.variants if v["kind"] == "composed"]
     kept = [v for n in nodes for v in n.variants if v["status"] in KEPT]
     seeds_q = {p.metadata.get("seed_id") for p in state.qualified}
     out = {
         "hard_seeds": len(state.seeds),
-        "seeds_with_trace": sum(1 for r in roots if r.status != "no_trace"),
+        "seeds_with_trace": sum(1 for r in roots if r.status != NodeStatus.NO_TRACE),
         "seeds_decomposed": sum(1 for r in roots if r.children),
         "decomposition_attempts": len(attempts),
         "decompositions_passed": sum(1 for a in attempts if a.get("passed")),
@@ -497,42 +507,7 @@ def funnel(state: RunState) -> dict[str, int]:
     return {k: out[k] for k in FUNNEL}
 
 
-def rejections(nodes: list[TreeNode]) -> dict[str, int]:
-    """Every recorded rejection by ``<what>/<reason kind>`` (trace, decomposition, subproblem, ...)."""
-    c: Counter = Counter()
-    for n in nodes:
-        if n.depth == 0:
-            for a in n.problem.metadata.get("mbs", {}).get("trace_attempts", []):
-                if a["score"] != 1.0:
-                    kind = "cut by the token limit" if a.get("finish_reason") == "length" else "not verified"
-                    c["trace/" + ("no reference solution" if a["index"] is None else kind)] += 1
-        for a in n.effectivity.get("attempts", []):
-            if not a.get("passed"):
-                c["decomposition/" + reason_kind(a.get("reason"))] += 1
-            for s in a.get("subproblems", []):
-                if s["status"] == Status.REJECTED:
-                    c["subproblem/" + reason_kind(s.get("reason"))] += 1
-        for v in n.variants:
-            if v["status"] in REJECTIONS:
-                c[f"{v['kind']}/" + reason_kind(v.get("reason"))] += 1
-        if n.reject_reason:
-            c[f"node/{n.status}: " + reason_kind(n.reject_reason)] += 1
-    return dict(sorted(c.items()))
-
-
-def effectivity_summary(nodes: list[TreeNode]) -> dict[str, Any]:
-    """Effectivity tests run and passed, overall and per student."""
-    tests = [a for n in nodes for a in n.effectivity.get("attempts", []) if "students" in a]
-    per: dict[str, dict[str, int]] = {}
-    for a in tests:
-        for s, r in a["students"].items():
-            row = per.setdefault(s, {"tests": 0, "passed": 0})
-            row["tests"] += 1
-            row["passed"] += int(bool(r["passed"]))
-    return {"tests": len(tests), "passed": sum(1 for a in tests if a["passed"]), "per_student": per}
-
-
-def summarize(settings: SynthSettings, state: RunState, grower: SynthBase) -> dict[str, Any]:
+def summarize(settings: SynthSettings, state: RunState, grower: Beanstalk) -> dict[str, Any]:
     """The MBS summary: contract keys, funnel, rejections, effectivity, tokens, judges, backends,
     and ``traces_cut_by_length`` (Stage-1 traces refused because they ended at the token limit).
 

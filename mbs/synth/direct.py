@@ -31,8 +31,7 @@ from typing import Any
 
 from mbs.io import RunDir, read_records
 from mbs.prompts import user_messages
-from mbs.records import Problem, TreeNode, reason_kind
-from mbs.synth.candidate import KEPT, Status
+from mbs.records import KEPT, NodeStatus, Problem, Status, TreeNode, reason_kind
 from mbs.synth.engine import Tally, Task, generate
 from mbs.synth.grower import SeedTree, SynthBase
 from mbs.synth.inputs import load_seeds
@@ -93,8 +92,8 @@ class Direct(SynthBase):
                 more, got = yield from self.round(tree, root, messages, len(variants), min(step, cap - len(variants)))
                 variants, problems = variants + more, problems + got
         root.variants = variants
-        root.status = "synthesized" if any(v["status"] in ("qualified", "unqualified") for v in variants) else "exhausted"
-        if root.status == "exhausted":
+        root.status = NodeStatus.SYNTHESIZED if any(v["status"] in (Status.QUALIFIED, Status.UNQUALIFIED) for v in variants) else NodeStatus.EXHAUSTED
+        if root.status == NodeStatus.EXHAUSTED:
             c = Counter(reason_kind(v.get("reason")) for v in variants)
             root.reject_reason = "no valid variation: " + ", ".join(f"{n} {k}" for k, n in sorted(c.items()))
         root.problem.metadata["direct"] = tree.tally.as_dict()

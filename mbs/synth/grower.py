@@ -9,8 +9,7 @@ from mbs.calibration.estimate import pass_rate_of
 from mbs.calibration.sampling import Group, Policy
 from mbs.errors import ConfigError
 from mbs.llm.base import Completion
-from mbs.records import Calibration, Problem, TreeNode, to_dict
-from mbs.synth.candidate import Candidate, Status
+from mbs.records import Calibration, Candidate, Problem, Status, Subproblem, TreeNode, to_dict
 from mbs.synth.engine import Calibrate, Tally, Task, Verify
 from mbs.synth.inputs import live_students
 from mbs.synth.judge import judge_variants
@@ -61,8 +60,8 @@ def _norm(text: str) -> str:
 class SynthBase:
     """Teachers, students and the candidate checks shared by MBS and the direct baseline.
 
-    A candidate problem is a :class:`~mbs.synth.candidate.Candidate` stored in
-    :attr:`TreeNode.variants`; its :class:`~mbs.synth.candidate.Status` says where it stands.
+    A candidate problem is a :class:`~mbs.records.Candidate` stored in
+    :attr:`TreeNode.variants`; its :class:`~mbs.records.Status` says where it stands.
 
     Args:
         settings: The run's settings.
@@ -110,31 +109,37 @@ class SynthBase:
 
     # -- candidates ------------------------------------------------------------------
 
-    def candidate(self, tree: SeedTree, vid: str, kind: str, comp: Completion, parents: list[str], dedupe: bool = True, **extra: Any) -> Candidate:
+    def candidate(self, tree: SeedTree, vid: str, kind: str, comp: Completion, parents: list[str], dedupe: bool = True, *,
+                  node_id: str | None = None, children: list[str] | None = None) -> Candidate:
         """Parse one teacher sample into a candidate; structure, self-containedness and novelty checked.
 
         A candidate whose text repeats the seed, a tree node or an earlier candidate of the
-        tree (case and whitespace aside) is rejected as a duplicate (with ``dedupe``).
+        tree (case and whitespace aside) is rejected as a duplicate (with ``dedupe``). ``node_id``
+        and ``children`` (a composed parent's) are stored when given.
 
         Returns:
             The candidate with status ``pending`` (to verify) or ``rejected`` (reason set).
         """
         v: Candidate = {
             "id": vid, "kind": kind, "index": comp.sample_index, "tokens": comp.completion_tokens,
-            "finish_reason": comp.finish_reason, "parents": list(parents), **extra,
+            "finish_reason": comp.finish_reason, "parents": list(parents),
         }
+        if node_id is not None:
+            v["node_id"] = node_id
+        if children is not None:
+            v["children"] = children
         try:
             item = parse_item(comp.text, self.max_answer_chars)
         except StructureError as err:
-            v.update(status=Status.REJECTED, reason=comp.no_answer_reason or f"parse error: {err}", raw=clip(comp.text, 600))
+            v.update({"status": Status.REJECTED, "reason": comp.no_answer_reason or f"parse error: {err}", "raw": clip(comp.text, 600)})
             return v
-        v.update(problem=item.problem, solution=item.solution, answer=item.answer)
+        v.update({"problem": item.problem, "solution": item.solution, "answer": item.answer})
         ref = self_reference(item.problem, self.patterns)
         dup = tree.duplicate(item.problem, vid) if dedupe and not ref else None
         if ref:
-            v.update(status=Status.REJECTED, reason=f"self-reference: {ref!r}")
+            v.update({"status": Status.REJECTED, "reason": f"self-reference: {ref!r}"})
         elif dup:
-            v.update(status=Status.REJECTED, reason=f"duplicate: same problem as {dup}")
+            v.update({"status": Status.REJECTED, "reason": f"duplicate: same problem as {dup}"})
         else:
             v["status"] = Status.PENDING
         return v
@@ -158,7 +163,7 @@ class SynthBase:
         ``metadata.pass_rate`` is the target's pass rate unbiased under early stopping
         (:func:`mbs.calibration.estimate.pass_rate_of`; ``target.pass_rate`` is s/k as drawn).
         """
-        meta = {"kind": v["kind"], "node_id": v.get("node_id")}
+        meta: dict[str, Any] = {"kind": v["kind"], "node_id": v.get("node_id")}
         if "target" in v:
             meta.update(pass_rate=pass_rate_of(Calibration(**v["target"])), target=v["target"])
         if "filter" in v:
@@ -171,7 +176,7 @@ class SynthBase:
 
     def group(self, tree: SeedTree, v: Candidate, policy: Policy) -> Group:
         """The rollout group of a candidate for ``policy`` at its budget (group id = candidate id)."""
-        return Group.of(self.problem_of(tree, v), int(policy.budget), self.templates, self.verifier)
+        return Group.of(self.problem_of(tree, v), policy.live_budget, self.templates, self.verifier)
 
     def filter(self, v: Candidate, c: Calibration, alpha: float, name: str) -> None:
         """Discard a candidate the weakest student solves above ``alpha`` (Stage 3); else keep it."""
@@ -182,7 +187,7 @@ class SynthBase:
             "pass_rate_est": pass_rate_of(c), "above": hit,
         }
         if hit:
-            v.update(status=Status.DISCARDED, reason=f"above {name}: {c.policy} solves {c.successes}/{c.n_target} > {alpha:g}")
+            v.update({"status": Status.DISCARDED, "reason": f"above {name}: {c.policy} solves {c.successes}/{c.n_target} > {alpha:g}"})
         else:
             v["status"] = Status.KEPT
 
@@ -201,27 +206,27 @@ class SynthBase:
         for v, c in zip(kept, cals):
             v["target"] = to_dict(c)
             if c.usable:
-                v.update(status=Status.QUALIFIED, reason=None)
+                v.update({"status": Status.QUALIFIED, "reason": None})
             elif c.band != "goldilocks":
-                v.update(status=Status.UNQUALIFIED, reason=f"target {c.band}: {c.successes}/{c.n} correct")
+                v.update({"status": Status.UNQUALIFIED, "reason": f"target {c.band}: {c.successes}/{c.n} correct"})
             else:
-                v.update(status=Status.UNQUALIFIED, reason=f"target incomplete: {c.successes}/{c.n} correct, none complete within L")
+                v.update({"status": Status.UNQUALIFIED, "reason": f"target incomplete: {c.successes}/{c.n} correct, none complete within L"})
         qualified = [v for v in kept if v["status"] == Status.QUALIFIED]
         if self.judges and qualified:
             yield from judge_variants(qualified, self.judges, self.judge_template, self.max_chars, tree.tally)
             if self.judge_filter:
                 for v in qualified:
                     if v["judge_verdict"] == "rejected":
-                        v.update(status=Status.UNQUALIFIED, reason="judges: unanimously rejected")
+                        v.update({"status": Status.UNQUALIFIED, "reason": "judges: unanimously rejected"})
                 qualified = [v for v in qualified if v["status"] == Status.QUALIFIED]
         return [self.problem_of(tree, v) for v in qualified]
 
 
-def mark_verified(v: Candidate, g: Grade) -> None:
-    """Set a candidate's status from the grade of its solution against its own answer."""
+def mark_verified(v: Subproblem, g: Grade) -> None:
+    """Set a candidate's or a subproblem's status from the grade of its solution against its own answer."""
     if g.score == 1.0:
         v["status"] = Status.VALID
     elif g.score is None:
-        v.update(status=Status.REJECTED, reason=f"answer not gradable: {g.reason}")
+        v.update({"status": Status.REJECTED, "reason": f"answer not gradable: {g.reason}"})
     else:
-        v.update(status=Status.REJECTED, reason=f"answer mismatch: solution gives {g.extracted!r} ({g.reason})")
+        v.update({"status": Status.REJECTED, "reason": f"answer mismatch: solution gives {g.extracted!r} ({g.reason})"})

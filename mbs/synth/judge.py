@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mbs.prompts import user_messages
-from mbs.synth.candidate import Candidate
+from mbs.records import Candidate
 from mbs.synth.engine import Gather, Tally, Task, generate
 from mbs.synth.problems import clip
 from mbs.synth.structured import StructureError, parse_verdict

@@ -58,8 +58,8 @@ def weakest_student(
         if len(students) > 1:
             log.warning("no problem was calibrated for every live student at its budget: the weakest student is "
                         "the first in the config (%s)", students[0].name)
-        rates = {s.name: None for s in students}
-        return students[0], {"rule": "config order", "policy": students[0].name, "problems": 0, "pass_rates": rates,
+        unrated: dict[str, float | None] = {s.name: None for s in students}
+        return students[0], {"rule": "config order", "policy": students[0].name, "problems": 0, "pass_rates": unrated,
                              "early_stopped_skipped": skipped}
     rates = {s.name: math.fsum(per[s.name][p] for p in common) / len(common) for s in students}
     weakest = min(students, key=lambda s: rates[s.name])  # min keeps the first of equal rates

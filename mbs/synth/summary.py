@@ -1,4 +1,5 @@
-"""Counters and the summary keys every synthesis method reports."""
+"""Counters and the summary keys every synthesis method reports, and the rejections and effectivity
+tests of MagicBeanStalk trees."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from mbs.records import Problem, Rollout, TreeNode
+from mbs.records import REJECTIONS, Problem, Rollout, Status, TreeNode, reason_kind
 from mbs.stats import share
 
 
@@ -77,3 +78,38 @@ def base_summary(
         "all_tokens": all_tokens,
         "all_tokens_per_qualified": per_qualified(all_tokens, n_q),
     }
+
+
+def rejections(nodes: list[TreeNode]) -> dict[str, int]:
+    """Every recorded rejection by ``<what>/<reason kind>`` (trace, decomposition, subproblem, ...)."""
+    c: Counter = Counter()
+    for n in nodes:
+        if n.depth == 0:
+            for a in n.problem.metadata.get("mbs", {}).get("trace_attempts", []):
+                if a["score"] != 1.0:
+                    kind = "cut by the token limit" if a.get("finish_reason") == "length" else "not verified"
+                    c["trace/" + ("no reference solution" if a["index"] is None else kind)] += 1
+        for a in n.effectivity.get("attempts", []):
+            if not a.get("passed"):
+                c["decomposition/" + reason_kind(a.get("reason"))] += 1
+            for s in a.get("subproblems", []):
+                if s["status"] == Status.REJECTED:
+                    c["subproblem/" + reason_kind(s.get("reason"))] += 1
+        for v in n.variants:
+            if v["status"] in REJECTIONS:
+                c[f"{v['kind']}/" + reason_kind(v.get("reason"))] += 1
+        if n.reject_reason:
+            c[f"node/{n.status}: " + reason_kind(n.reject_reason)] += 1
+    return dict(sorted(c.items()))
+
+
+def effectivity_summary(nodes: list[TreeNode]) -> dict[str, Any]:
+    """Effectivity tests run and passed, overall and per student."""
+    tests = [a for n in nodes for a in n.effectivity.get("attempts", []) if "students" in a]
+    per: dict[str, dict[str, int]] = {}
+    for a in tests:
+        for s, r in a["students"].items():
+            row = per.setdefault(s, {"tests": 0, "passed": 0})
+            row["tests"] += 1
+            row["passed"] += int(bool(r["passed"]))
+    return {"tests": len(tests), "passed": sum(1 for a in tests if a["passed"]), "per_student": per}

@@ -15,6 +15,7 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from mbs.llm.llamacpp import embedded_model_path, file_sha256
 
@@ -79,7 +80,7 @@ def llama_scorer(model_path: str | None = None, n_ctx: int = 512) -> tuple[TextS
         raise FileNotFoundError(f"goose.audit.lm.model_path: GGUF file not found: {path}")
     st = path.stat()
     model_id = f"{path.name}@sha256:{file_sha256(str(path), st.st_size, st.st_mtime_ns)}"
-    state: dict[str, object] = {}
+    state: dict[str, Any] = {}  # the Llama model once loaded (llama-cpp-python has no type stubs)
 
     def score(text: str) -> float:
         import numpy as np

@@ -306,7 +306,7 @@ def items_in_order(passages: Sequence[Passage], book: _Book, seed: int, bounds: 
     Candidates read back from disk are validated again (cheap); one that fails now (the run
     directory was resumed with other ``goose`` bounds) is rejected with its reason.
     """
-    items = []
+    items: list[MCQ] = []
     for p in passages:
         c = book.candidates.get(p.id)
         if c is None:
@@ -523,7 +523,7 @@ def run(settings: SynthSettings, out: RunDir) -> dict[str, Any]:
     n_filtered = len(cals)
     band_counts = {b: sum(1 for c in cals.values() if c.band == b) for b in BANDS}
     # s/k is biased under early stopping: each item's rate is its estimate (mbs.calibration.estimate)
-    rates = [r for c in cals.values() if (r := pass_rate_of(c)) is not None]
+    rates = [est for c in cals.values() if (est := pass_rate_of(c)) is not None]
     accuracy = sum(rates) / len(rates) if rates else None
     origins = Counter(o.split(":")[0] if not o.startswith("perturb:") else o for it in items for o in it.distractor_origins)
     first_builds = [min(book.audits[p.id], key=lambda r: r["attempt"]) for p in passages if book.audits.get(p.id)]

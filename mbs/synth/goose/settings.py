@@ -17,7 +17,7 @@ Sections: :class:`SourceSettings` (where passages come from, read by the registe
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from mbs.calibration.sampling import Policy
 from mbs.validate import ConfigError, OneOf, check_rule, optional_str, plain
@@ -273,6 +273,11 @@ class FilterSettings:
             n=int(check_rule("goose.filter.n", node.n)),
             budget=None if budget is None else int(budget),
         )
+
+    @overload
+    def response_budget(self, policy: Policy) -> int: ...
+    @overload
+    def response_budget(self, policy: None) -> int | None: ...
 
     def response_budget(self, policy: Policy | None) -> int | None:
         """The filter's response budget in tokens: :attr:`budget`, or the student's own budget L when that is null.

@@ -226,7 +226,8 @@ def champ_passage(pid: str, raw_problem: dict[str, Any], raw: dict[str, Any], co
     if concepts and prob.metadata["concepts"]:
         parts.append("Relevant concepts:\n" + "\n".join(f"- {c['text'].strip()}" for c in prob.metadata["concepts"] if c["text"].strip()))
     text = "\n\n".join(parts) + "\n\nSolution:\n"
-    steps, linked = [], []
+    steps: list[tuple[int, int]] = []
+    linked: list[bool] = []
     for i, st in enumerate(prob.metadata["steps"]):
         body = " ".join(st["text"].split())
         if not body:
