@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 def _records_hf_hub(data_cfg: Any) -> Iterator[tuple[str, Any]]:
     """Rows of a Hub dataset, with list-valued ground truths flattened."""
-    from datasets import load_dataset
+    from datasets import load_dataset  # lazy: heavy import, only this reader needs it
 
     name, config, split = str(data_cfg.path), data_cfg.get("config"), data_cfg.get("split") or "train"
     try:

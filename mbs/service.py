@@ -268,7 +268,7 @@ class ServiceJob:
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
         """submitit hook on preemption or time limit: run the job again from the start."""
-        import submitit
+        import submitit  # lazy: submitit loads only for SLURM launches
 
         return submitit.helpers.DelayedSubmission(ServiceJob(self.spec, self.run_dir))
 
@@ -408,6 +408,7 @@ def executor_for(launcher: Mapping[str, Any] | None, folder: str | Path, name: s
     without ``srun``): a profile can be checked anywhere. Submitting needs ``sbatch``;
     :func:`start` says so before it submits.
     """
+    # lazy: submitit loads only for SLURM launches
     import submitit
     from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 
@@ -439,7 +440,7 @@ def _srun_check_deferred():
     ``srun`` exists nothing is changed; otherwise ``SlurmExecutor.affinity`` reports SLURM
     while the executor is built and is restored at once.
     """
-    from submitit.slurm.slurm import SlurmExecutor
+    from submitit.slurm.slurm import SlurmExecutor  # lazy: submitit loads only for SLURM launches
 
     if shutil.which("srun") is not None:
         yield
@@ -549,7 +550,7 @@ def stop(run_dir: str | Path, timeout_s: float = 120.0) -> dict[str, Any]:
 
 def _cancel(run_dir: Path) -> None:
     """Cancel the service job through submitit (the last resort of :func:`stop`)."""
-    import submitit
+    import submitit  # lazy: submitit loads only for SLURM launches
 
     info = read_json(run_dir / JOB_FILE) if (run_dir / JOB_FILE).is_file() else {}
     if info.get("cluster") == "slurm":

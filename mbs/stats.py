@@ -201,7 +201,7 @@ def seeds_to_separate(p1: float, p2: float, *, alpha: float = 0.05, power: float
     Raises:
         ValueError: A share outside [0, 1], or ``alpha`` / ``power`` outside (0, 1).
     """
-    from scipy.stats import norm
+    from scipy.stats import norm  # lazy: scipy is no direct dependency (it comes with scikit-learn)
 
     if not (0.0 <= p1 <= 1.0 and 0.0 <= p2 <= 1.0) or not (0.0 < alpha < 1.0 and 0.0 < power < 1.0):
         raise ValueError(f"seeds_to_separate({p1}, {p2}, alpha={alpha}, power={power}): shares in [0, 1], alpha and power in (0, 1)")

@@ -172,6 +172,7 @@ def records_parquet(path: Path) -> Iterator[tuple[str, Any]]:
     Raises:
         DataError: ``path`` is a directory, or not a readable parquet file.
     """
+    # lazy: heavy import, only this reader needs it
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -201,7 +202,7 @@ def records_hf_disk(path: Path, split: str | None, split_key: str = "data.split"
     Raises:
         DataError: The split is not in the dataset (names ``split_key`` and the splits there).
     """
-    from datasets import DatasetDict, load_from_disk
+    from datasets import DatasetDict, load_from_disk  # lazy: heavy import, only this reader needs it
 
     if not Path(path).is_dir():
         raise DataError(f"{path}: not a folder; the hf_disk loader reads a datasets.save_to_disk folder (data.path)")

@@ -74,6 +74,7 @@ class Level:
 
 def _registry() -> dict[str, tuple[type, type]]:
     try:
+        # lazy: heavy import (every generator), only data=reasoning_gym needs it
         from reasoning_gym.factory import DATASETS
     except ImportError as err:  # pragma: no cover - a dependency of mbs
         raise DataError("data.loader=reasoning_gym needs the package reasoning-gym (pip install reasoning-gym)") from err
@@ -201,7 +202,7 @@ def generate(data_cfg: Any) -> list[Problem]:
         DataError: A bad config (see :func:`levels_of`) or a generator that fails on an item
             (names the task, level and index).
     """
-    import reasoning_gym
+    import reasoning_gym  # lazy: heavy import (every generator), only data=reasoning_gym needs it
 
     seed = data_cfg.get("seed")
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:

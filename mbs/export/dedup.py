@@ -120,7 +120,7 @@ def near_duplicates(
     Raises:
         ValueError: ``threshold`` outside (0, 1], or ``shingle`` < 1.
     """
-    from datasketch import MinHash, MinHashLSH
+    from datasketch import MinHash, MinHashLSH  # lazy: heavy, only the near-duplicate pass needs it
 
     if not 0 < threshold <= 1:
         raise ValueError(f"near-duplicate threshold must be in (0, 1], got {threshold}")

@@ -45,7 +45,7 @@ class PromptCounter:
         self.tok = None
         if tokenizer:
             try:
-                from transformers import AutoTokenizer
+                from transformers import AutoTokenizer  # lazy: torch/transformers are optional extras
             except ImportError as err:
                 raise ConfigError(f"tokenizer={tokenizer!r} needs the transformers package (pip install transformers)") from err
             try:

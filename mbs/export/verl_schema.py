@@ -120,7 +120,7 @@ def check_verl_rows(path: str | os.PathLike, prompt_key: str = "prompt", reward_
             ``{role, content}`` strings, whose ``reward_model.ground_truth`` is empty, or whose
             ``extra_info.index`` is not an integer (names file, row and field).
     """
-    import datasets
+    import datasets  # lazy: heavy import, only this reader needs it
 
     if pq.ParquetFile(path).metadata.num_rows == 0:  # datasets cannot build a dataset from no rows
         return 0

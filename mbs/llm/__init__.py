@@ -15,6 +15,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
 from mbs.llm.base import Backend, BackendError, BackendStats, ChatRequest, Completion, sample_seed
 from mbs.llm.cache import CachedBackend
 
@@ -48,9 +51,6 @@ def build_backend(backend_cfg: Any, cache_dir: str | None) -> CachedBackend:
     Raises:
         hydra.errors.InstantiationError: The backend class cannot be built (names the cause).
     """
-    from hydra.utils import instantiate
-    from omegaconf import DictConfig, OmegaConf
-
     node = OmegaConf.to_container(backend_cfg, resolve=True) if isinstance(backend_cfg, DictConfig) else dict(backend_cfg)
     args = {k: v for k, v in node.items() if k not in NON_ARGS}
     key = json.dumps([args, str(cache_dir)], sort_keys=True, default=str)

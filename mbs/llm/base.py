@@ -12,6 +12,7 @@ use :func:`sample_seed` to derive a distinct, reproducible seed per sample index
 from __future__ import annotations
 
 import dataclasses
+import gc
 import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -342,11 +343,9 @@ def normalise_finish_reason(reason: str | None) -> str:
 def release_torch_memory() -> None:
     """Collect garbage and return cached CUDA memory to the driver (a no-op without torch or a GPU);
     what a backend's ``close()`` calls after dropping its model."""
-    import gc
-
     gc.collect()
     try:
-        import torch
+        import torch  # lazy: torch is optional (a no-op without it)
     except ImportError:
         return
     if torch.cuda.is_available():

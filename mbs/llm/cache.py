@@ -20,7 +20,9 @@ import hashlib
 import json
 import logging
 import os
+import queue
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -329,9 +331,6 @@ class CachedBackend:
             BackendError: From the backend (after every sample that came back was cached), or a
                 sample without usable text (the backend is stopped first).
         """
-        import queue
-        import threading
-
         arrived: queue.SimpleQueue = queue.SimpleQueue()
         stop = threading.Event()
         result: dict[str, Any] = {}

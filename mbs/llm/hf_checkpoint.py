@@ -26,6 +26,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 from mbs.errors import require_extra
 
 __all__ = ["SOURCE_FILE", "checkpoint_sha256", "dequantized_gguf", "eog_token_ids", "file_sha256", "trainable_checkpoint"]
@@ -105,8 +107,7 @@ def dequantized_gguf(gguf_path: str | Path, cache_dir: str | Path) -> Path:
     if (folder / SOURCE_FILE).is_file() and target.is_file():
         return target
     require_extra("gguf", "running a GGUF policy's fp32 de-quantisation (backend.weights=f32)")
-    import gguf
-    import numpy as np
+    import gguf  # lazy: an optional extra (checked just above)
 
     reader = gguf.GGUFReader(gguf_path)
     kept = (gguf.GGMLQuantizationType.F32,)
@@ -152,7 +153,7 @@ def eog_token_ids(gguf_path: str | Path) -> list[int]:
         The ids in increasing order; empty when llama-cpp-python is not installed.
     """
     try:
-        import llama_cpp
+        import llama_cpp  # lazy: llama-cpp-python is an optional extra
     except ImportError:
         return []
     llm = llama_cpp.Llama(model_path=str(gguf_path), vocab_only=True, verbose=False)
@@ -191,6 +192,7 @@ def trainable_checkpoint(gguf_path: str | Path, cache_dir: str | Path) -> Path:
         log.info("%s was converted before its stop tokens were llama.cpp's: converting it again", target)
     for module in ("torch", "transformers", "gguf"):
         require_extra(module, "converting a GGUF policy into a trainable checkpoint")
+    # lazy: torch/transformers are optional extras
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

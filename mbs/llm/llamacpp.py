@@ -290,7 +290,7 @@ class LlamaCppBackend:
         cells), else llama.cpp's default (F16). The decoder's context copies these settings."""
         if self.weights != "f32":
             return {}
-        import llama_cpp
+        import llama_cpp  # lazy: llama-cpp-python is an optional extra
 
         return {"type_k": llama_cpp.GGML_TYPE_F32, "type_v": llama_cpp.GGML_TYPE_F32}
 
@@ -453,6 +453,7 @@ class LlamaCppBackend:
         if template is None:
             return None
         if self._formatter is None:
+            # lazy: llama-cpp-python is an optional extra
             from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
             eos_id, bos_id = llm.token_eos(), llm.token_bos()

@@ -36,6 +36,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from mbs.llm.base import BackendError, sample_seed
 from mbs.llm.llamacpp_sampling import LLAMA_CPP_DEFAULTS, TOKEN_DATA, sampler_chain
 
@@ -175,8 +177,7 @@ class BatchedDecoder:
 
     def __init__(self, llm, n_seq: int, n_ctx_seq: int, n_batch: int, prefix_bytes: int = 256 << 20,
                  top_k: int = LLAMA_CPP_DEFAULTS["top_k"], min_p: float = LLAMA_CPP_DEFAULTS["min_p"]):
-        import llama_cpp
-        import numpy as np
+        import llama_cpp  # lazy: llama-cpp-python is an optional extra
 
         self.llm = llm
         self.top_k, self.min_p = int(top_k), float(min_p)
@@ -211,7 +212,7 @@ class BatchedDecoder:
             BackendError: llama.cpp could not create it (e.g. out of memory).
         """
         if need > self.cells:
-            from llama_cpp import _internals
+            from llama_cpp import _internals  # lazy: llama-cpp-python is an optional extra
 
             cells = -(-int(need) // CELL_STEP) * CELL_STEP
             params = self._L.llama_context_params.from_buffer_copy(self.llm.context_params)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ctypes
 
+import numpy as np
+
 __all__ = ["LLAMA_CPP_DEFAULTS", "TOKEN_DATA", "filter_chain", "kept_distribution", "sampler_chain"]
 
 #: NumPy view of llama.cpp's ``llama_token_data`` (token id, logit, probability), for filling candidate arrays.
@@ -40,7 +42,7 @@ def sampler_chain(seed: int, temperature: float, top_p: float, top_k: int = LLAM
         top_k: Most likely tokens kept (``backend.top_k``; 0: all).
         min_p: Tokens below ``min_p`` times the most likely one's probability dropped (``backend.min_p``; 0: none).
     """
-    import llama_cpp as L
+    import llama_cpp as L  # lazy: llama-cpp-python is an optional extra
 
     chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
     for part in filter_chain(temperature, top_p, top_k, min_p) + [
@@ -55,7 +57,7 @@ def filter_chain(temperature: float, top_p: float, top_k: int, min_p: float) -> 
     min-p (none for ``temperature <= 0``). Applied to a candidate array without the draw, they leave
     the kept tokens and their tempered logits (what ``tests/llm/test_one_policy.py`` compares
     with Hugging Face's warpers)."""
-    import llama_cpp as L
+    import llama_cpp as L  # lazy: llama-cpp-python is an optional extra
 
     if temperature <= 0:
         return []
@@ -85,8 +87,7 @@ def kept_distribution(logits, temperature: float, top_p: float, top_k: int, min_
     Raises:
         ValueError: ``temperature <= 0`` (greedy keeps one token; nothing to compare).
     """
-    import llama_cpp as L
-    import numpy as np
+    import llama_cpp as L  # lazy: llama-cpp-python is an optional extra
 
     if temperature <= 0:
         raise ValueError(f"temperature={temperature}: the kept distribution needs temperature > 0")

@@ -337,7 +337,7 @@ class OpenAIBackend:
             BadReply: A 200 reply without usable text (or with no choices).
             BackendError: An error the client's retries did not cure.
         """
-        import openai
+        import openai  # lazy: keeps `import mbs` light
 
         kwargs = self.request_kwargs(req, n, seed)
         async with sem:
@@ -426,7 +426,7 @@ class OpenAIBackend:
         return f"{self.name} backend {redact_url(self.base_url)} (model {self.model})"
 
     def _describe(self, err: Exception, retries: int) -> str:
-        import openai
+        import openai  # lazy: keeps `import mbs` light
 
         if isinstance(err, openai.APITimeoutError):
             cause = f"timed out after {self.timeout_s:g} s"
@@ -524,7 +524,7 @@ def _is_retryable(err: Exception) -> bool:
     (except when the server forbids it with ``x-should-retry: false`` or a long ``Retry-After``,
     which this count does not see).
     """
-    import openai
+    import openai  # lazy: keeps `import mbs` light
 
     if isinstance(err, openai.APIConnectionError):
         return True

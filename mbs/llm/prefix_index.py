@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 import threading
 
+import numpy as np
+
 __all__ = ["PrefixIndex"]
 
 
@@ -20,9 +22,6 @@ class PrefixIndex:
     """
 
     def __init__(self, merge_at: int = 1 << 16):
-        import numpy as np
-
-        self._np = np
         # (sorted prefixes, their locations): replaced as one tuple, so a reader never pairs
         # one merge's keys with another's locations
         self._arrays = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
@@ -44,7 +43,7 @@ class PrefixIndex:
         keys, locs = self._arrays
         if not len(keys):
             return None
-        i = int(self._np.searchsorted(keys, prefix))
+        i = int(np.searchsorted(keys, prefix))
         return int(locs[i]) if i < len(keys) and int(keys[i]) == prefix else None
 
     def __contains__(self, prefix: int) -> bool:
@@ -83,7 +82,6 @@ class PrefixIndex:
             self._add_sorted(entries, seg_no)
 
     def _add_sorted(self, entries: list[tuple[bytes, int]], seg_no: int) -> None:
-        np = self._np
         keys = np.fromiter((self.prefix(k) for k, _ in entries), dtype=np.int64, count=len(entries))
         locs = np.fromiter((seg_no << 40 | off for _, off in entries), dtype=np.int64, count=len(entries))
         keys, first = np.unique(keys, return_index=True)  # the first record of a key wins
@@ -104,7 +102,6 @@ class PrefixIndex:
     def _merge(self) -> None:
         if not self._recent:
             return
-        np = self._np
         new_keys = np.fromiter(self._recent.keys(), dtype=np.int64, count=len(self._recent))
         new_locs = np.fromiter(self._recent.values(), dtype=np.int64, count=len(self._recent))
         old_keys, old_locs = self._arrays

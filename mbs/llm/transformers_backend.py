@@ -187,7 +187,7 @@ class TransformersBackend:
             ConfigError: ``device=cuda`` and torch sees no GPU.
         """
         self._require()
-        import torch
+        import torch  # lazy: torch/transformers are optional extras
 
         if self.device_setting == "auto":
             return "cuda" if torch.cuda.is_available() else "cpu"
@@ -239,6 +239,7 @@ class TransformersBackend:
         if self._model is not None:
             return self._model
         self._require()
+        # lazy: torch/transformers are optional extras
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
@@ -329,7 +330,7 @@ class TransformersBackend:
     def _generate_batch(self, reqs: list[ChatRequest], indices: list[int]) -> list[Completion]:
         """One ``model.generate`` call: sample ``indices[j]`` of ``reqs[j]`` for every row ``j``
         (all rows share ``max_tokens``, ``temperature``, ``top_p`` and ``stop``)."""
-        import torch
+        import torch  # lazy: torch/transformers are optional extras
 
         model, req = self._model, reqs[0]
         prompts = [self.prompt_tokens(r.messages) for r in reqs]
@@ -408,6 +409,7 @@ class _RowSampler:
     """
 
     def __init__(self, seeds: list[int], temperature: float, top_p: float, top_k: int, min_p: float):
+        # lazy: torch/transformers are optional extras
         import torch
         from transformers.generation.logits_process import (
             MinPLogitsWarper,
@@ -426,7 +428,7 @@ class _RowSampler:
     def __call__(self, input_ids, scores):
         """Args: input_ids ``(rows, tokens so far)``; scores ``(rows, vocab)`` float32 logits.
         Returns ``(rows, vocab)``: 0 at each row's drawn token, ``-inf`` elsewhere."""
-        import torch
+        import torch  # lazy: torch/transformers are optional extras
 
         u = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in self.generators])  # one draw each step
         if self.temperature <= 0:
@@ -460,7 +462,7 @@ class _Ends:
         self.ends: list[int | None] = []
 
     def __call__(self, input_ids, scores, **kwargs):
-        import torch
+        import torch  # lazy: torch/transformers are optional extras
 
         if not self.ends:
             self.ends = [None] * input_ids.shape[0]

@@ -60,6 +60,8 @@ from mbs.llm.base import (
     split_completion,
     template_kwargs,
 )
+from mbs.llm.hf_checkpoint import checkpoint_sha256, trainable_checkpoint
+from mbs.llm.llamacpp import embedded_model_path
 from mbs.reasoning import ReasoningConfig
 from mbs.resources import usable_cpus
 
@@ -284,8 +286,6 @@ class VLLMBackend:
         if self.model != EMBEDDED and path.is_dir():
             return path.resolve()
         if self.model == EMBEDDED:
-            from mbs.llm.llamacpp import embedded_model_path
-
             gguf = embedded_model_path()
         elif path.is_file() and path.suffix == ".gguf":
             gguf = path
@@ -293,8 +293,6 @@ class VLLMBackend:
             return None
         if not self.cache_dir:
             raise ConfigError(f"backend.cache_dir is null: backend.model={self.model} is a GGUF and needs a folder to convert it into")
-        from mbs.llm.hf_checkpoint import trainable_checkpoint
-
         return trainable_checkpoint(gguf, self.cache_dir)
 
     @cached_property
@@ -302,8 +300,6 @@ class VLLMBackend:
         """``hf@sha256:<hash>`` of a local checkpoint's content (a copied checkpoint hits the cache,
         a retrained one at the same path misses it), else ``<name>@<revision or 'local'>``."""
         if self.local_folder is not None:
-            from mbs.llm.hf_checkpoint import checkpoint_sha256
-
             return f"hf@sha256:{checkpoint_sha256(self.local_folder)}"
         return f"{self.model}@{self.revision or 'local'}"
 
@@ -387,7 +383,7 @@ class VLLMBackend:
         args = self.engine_args()
         key = json.dumps(args, sort_keys=True, default=str)
         if key not in _ENGINES:
-            from vllm import LLM
+            from vllm import LLM  # lazy: vLLM is an optional extra
 
             t0 = time.perf_counter()
             try:
@@ -430,7 +426,7 @@ class VLLMBackend:
         if not requests:
             return []
         llm = self._load()
-        from vllm import SamplingParams
+        from vllm import SamplingParams  # lazy: vLLM is an optional extra
 
         convs, params, owner = [], [], []
         for r, req in enumerate(requests):

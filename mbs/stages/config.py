@@ -31,6 +31,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
 from mbs.io import RunDir
 from mbs.launch import redact_file, staged_outputs
 from mbs.redact import redact_obj
@@ -105,16 +109,12 @@ def open_run(
 def allow_config_change(cfg: Any) -> bool:
     """Whether ``resume.allow_config_change`` is ``true`` (a resumed run keeps the records drawn
     under an older sampling config)."""
-    from omegaconf import OmegaConf
-
     return OmegaConf.select(cfg, "resume.allow_config_change", default=False) is True
 
 
 def config_yaml(cfg: Any) -> str:
     """The text of ``config.yaml``: ``cfg`` resolved except for environment lookups
     (:func:`safe_resolved`), every URL redacted (:mod:`mbs.redact`)."""
-    from omegaconf import OmegaConf
-
     return OmegaConf.to_yaml(OmegaConf.create(redact_obj(OmegaConf.to_container(safe_resolved(cfg), resolve=False))))
 
 
@@ -148,8 +148,6 @@ def safe_resolved(cfg: Any) -> Any:
     config names), and this keeps a user's own ``${oc.env:...}`` out of saved files as well.
     Values that cannot be resolved outside a Hydra run (``${hydra:...}``) stay as written.
     """
-    from omegaconf import DictConfig, ListConfig, OmegaConf
-
     def rec(node: Any, path: str) -> Any:
         if isinstance(node, dict):
             return {k: rec(v, f"{path}.{k}" if path else str(k)) for k, v in node.items()}
@@ -171,8 +169,6 @@ def safe_resolved(cfg: Any) -> Any:
 def hydra_files(cfg: Any, hydra_node: Any) -> dict[str, str]:
     """The texts of Hydra's ``.hydra/`` files, as Hydra would write them, every URL redacted:
     ``config.yaml`` (the task config as composed, unresolved), ``hydra.yaml`` and ``overrides.yaml``."""
-    from omegaconf import OmegaConf
-
     def dump(node: Any) -> str:
         return OmegaConf.to_yaml(OmegaConf.create(redact_obj(node)))
 
@@ -197,9 +193,6 @@ def staged_hydra_outputs(cfg: Any) -> Iterator[None]:
     Args:
         cfg: The task config Hydra passed to the entry point.
     """
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
     if not HydraConfig.initialized():
         yield
         return
@@ -355,8 +348,6 @@ def _fits(key: str, budget: Any, window: int, owner: str) -> Iterator[str]:
 
 def plain_config(cfg: Any) -> Any:
     """A plain, resolved copy of ``cfg`` (``${hydra:...}`` and other unresolvable values stay strings)."""
-    from omegaconf import DictConfig, ListConfig
-
     if not isinstance(cfg, (DictConfig, ListConfig)):
         return cfg
 

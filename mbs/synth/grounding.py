@@ -92,6 +92,7 @@ class Retriever:
         self.kind = kind
         texts = [d.text for d in self.docs]
         if kind == "tfidf":
+            # lazy: heavy import, only grounding needs it
             from sklearn.feature_extraction.text import TfidfVectorizer
 
             self._vec = TfidfVectorizer(sublinear_tf=True, strip_accents="unicode", stop_words="english")
@@ -103,7 +104,7 @@ class Retriever:
                     "sentence-transformers model folder (nothing is downloaded)"
                 )
             try:
-                from sentence_transformers import SentenceTransformer
+                from sentence_transformers import SentenceTransformer  # lazy: an optional extra
             except ImportError as err:
                 raise ImportError("retriever=embedding needs the package sentence-transformers") from err
             self._model = SentenceTransformer(str(Path(embedding_model).expanduser()), device="cpu")
@@ -114,7 +115,7 @@ class Retriever:
     def scores(self, query: str) -> np.ndarray:
         """Cosine similarity of ``query`` to every document, shape ``(n_docs,)``."""
         if self.kind == "tfidf":
-            from sklearn.metrics.pairwise import linear_kernel
+            from sklearn.metrics.pairwise import linear_kernel  # lazy: heavy import, only grounding needs it
 
             return linear_kernel(self._vec.transform([query]), self._matrix).ravel()
         q = self._model.encode([query], normalize_embeddings=True)

@@ -67,6 +67,7 @@ def parse_gold(ground_truth: str) -> dict[str, Any]:
 def _scorer(task: str) -> Callable[[str | None, dict[str, Any]], float]:
     """``score_answer`` of generator ``task`` (built once per process with default parameters:
     the scorers read the entry, not the generator's config)."""
+    # lazy: heavy import (every generator), only data=reasoning_gym needs it
     from reasoning_gym.factory import DATASETS, get_score_answer_fn
 
     if task not in DATASETS:

@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from mbs.llm.llamacpp import embedded_model_path, file_sha256
 
 #: ``fn(text) -> mean token log-likelihood`` (nats per token).
@@ -83,8 +85,7 @@ def llama_scorer(model_path: str | None = None, n_ctx: int = 512) -> tuple[TextS
     state: dict[str, Any] = {}  # the Llama model once loaded (llama-cpp-python has no type stubs)
 
     def score(text: str) -> float:
-        import numpy as np
-        from llama_cpp import Llama
+        from llama_cpp import Llama  # lazy: llama-cpp-python is an optional extra
 
         llm = state.get("llm")
         if llm is None:
