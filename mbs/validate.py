@@ -255,6 +255,7 @@ RULES: tuple[tuple[str, Check], ...] = (
     ("thesis.keep_checkpoints", BOOL),
     ("thesis.batch_size", COUNT),
     ("thesis.dynamic_max_rounds", COUNT),
+    ("thesis.screen.size", COUNT),
     ("thesis.primary", ListOf(OneOf(("goldilocks", "trapped", "uncalibrated", "dynamic", "base")))),
     # grading
     ("verifier.workers", Num(integer=True, lo=0, nullable=True)),

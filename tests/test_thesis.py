@@ -17,9 +17,11 @@ from mbs.thesis.statistics import (
     migration,
     per_problem_accuracy,
     seed_band,
+    seeds_needed,
     zero_std_counts,
 )
-from mbs.thesis.summary import construct_validity
+from mbs.thesis.screen import screen_tasks, with_task
+from mbs.thesis.summary import construct_validity, primary_by_task
 from mbs.thesis.table import results_table
 
 
@@ -262,3 +264,58 @@ def test_construct_validity_counts_routes_strict_accuracy_levels_and_bands():
     assert base["by_level"]["d1t2"]["mean"] == 0.5 and base["by_level"]["d1t3"]["mean"] == 1.0
     assert base["by_band"]["failed_all"]["problems"] == 1
     assert "goldilocks" not in out  # its evaluation misses problem b: not finished, left out
+
+
+def _rg(task: str, i: int) -> str:
+    return f"reasoning_gym/{task}/default-abc/{i}"
+
+
+def test_screen_chooses_the_first_candidate_with_every_band_under_the_strict_grade():
+    """Issue 43: the second task is chosen by its screening calibration, graded strictly (only an
+    answer in the answer tag counts), first qualifying candidate in the order given."""
+    def group(task, i, outcomes):  # outcomes: reason route per sample, None = wrong
+        return [Rollout(problem_id=_rg(task, i), policy="p", budget=48, sample_index=j, text="",
+                        reward=float(o is not None), reason=f"{o}: score_answer 1" if o else "no answer found")
+                for j, o in enumerate(outcomes)]
+
+    tag, last = "answer tag", "last number"
+    rollouts = (group("chain_sum", 0, [last, last]) + group("chain_sum", 1, [None, None]) + group("chain_sum", 2, [tag, None])
+                + group("spell_backward", 0, [tag, tag]) + group("spell_backward", 1, [None, tag]) + group("spell_backward", 2, [None, None])
+                + group("color_cube_rotation", 0, [tag, tag]) + group("color_cube_rotation", 1, [tag, None])
+                + group("color_cube_rotation", 2, [None, None]))
+    out = screen_tasks(rollouts, ["chain_sum", "spell_backward", "color_cube_rotation"], n=2)
+    # chain_sum's solved_all problem was solved by the last number only: strictly it is failed_all
+    assert out["candidates"]["chain_sum"]["bands"] == {"solved_all": 0, "goldilocks": 1, "failed_all": 2}
+    assert out["candidates"]["chain_sum"]["bands_any_route"] == {"solved_all": 1, "goldilocks": 1, "failed_all": 1}
+    assert out["candidates"]["chain_sum"]["routes"] == {"answer tag": 1, "last number": 2}
+    assert not out["candidates"]["chain_sum"]["qualifies"]
+    assert out["candidates"]["spell_backward"]["qualifies"] and out["candidates"]["color_cube_rotation"]["qualifies"]
+    assert out["chosen"] == "spell_backward"  # the first that qualifies
+    none = screen_tasks(rollouts[:6], ["chain_sum"], n=2)
+    assert none["chosen"] is None and none["candidates"]["chain_sum"]["problems"] == 3
+    with pytest.raises(ValueError, match="not a candidate"):
+        screen_tasks(rollouts, ["chain_sum"], n=2)
+    assert with_task({"tasks": ["chain_sum"], "levels": {"chain_sum": {"a": {}}}}, "spell_backward", {"len3": {"min_word_len": 3}}) == {
+        "tasks": ["chain_sum", "spell_backward"], "levels": {"chain_sum": {"a": {}}, "spell_backward": {"len3": {"min_word_len": 3}}}}
+
+
+def test_seeds_needed_grows_with_the_spread_and_never_undercuts_the_sign_flip_floor():
+    # 3 seeds of +0.104, +0.062, +0.188 (the published thesis): a paired t-test reaches 80% power at 5, the
+    # sign-flip test needs 6 seeds to reach p < 0.05 at all
+    assert seeds_needed([0.104, 0.062, 0.188]) == 6
+    assert seeds_needed([0.1, 0.1, 0.1]) == 6
+    tight, loose = seeds_needed([0.10, 0.05, 0.15, 0.08]), seeds_needed([0.10, -0.20, 0.40, 0.08])
+    assert tight is not None and loose is not None and loose > tight
+    assert seeds_needed([0.05, -0.05]) is None and seeds_needed([0.1]) is None
+
+
+def test_primary_contrast_per_task_is_holm_corrected_across_tasks():
+    ids = [_rg("chain_sum", i) for i in range(4)] + [_rg("spell_backward", i) for i in range(4)]
+    a = {s: {p: (0.75 if "chain" in p else 0.25) for p in ids} for s in range(6)}
+    b = {s: {p: 0.25 for p in ids} for s in range(6)}
+    out = primary_by_task({"goldilocks": a, "uncalibrated": b}, ("goldilocks", "uncalibrated"), ids)
+    assert set(out) == {"chain_sum", "spell_backward"}
+    assert out["chain_sum"]["difference"] == pytest.approx(0.5) and out["spell_backward"]["difference"] == 0.0
+    assert out["chain_sum"]["problems"] == 4 and out["chain_sum"]["sign_flip_p"] == pytest.approx(2 / 64)
+    assert out["chain_sum"]["p_holm"] == pytest.approx(2 * 2 / 64)
+    assert primary_by_task({"goldilocks": a, "uncalibrated": b}, ("goldilocks", "uncalibrated"), ids[:4]) == {}  # one task

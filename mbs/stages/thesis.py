@@ -58,6 +58,7 @@ from mbs.stages.compose import backend_node
 from mbs.stages.config import open_run, validate_config
 from mbs.stages.pipeline import export_runs, stage_node, sub_config
 from mbs.thesis.sampling import Sampler
+from mbs.thesis.screen import screen_tasks, with_task
 from mbs.thesis.sets import ARM_SET, ARMS, build_sets, commuted_key, split_heldout
 from mbs.thesis.summary import summarize
 from mbs.training.policy import resolve_policy
@@ -85,9 +86,45 @@ def schedule(steps: int, every: int) -> list[int]:
     return sorted({0, *range(every, steps + 1, every), steps})
 
 
-def _calibrate_corpus(cfg: DictConfig, root: Path) -> Path:
+def _screen_data(cfg: DictConfig) -> dict[str, Any] | None:
+    """The screening corpus: ``thesis.screen.size`` problems of every candidate task (``None``: no candidate)."""
     t = cfg.thesis
-    sub = sub_config(cfg, root / "calibrate", data=OmegaConf.to_container(t.data, resolve=True), **{
+    candidates = list((t.get("screen") or {}).get("candidates") or [])
+    if not candidates:
+        return None
+    data: dict[str, Any] = dict(OmegaConf.to_container(t.data, resolve=True))  # type: ignore[arg-type]
+    data.update(tasks=[str(c.task) for c in candidates], size=int(t.screen.size), params={}, limit=None,
+                levels={str(c.task): OmegaConf.to_container(c.levels, resolve=True) for c in candidates if c.get("levels")})
+    return data
+
+
+def _screen(cfg: DictConfig, root: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Calibrate the candidate tasks (``screen/``) and choose the second task (:func:`mbs.thesis.screen.screen_tasks`).
+
+    Returns:
+        ``(screen block of summary.json, the corpus node: thesis.data with the chosen task added)``.
+    """
+    t = cfg.thesis
+    data: dict[str, Any] = dict(OmegaConf.to_container(t.data, resolve=True))  # type: ignore[arg-type]
+    screen_data = _screen_data(cfg)
+    if screen_data is None:
+        return {"chosen": None, "candidates": {}}, data
+    cal_dir = _calibrate(cfg, root / "screen", screen_data)
+    close_all()
+    block = screen_tasks(read_records(cal_dir, "rollouts", Rollout), screen_data["tasks"], int(t.n))
+    if block["chosen"] is None:
+        log.warning("thesis: no screening candidate has all three bands under the strict format at L=%s: %s; the corpus "
+                    "stays thesis.data", t.budget, {k: v["bands"] for k, v in block["candidates"].items()})
+        return block, data
+    chosen = next(c for c in t.screen.candidates if str(c.task) == block["chosen"])
+    levels = OmegaConf.to_container(chosen.levels, resolve=True) if chosen.get("levels") else None
+    return block, with_task(data, block["chosen"], levels)  # type: ignore[arg-type]
+
+
+def _calibrate(cfg: DictConfig, out_dir: Path, data: dict[str, Any]) -> Path:
+    """``mbs-calibrate`` of the corpus node ``data`` at the thesis's N, L and sampling (no early stopping)."""
+    t = cfg.thesis
+    sub = sub_config(cfg, out_dir, data=data, **{
         "calibrate.n": int(t.n), "calibrate.budgets": [int(t.budget)], "calibrate.temperature": float(t.temperature),
         "calibrate.top_p": float(t.top_p), "calibrate.early_stop.enabled": False,
     })
@@ -171,6 +208,14 @@ def check_config(cfg: DictConfig) -> list[Problem]:
         corpus = load_problems(OmegaConf.create(OmegaConf.to_container(t.data, resolve=True)))[0]
     except UserError as err:
         found.append(_DATA_KEY.sub("thesis.data.", str(err)))
+    try:
+        screen_data = _screen_data(cfg)
+        if screen_data is not None:
+            load_problems(OmegaConf.create(screen_data))
+    except UserError as err:
+        found.append(_DATA_KEY.sub("thesis.screen.", str(err)).replace("thesis.screen.tasks", "thesis.screen.candidates"))
+    except (AttributeError, KeyError, TypeError, ValueError) as err:  # a candidate without task or levels
+        found.append(f"thesis.screen.candidates: each candidate is {{task: <Reasoning Gym task>, levels: {{name: params}}}} ({err})")
     heldout, size, per_step = (_count(t.get(k)) for k in ("heldout", "set_size", "prompts_per_step"))
     if corpus is not None and heldout is not None:
         n = len(corpus)
@@ -221,7 +266,10 @@ def run(cfg: DictConfig) -> Path:
     out = open_run(cfg, cfg.out_dir, STAGE)
     root = out.path
     t0 = time.perf_counter()
-    cal_dir = _calibrate_corpus(cfg, root)
+    screen, data = _screen(cfg, root)
+    if screen["chosen"] is not None:  # the corpus grows by the chosen task
+        corpus_problems = load_problems(OmegaConf.create(data))[0]
+    cal_dir = _calibrate(cfg, root / "calibrate", data)
     close_all()
     out.timings["calibrate"] = time.perf_counter() - t0
     export_dir = export_runs(cfg, {"corpus": str(cal_dir)}, root / "export")
@@ -291,6 +339,7 @@ def run(cfg: DictConfig) -> Path:
     summary = summarize(cfg.thesis, root, corpus, heldout, sets, steps, seeds, budgets, evals, recals, policy, trained, levels)
     # pool problems that are a held-out problem with its operands commuted, left out of every set
     summary["heldout"]["commuted_dropped_from_pool"] = len(corpus) - len(heldout) - len(pool)
+    summary["screen"] = screen
     out.write_summary(summary)
     report = render(root, root, formats=tuple(t.formats), width=str(t.width))
     out.write_manifest({"corpus": len(corpus), "heldout": len(heldout), "set_size": int(t.set_size), "seeds": len(seeds),

@@ -110,7 +110,8 @@ def crossed_difference(a: Mapping[int, Mapping[str, float]], b: Mapping[int, Map
 
     Returns:
         ``{"difference", "ci" (crossed bootstrap), "t_ci_seeds", "sign_flip_p", "seed_differences",
-        "seeds", "problems", "a_better_seeds", "b_better_seeds"}``.
+        "seeds", "problems", "a_better_seeds", "b_better_seeds", "seeds_needed_80"}`` (the last:
+        :func:`seeds_needed` at 80% power and level 0.05).
 
     Raises:
         ValueError: No seed in common, or no problem every common seed evaluated.
@@ -139,7 +140,44 @@ def crossed_difference(a: Mapping[int, Mapping[str, float]], b: Mapping[int, Map
         "t_ci_seeds": [round(x, 4) for x in seed_band(per_seed.tolist(), level)], "sign_flip_p": p,
         "seed_differences": [round(float(x), 4) for x in per_seed], "seeds": seeds, "problems": len(ids),
         "a_better_seeds": int(np.sum(per_seed > 0)), "b_better_seeds": int(np.sum(per_seed < 0)),
+        "seeds_needed_80": seeds_needed(per_seed.tolist()),
     }
+
+
+def seeds_needed(seed_differences: Sequence[float], power: float = 0.8, alpha: float = 0.05, most: int = 10_000) -> int | None:
+    """Training seeds a contrast needs to be found at the measured spread: the smallest S >= 2 at which
+    a two-sided one-sample t-test (level ``alpha``) of the per-seed differences has ``power`` when the
+    true mean and standard deviation are the observed ones (power from the noncentral t).
+
+    This is the planning number for the next run, not evidence: it treats the observed difference as
+    the true one. The sign-flip test the thesis reports has about the t-test's power at these sizes
+    but needs S >= log2(2 / alpha) seeds (6 at 0.05) to reach ``alpha`` at all, so the answer is at least that.
+
+    Args:
+        seed_differences: Per-seed mean differences A - B (at least 2 seeds).
+        power: Wanted probability of rejecting.
+        alpha: Two-sided test level.
+        most: Largest S tried.
+
+    Returns:
+        S, or ``None`` when the observed mean is 0, fewer than 2 seeds were measured, or S would
+        exceed ``most``; ``1`` never occurs.
+    """
+    x = np.asarray(seed_differences, dtype=float)
+    if len(x) < 2 or x.mean() == 0:
+        return None
+    sd = float(x.std(ddof=1))
+    floor = max(2, math.ceil(math.log2(2 / alpha)))
+    if sd <= 1e-9 * abs(float(x.mean())):  # every seed the same difference
+        return floor
+    effect = abs(float(x.mean())) / sd
+    for s in range(2, most + 1):
+        crit = float(sps.t.ppf(1 - alpha / 2, s - 1))
+        nc = effect * math.sqrt(s)
+        got = float(sps.nct.sf(crit, s - 1, nc) + sps.nct.cdf(-crit, s - 1, nc))
+        if got >= power:
+            return max(s, floor)
+    return None
 
 
 def holm(pvalues: Mapping[str, float]) -> dict[str, float]:

@@ -19,10 +19,13 @@ import numpy as np
 
 from mbs.calibration import calibrate_group
 from mbs.records import Calibration, Rollout
+from mbs.thesis.screen import STRICT_ROUTE, extraction_route, task_of
 from mbs.thesis.sets import ARM_SET, ARMS, SETS
 from mbs.thesis.statistics import (
     accuracy_summary,
     contrasts,
+    crossed_difference,
+    holm,
     migration,
     per_problem_accuracy,
     zero_std_counts,
@@ -103,13 +106,34 @@ def _zero_std(root: Path, name: str, seeds: Sequence[int], cals: Sequence[Calibr
     return block
 
 
-#: The extraction route a strict re-grade accepts (the Reasoning Gym template asks for an answer tag).
-STRICT_ROUTE = "answer tag"
+def _task(problem_id: str) -> str:
+    try:
+        return task_of(problem_id)
+    except ValueError:
+        return "unknown"
 
 
-def _route(reason: str | None) -> str:
-    """The extraction route of a grade (``answer tag``, ``boxed``, ``last number``, ...): its reason's prefix."""
-    return (reason or "").split(":", 1)[0].strip() or "none"
+def primary_by_task(finals: Mapping[str, Mapping[int, Mapping[str, float]]], primary: Sequence[str],
+                    heldout: Sequence[str]) -> dict[str, Any]:
+    """The primary contrast on each task's held-out problems (the claim reported per task), its
+    sign-flip p-values Holm-corrected across the tasks (``p_holm``); empty with one task.
+
+    Returns:
+        ``{task: crossed_difference(...) + p_holm}`` (:func:`mbs.thesis.statistics.crossed_difference`);
+        a task whose arms lack results is left out.
+    """
+    tasks: dict[str, set[str]] = defaultdict(set)
+    for pid in heldout:
+        tasks[_task(pid)].add(pid)
+    a, b = primary
+    if len(tasks) < 2 or a not in finals or b not in finals:
+        return {}
+    pick = lambda by_seed, ids: {seed: {p: v for p, v in acc.items() if p in ids} for seed, acc in by_seed.items()}
+    out = {task: {"contrast": f"{a} - {b}", **crossed_difference(pick(finals[a], ids), pick(finals[b], ids))}
+           for task, ids in sorted(tasks.items())}
+    for task, p in holm({task: v["sign_flip_p"] for task, v in out.items()}).items():
+        out[task]["p_holm"] = p
+    return out
 
 
 def construct_validity(ev: Mapping[tuple[str, int], list[Rollout]], seeds: Sequence[int], budget: int, heldout: Sequence[str],
@@ -119,8 +143,8 @@ def construct_validity(ev: Mapping[tuple[str, int], list[Rollout]], seeds: Seque
     Returns:
         ``{arm: {"samples", "rewarded", "routes"`` (rewarded samples by extraction route),
         ``"strict"`` (avg@k when only an answer in the answer tag counts: :func:`accuracy_summary`),
-        ``"by_level"``, ``"by_band"`` (avg@k over the held-out problems of each Reasoning Gym level
-        and of each calibrated band, with their intervals)``}``; arms without a finished
+        ``"by_level"``, ``"by_band"``, ``"by_task"`` (avg@k over the held-out problems of each
+        Reasoning Gym level, calibrated band and task, with their intervals)``}``; arms without a finished
         evaluation are left out.
     """
     held = set(heldout)
@@ -132,7 +156,7 @@ def construct_validity(ev: Mapping[tuple[str, int], list[Rollout]], seeds: Seque
         if not rs:
             continue
         rewarded = [r for v in rs.values() for r in v if r.reward == 1.0]
-        strict = {seed: per_problem_accuracy([dataclasses.replace(r, reward=float(r.reward == 1.0 and _route(r.reason) == STRICT_ROUTE))
+        strict = {seed: per_problem_accuracy([dataclasses.replace(r, reward=float(r.reward == 1.0 and extraction_route(r.reason) == STRICT_ROUTE))
                                               for r in v], k) for seed, v in rs.items()}
         plain = {seed: per_problem_accuracy(v, k) for seed, v in rs.items()}
 
@@ -143,8 +167,9 @@ def construct_validity(ev: Mapping[tuple[str, int], list[Rollout]], seeds: Seque
             return {g: accuracy_summary({seed: {p: acc[p] for p in ids} for seed, acc in plain.items()}) for g, ids in groups.items()}
 
         out[arm] = {"samples": sum(map(len, rs.values())), "rewarded": len(rewarded),
-                    "routes": dict(sorted(Counter(_route(r.reason) for r in rewarded).items())),
-                    "strict": accuracy_summary(strict), "by_level": subset(levels), "by_band": subset(band_of)}
+                    "routes": dict(sorted(Counter(extraction_route(r.reason) for r in rewarded).items())),
+                    "strict": accuracy_summary(strict), "by_level": subset(levels), "by_band": subset(band_of),
+                    "by_task": subset({pid: _task(pid) for pid in held})}
     return out
 
 
@@ -210,6 +235,7 @@ def summarize(t: Any, root: Path, corpus: Sequence[Calibration], heldout: Sequen
                     finals[name] = by_seed
     primary = tuple(str(x) for x in t.primary)
     tests = contrasts(finals, primary, [pair for pair in SECONDARY if tuple(pair) != primary])
+    tests["by_task"] = primary_by_task(finals, primary, heldout)
     corpus_k, corpus_n, _ = counts_from_calibrations(corpus)  # the prior: fitted to the whole corpus, every band
     prior = resolve_prior("empirical", np.asarray(corpus_k), np.asarray(corpus_n), fitted_on="thesis corpus, all bands")
     # the forecast of an arm's steps over every seed: the seeds' sets pooled (each problem as often as it was drawn)

@@ -65,3 +65,9 @@ def test_sizes_against_the_corpus_and_an_unknown_task(make_cfg, tmp_path):
 def test_a_good_config_returns_the_corpus(make_cfg):
     corpus = check_config(make_cfg("thesis", QUICK))
     assert corpus and all(p.id.startswith("reasoning_gym/chain_sum/") for p in corpus)
+
+
+def test_a_bad_screening_candidate_is_named_before_anything_runs(make_cfg, tmp_path):
+    msg = _refused(make_cfg, tmp_path, "thesis.screen.candidates=[{task: no_such_task, levels: {}}]", "thesis.screen.size=0")
+    assert "thesis.screen.candidates[0]='no_such_task' is not a Reasoning Gym generator" in msg, msg
+    assert "thesis.screen.size=0: must be an integer >= 1" in msg, msg
