@@ -24,7 +24,9 @@ def results_table(summary: Mapping[str, Any]) -> dict[str, dict[str, str]]:
     Returns:
         ``{"final": ..., "paired": ...}``: every arm's avg@k per budget with its intervals and its
         zero-std share beside the forecast; the primary contrast first, then the secondary ones
-        with their sign-flip p before and after Holm's correction.
+        with their sign-flip p before and after Holm's correction, then the primary contrast on each
+        task's held-out problems (Holm across tasks), each with the seeds it needs for 80% power at
+        the measured spread (:func:`mbs.thesis.statistics.seeds_needed`).
     """
     L = summary["budget"]
     budgets = [L] + [b for b in summary.get("extra_budgets", []) if b != L]
@@ -49,16 +51,18 @@ def results_table(summary: Mapping[str, Any]) -> dict[str, dict[str, str]]:
     tex = ("\\begin{tabular}{l" + "r" * (len(head) - 1) + "}\n\\toprule\n" + " & ".join(head) + " \\\\\n\\midrule\n"
            + "".join(" & ".join(c.replace("_", "\\_") for c in r) + " \\\\\n" for r in rows) + "\\bottomrule\n\\end{tabular}\n")
     phead = ["A - B", "role", "difference (avg@k, L)", "95% CI (seeds x problems)", "t CI (seeds)", "sign-flip p",
-             "Holm p", "seeds A better / B better", "seeds x problems"]
+             "Holm p", "seeds A better / B better", "seeds x problems", "seeds for 80% power"]
     prow = []
     tests = summary.get("contrasts") or {}
     listed = ([(tests["primary"]["contrast"], "primary", tests["primary"])] if tests.get("primary") else []) + [
-        (key, "secondary", t) for key, t in (tests.get("secondary") or {}).items()]
+        (key, "secondary", t) for key, t in (tests.get("secondary") or {}).items()] + [
+        (t["contrast"], f"primary, {task} only", t) for task, t in (tests.get("by_task") or {}).items()]
     for key, role, t in listed:
         prow.append([key, role, f"{t['difference']:+.3f}", f"[{t['ci'][0]:+.3f}, {t['ci'][1]:+.3f}]",
                      f"[{t['t_ci_seeds'][0]:+.3f}, {t['t_ci_seeds'][1]:+.3f}]", f"{t['sign_flip_p']:.3g}",
                      f"{t['p_holm']:.3g}" if "p_holm" in t else "-",
-                     f"{t['a_better_seeds']} / {t['b_better_seeds']}", f"{len(t['seeds'])} x {t['problems']}"])
+                     f"{t['a_better_seeds']} / {t['b_better_seeds']}", f"{len(t['seeds'])} x {t['problems']}",
+                     str(t.get("seeds_needed_80") or "-")])
     pmd = "| " + " | ".join(phead) + " |\n|" + "---|" * len(phead) + "\n" + "".join("| " + " | ".join(r) + " |\n" for r in prow)
     ptex = ("\\begin{tabular}{ll" + "r" * (len(phead) - 2) + "}\n\\toprule\n" + " & ".join(phead) + " \\\\\n\\midrule\n"
             + "".join(" & ".join(c.replace("_", "\\_") for c in r) + " \\\\\n" for r in prow) + "\\bottomrule\n\\end{tabular}\n")
