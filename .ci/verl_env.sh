@@ -16,6 +16,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
+. "$root/.ci/venv_cache.sh"
+cached_venv venv-verl "$0" "${1:-.venv-verl}"
 venv=$(realpath -m "${1:-.venv-verl}")
 stamp="$venv/.mbs-verl-stamp"
 want=$(cat "$0" pyproject.toml | sha256sum | cut -d' ' -f1)

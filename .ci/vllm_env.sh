@@ -26,6 +26,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
+. "$root/.ci/venv_cache.sh"
+cached_venv venv-vllm "$0" "${1:-.venv-vllm}"
 venv=$(realpath -m "${1:-.venv-vllm}")
 stamp="$venv/.mbs-vllm-stamp"
 vllm_version=0.32.0

@@ -77,7 +77,13 @@ def test_quick_thesis_runs_measures_and_resumes(make_cfg):
         cv = s["construct_validity"][name]
         assert sum(cv["routes"].values()) == cv["rewarded"] <= cv["samples"] == 6 * 2
         assert cv["strict"]["mean"] <= s["final"][name]["48"]["mean"] + 1e-9
-        assert set(cv["by_level"]) <= {"d1t2", "d1t3"} and sum(v["problems"] for v in cv["by_band"].values()) == 6
+        assert set(cv["by_level"]) <= {"d1t2", "d1t3", "len3"} and set(cv["by_task"]) <= {"chain_sum", "spell_backward"} and sum(v["problems"] for v in cv["by_band"].values()) == 6
+    # the second task's screening ran (spell_backward, 4 problems x N=4, strict grade) and its choice is recorded
+    sc = s["screen"]["candidates"]["spell_backward"]
+    assert sc["problems"] == 4 and sum(sc["bands"].values()) == 4 and s["screen"]["strict_route"] == "answer tag"
+    assert sum(sc["bands"][b] for b in ("solved_all", "goldilocks")) <= sum(sc["bands_any_route"][b] for b in ("solved_all", "goldilocks"))
+    assert s["screen"]["chosen"] in (None, "spell_backward") and (s["screen"]["chosen"] is None) == (not sc["qualifies"])
+    assert (out / "screen" / "summary.json").is_file()
     assert "thesis" in (out / "report.html").read_text()
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and "final" in p.parts}
     evals, manifest = _lines(next(out.glob("eval_rollouts.*.jsonl"))), read_manifest(out)
