@@ -143,7 +143,7 @@ def _train_cfg(cfg: DictConfig, data_dir: Path, out_dir: Path, seed: int, steps:
         trl.max_steps, trl.prompts_per_step, trl.gradient_accumulation_steps = int(steps), int(t.prompts_per_step), 1
         trl.learning_rate, trl.lr_scheduler_type = float(t.learning_rate), "constant"
         trl.beta, trl.loss_type, trl.seed = float(t.beta), str(t.loss_type), int(seed)
-        trl.save_steps, trl.save_total_limit, trl.resume, trl.progress = int(t.eval_every), 1, True, False
+        trl.save_steps, trl.save_total_limit, trl.resume, trl.progress = int(t.eval_every), None, True, False
         trl.dynamic_sampling.enabled, trl.dynamic_sampling.max_rounds = bool(dynamic), int(t.dynamic_max_rounds)
     return sub
 
@@ -314,22 +314,22 @@ def run(cfg: DictConfig) -> Path:
                 finished = (ev.done(f"{tag}/step{steps[-1]}", eval_groups[L], k)
                             and all(ev.done(f"{tag}/final", eval_groups[b], k) for b in budgets)
                             and (not t.recalibrate or rc.done(f"{tag}/final", recal_groups[seed][ARM_SET[name]], N)))
-                for s in steps[1:]:
-                    last = s == steps[-1]
-                    if finished or (ev.done(f"{tag}/step{s}", eval_groups[L], k) and not last):
-                        continue
-                    log.info("thesis: training %s to step %d", tag, s)
-                    summary = read_summary(train.run(_train_cfg(cfg, set_dirs[seed][ARM_SET[name]], run_dir, seed, s,
+                if not finished:
+                    # one training run to the last step; TRL's checkpoint at each evaluation step (kept until
+                    # the run is complete) is the policy evaluated there, the final model the last one's
+                    log.info("thesis: training %s to step %d", tag, steps[-1])
+                    summary = read_summary(train.run(_train_cfg(cfg, set_dirs[seed][ARM_SET[name]], run_dir, seed, steps[-1],
                                                                 dynamic=name == "dynamic")))
                     close_all()
                     final = summary["result"]["final"]
-                    be = _backend(cfg, final, f"{tag}/step{s}", policy.top_k, policy.min_p)
-                    ev(f"{tag}/step{s}", be, eval_groups[L], k, seed)
-                    if last:
-                        for b in budgets:
-                            ev(f"{tag}/final", be, eval_groups[b], k, seed)
-                        if bool(t.recalibrate):
-                            rc(f"{tag}/final", be, recal_groups[seed][ARM_SET[name]], N, seed)
+                    for s in steps[1:]:
+                        model = final if s == steps[-1] else str(run_dir / "checkpoints" / f"checkpoint-{s}")
+                        ev(f"{tag}/step{s}", _backend(cfg, model, f"{tag}/step{s}", policy.top_k, policy.min_p), eval_groups[L], k, seed)
+                    be = _backend(cfg, final, f"{tag}/step{steps[-1]}", policy.top_k, policy.min_p)
+                    for b in budgets:
+                        ev(f"{tag}/final", be, eval_groups[b], k, seed)
+                    if bool(t.recalibrate):
+                        rc(f"{tag}/final", be, recal_groups[seed][ARM_SET[name]], N, seed)
                 if not bool(t.keep_checkpoints):
                     shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
                 trained[tag] = str(run_dir.relative_to(root))
