@@ -33,9 +33,9 @@ from mbs.data import load_problems
 from mbs.errors import UserError
 from mbs.io import SUMMARY, Shard, read_records, shard_files
 from mbs.records import Calibration, Problem
+from mbs.runs.calibration import CalibrationSummary
 from mbs.runs.pipeline import pipeline_steps
 from mbs.runs.summary import run_stage
-from mbs.runs.calibration import CalibrationSummary
 from mbs.runs.synthesis import SynthesisSummary
 from mbs.validate import EXPORT_SELECTIONS
 

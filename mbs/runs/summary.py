@@ -32,7 +32,8 @@ def load_summary(run_dir: str | os.PathLike, stage: str | tuple[str, ...] | None
 
     Args:
         run_dir: A run folder.
-        stage: The stage (or stages) the run must be of (``None``: any).
+        stage: The stage (or stages) the run must be of (``None``: any); a summary naming no
+            stage is taken as the one asked for.
 
     Raises:
         SummaryError: No ``summary.json``, not a JSON object, or a ``stage`` other than ``stage``
@@ -50,7 +51,7 @@ def load_summary(run_dir: str | os.PathLike, stage: str | tuple[str, ...] | None
     fields = Fields(data, str(path))
     if stage is not None:
         wanted = (stage,) if isinstance(stage, str) else stage
-        if fields.data.get("stage") not in wanted:
+        if fields.has("stage") and fields.data.get("stage") not in wanted:
             raise SummaryError(f"{path}: stage {fields.data.get('stage')!r}, not {' or '.join(map(repr, wanted))}")
     return fields
 

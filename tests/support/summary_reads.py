@@ -113,11 +113,7 @@ def reads_in(source: str, rel: str) -> list[int]:
         if link is None or not link[1]:
             continue
         root = _root(node)
-        if _is_summary_call(root):
-            lines.append(node.lineno)
-        elif isinstance(root, ast.Name) and (root.id in NAMED or root.id in roots[id(owner[id(node)])]):
-            lines.append(node.lineno)
-        elif isinstance(root, ast.Subscript) and isinstance(root.value, ast.Name) and root.value.id in NAMED:
+        if _is_summary_call(root) or isinstance(root, ast.Name) and (root.id in NAMED or root.id in roots[id(owner[id(node)])]) or isinstance(root, ast.Subscript) and isinstance(root.value, ast.Name) and root.value.id in NAMED:
             lines.append(node.lineno)
     return sorted(lines)
 
