@@ -18,8 +18,9 @@ LAYERS: list[list[str]] = [
     # foundations: no mbs imports but each other
     ["mbs", "mbs.errors", "mbs.redact", "mbs.progress", "mbs.resources", "mbs.stats", "mbs.textmath",
      "mbs.reasoning", "mbs.prompts", "mbs.registry", "mbs.records"],
-    # run directories, the ranges of config values, LLM backends, the job launcher and the service
-    ["mbs.llm", "mbs.validate", "mbs.io", "mbs.launch", "mbs.service"],
+    # run directories (and the typed readers of their summaries), the ranges of config values, LLM
+    # backends, the job launcher and the service
+    ["mbs.llm", "mbs.validate", "mbs.io", "mbs.runs", "mbs.launch", "mbs.service"],
     # grading
     ["mbs.verify"],
     # problems in, rewards out
@@ -47,8 +48,8 @@ FOLDERS: list[list[str]] = [
     # foundations
     ["mbs", "mbs.errors", "mbs.redact", "mbs.progress", "mbs.resources", "mbs.stats", "mbs.textmath",
      "mbs.reasoning", "mbs.prompts", "mbs.registry", "mbs.records", "mbs.run_lock", "mbs.run_restore"],
-    # run directories, config ranges, LLM backends, the job launcher and the service
-    ["mbs.llm", "mbs.validate", "mbs.io", "mbs.launch", "mbs.service"],
+    # run directories and their readers, config ranges, LLM backends, the job launcher and the service
+    ["mbs.llm", "mbs.validate", "mbs.io", "mbs.runs", "mbs.launch", "mbs.service"],
     ["mbs.verify"],
     ["mbs.data", "mbs.benchmarks", "mbs.rewards", "mbs.evaluation"],
     ["mbs.calibration"],
@@ -217,8 +218,8 @@ CONFIG_NAMES = frozenset({"cfg", "config", "conf"})
 #: shard's, to union shards; an export source's, to find the policy it was calibrated with):
 #: not this run's config, so they may take one.
 SAVED_RUN_CONFIGS = {
-    "mbs/shards.py:_config_without_shard", "mbs/training/provenance.py:_select", "mbs/training/provenance.py:_policy_node",
-    "mbs/training/provenance.py:_from_policy",
+    "mbs/shards.py:_config_without_shard", "mbs/runs/policy.py:select", "mbs/runs/policy.py:_policy_node",
+    "mbs/runs/policy.py:policy_of_run", "mbs/runs/calibration.py:_templates",
 }
 
 

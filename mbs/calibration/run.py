@@ -30,6 +30,7 @@ from mbs.errors import ConfigError
 from mbs.io import RunDir
 from mbs.llm.meter import BackendMeter
 from mbs.records import Calibration, Graded, Problem, Rollout, reason_kind
+from mbs.runs.calibration import head
 from mbs.verify.gold import ungradable_golds
 from mbs.verify.rules import extraction_report
 
@@ -373,21 +374,9 @@ def finalize(
     summary = trap_summary(gradable())
     summary.update(
         {
-            "problems": len(problems),
-            "policies": [p.name for p in policies],
-            "target_policy": settings.target,
-            # budgets L and N of the live policies (recorded ones have no budget; their N is
-            # the number of no-hint settings, in counts[policy]["recorded"])
-            "budgets": budgets if has_live else [],
-            "n": n_target if has_live else None,
-            "hard_seeds": len(hard),
-            # problems whose gold the verifier cannot parse: every rollout fails them, so they are never hard
-            # seeds and are left out of bands, counts, intervals and difficulty shares
-            "ungradable": {
-                "count": len(ungradable), "ids": list(ungradable), "reasons": ungradable,
-                "excluded_from_trap_shares": True,
-            },
-            "hard_seed_budget": settings.hard_seed_budget,
+            **head(problems=len(problems), policies=[p.name for p in policies], target_policy=settings.target,
+                   budgets=budgets if has_live else [], n=n_target if has_live else None, hard_seeds=len(hard),
+                   ungradable=ungradable, hard_seed_budget=settings.hard_seed_budget),
             "rollouts": {
                 "drawn": totals["drawn"],
                 "resumed": int(stats.get("resumed", 0)),

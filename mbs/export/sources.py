@@ -31,8 +31,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from mbs.data import load_problems
 from mbs.errors import UserError
-from mbs.io import Shard, read_records, read_summary, shard_files
+from mbs.io import SUMMARY, Shard, read_records, shard_files
 from mbs.records import Calibration, Problem
+from mbs.runs.calibration import CalibrationSummary
+from mbs.runs.pipeline import pipeline_steps
+from mbs.runs.summary import run_stage
+from mbs.runs.synthesis import SynthesisSummary
 from mbs.validate import EXPORT_SELECTIONS
 
 log = logging.getLogger(__name__)
@@ -71,7 +75,14 @@ def _run_config(run_dir: Path) -> DictConfig:
     path = run_dir / "config.yaml"
     if not path.is_file():
         raise SourceError(f"{run_dir}: no config.yaml (not an mbs run directory?)")
-    return OmegaConf.load(path)
+    return OmegaConf.load(path)  # type: ignore[return-value]  # a run's config.yaml is a mapping
+
+
+def _stage(run_dir: Path) -> str | None:
+    """The ``stage`` of a run folder's summary (``None``: no summary.json)."""
+    if not (run_dir / SUMMARY).is_file():
+        return None
+    return run_stage(run_dir)
 
 
 def sources_from_run(run_dir: str | Path, select: str, policy: str | None, budget: int | None, name: str | None = None) -> list[Source]:
@@ -89,44 +100,38 @@ def sources_from_run(run_dir: str | Path, select: str, policy: str | None, budge
             calibrations naming problems the run's data config no longer yields.
     """
     run_dir = Path(run_dir).expanduser().resolve()
-    try:
-        summary = read_summary(run_dir)
-    except FileNotFoundError as err:
-        raise SourceError(f"{run_dir}: no summary.json (did the stage finish?)") from err
-    stage = summary.get("stage")
+    stage = _stage(run_dir)
+    if stage is None:
+        raise SourceError(f"{run_dir}: no summary.json (did the stage finish?)")
     if stage == "pipeline":
         out: list[Source] = []
-        for step, rel in summary.get("steps", {}).items():
-            step_dir = run_dir / rel
-            step_stage = read_summary(step_dir).get("stage") if (step_dir / "summary.json").is_file() else None
-            if step_stage in ("calibrate", "synthesize"):
+        for step, step_dir in pipeline_steps(run_dir).items():
+            if _stage(step_dir) in ("calibrate", "synthesize"):
                 out.extend(sources_from_run(step_dir, select, policy, budget, name=step))
         if not out:
             raise SourceError(f"{run_dir}: pipeline run without a calibrate or synthesize step")
         return out
     if stage == "synthesize":
-        cfg = _run_config(run_dir)
+        _run_config(run_dir)
+        synth = SynthesisSummary.read(run_dir)
         problems = read_records(run_dir, "problems", Problem)
-        templates = OmegaConf.to_container(cfg.synth.templates) if OmegaConf.select(cfg, "synth.templates") is not None else None
-        method = summary.get("method", "synthesis")
-        return [Source(name or f"synthesize_{method}", "synthesis", str(run_dir), problems, templates)]
+        return [Source(name or f"synthesize_{synth.method}", "synthesis", str(run_dir), problems, synth.templates())]
     if stage == "calibrate":
-        return [_calibration_source(run_dir, summary, select, policy, budget, name or "calibrate")]
+        return [_calibration_source(run_dir, CalibrationSummary.read(run_dir), select, policy, budget, name or "calibrate")]
     raise SourceError(f"{run_dir}: stage {stage!r} cannot be exported; valid: calibrate, synthesize, pipeline")
 
 
-def _calibration_source(run_dir: Path, summary: dict, select: str, policy: str | None, budget: int | None, name: str) -> Source:
+def _calibration_source(run_dir: Path, summary: CalibrationSummary, select: str, policy: str | None, budget: int | None,
+                        name: str) -> Source:
     if select not in SELECTIONS:
         raise SourceError(f"export.select={select!r}: valid values are {list(SELECTIONS)}")
     cfg = _run_config(run_dir)
-    policy = policy if policy is not None else summary.get("target_policy")
-    if budget is None:
-        budget = summary.get("hard_seed_budget")
-    want = None if budget is None else int(budget)
+    policy, budget = summary.selection(policy, budget)
+    want = budget
     have: set[tuple] = set()
     mine = 0
     # problems whose gold the verifier cannot grade (mbs.verify.gold): never exported
-    ungradable = set((summary.get("ungradable") or {}).get("ids") or [])
+    ungradable = set(summary.ungradable)
     chosen: list[str] = []  # problem ids; the calibrations stream through (a run may hold millions)
     for path in shard_files(run_dir, "calibrations"):
         for c in Shard(path, Calibration).iter():
@@ -151,7 +156,7 @@ def _calibration_source(run_dir: Path, summary: dict, select: str, policy: str |
             f"({run_dir / 'config.yaml'}: data.loader={data_cfg.loader}); has the dataset changed?"
         )
     ids = set(chosen)
-    templates = OmegaConf.to_container(cfg.calibrate.templates) if OmegaConf.select(cfg, "calibrate.templates") is not None else None
+    templates = summary.templates()
     return Source(
         name,
         "calibration",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from mbs.io import read_summary
+from mbs.runs.export import ExportSummary
 
 
 def export_tables(run_dir: str | Path, out_dir: str | Path, formats: Sequence[str] = ("png", "pdf"), width: str = "single") -> dict[str, Any]:
@@ -13,13 +13,15 @@ def export_tables(run_dir: str | Path, out_dir: str | Path, formats: Sequence[st
 
     Returns:
         ``{"written": [], "skipped": {}, "tables": {"sources": {"md", "tex"}}}``.
+
+    Raises:
+        mbs.runs.summary.SummaryError: Not an export's ``summary.json`` (names the file and field).
     """
-    summary = read_summary(run_dir)
+    summary = ExportSummary.read(run_dir)
     head = ["source", "kind", "loaded", "removed", "train", "val"]
     rows = [
-        [name, str(s.get("kind", "")), str(s.get("loaded", 0)),
-         ", ".join(f"{k}: {v}" for k, v in s.get("removed", {}).items()) or "0", str(s.get("train", 0)), str(s.get("val", 0))]
-        for name, s in sorted(summary.get("sources", {}).items())
+        [s.name, s.kind, str(s.loaded), ", ".join(f"{k}: {v}" for k, v in s.removed.items()) or "0", str(s.train), str(s.val)]
+        for s in sorted(summary.sources, key=lambda s: s.name)
     ]
     md = "| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n" + "".join("| " + " | ".join(r) + " |\n" for r in rows)
     esc = lambda t: t.replace("_", "\\_").replace("%", "\\%")  # noqa: E731

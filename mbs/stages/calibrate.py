@@ -28,8 +28,8 @@ from mbs.data import load_problems
 from mbs.figures.calibration import calibration_figures
 from mbs.io import RunDir
 from mbs.records import Rollout
+from mbs.runs.policy import sampled_distributions
 from mbs.stages.config import open_run, validate_config
-from mbs.training.provenance import sampled_distributions
 from mbs.verify.pool import GradingPool
 
 log = logging.getLogger(__name__)

@@ -35,8 +35,8 @@ from mbs.figures.evaluation import evaluation_figures
 from mbs.io import write_text_atomic
 from mbs.llm.meter import BackendMeter
 from mbs.records import Rollout
+from mbs.runs.policy import distribution_of
 from mbs.stages.config import open_run, validate_config
-from mbs.training.provenance import distribution_of
 from mbs.verify.pool import GradingPool
 
 log = logging.getLogger(__name__)

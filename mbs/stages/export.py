@@ -41,8 +41,9 @@ from mbs.export.build import benchmark_index, check_templates, clean, collect_so
 from mbs.export.prompt_length import PromptCounter
 from mbs.export.verl_schema import check_verl_rows, write_parquet
 from mbs.io import write_text_atomic
+from mbs.runs.export import policy_block
 from mbs.stages.config import open_run, validate_config
-from mbs.training.provenance import policy_block, provenance_of_run
+from mbs.training.provenance import provenance_of_run
 
 log = logging.getLogger(__name__)
 

@@ -31,11 +31,14 @@ from mbs.figures.story import findings
 from mbs.io import read_summary
 from mbs.progress import StepProgress, format_seconds
 from mbs.report import render
+from mbs.runs.export import MissingProvenanceError
+from mbs.runs.pipeline import steps_block
+from mbs.runs.summary import SummaryError
+from mbs.runs.training import TrainingSummary
 from mbs.stages import calibrate, evaluate, export, synthesize, train
 from mbs.stages.compose import backend_node, compose_node
 from mbs.stages.config import open_run, validate_config
 from mbs.training.launch import TrainError
-from mbs.training.provenance import MissingProvenanceError
 
 log = logging.getLogger(__name__)
 
@@ -169,21 +172,23 @@ def train_step(cfg: DictConfig, export_dir: str, out_dir: Path, steps: Mapping[s
 def evaluate_step(cfg: DictConfig, trained: str, out_dir: Path) -> str:
     """The trained checkpoint beside its starting model, both with ``backend=transformers`` (``pipeline.evaluate``),
     sampled as the policy trained and was calibrated (its temperature, top-p, top-k and min-p)."""
-    pcfg, s = cfg.pipeline, read_summary(trained)
-    policy = s["policy"]
-    start, final = policy["model"], s["result"]["final"]
+    pcfg, run = cfg.pipeline, TrainingSummary.read(trained)
+    policy = run.policy
+    if run.final is None or policy.temperature is None or policy.top_p is None:
+        raise SummaryError(f"{trained}: the training run wrote no final checkpoint or sampling settings to evaluate")
+    start, final = policy.model, run.final
     backend = backend_node("transformers")
-    backend.update(top_k=int(policy.get("top_k") or 0), min_p=float(policy.get("min_p") or 0.0))
-    name = str((s["policy"].get("calibrated") or {}).get("policy") or "policy")
+    backend.update(top_k=int(policy.top_k or 0), min_p=float(policy.min_p or 0.0))
+    name = policy.name
     models = {
         "base": {"name": f"{name} (start)", "backend": {**backend, "model": start, "label": f"{name} (start)"}},
-        "trained": {"name": f"{name} (GRPO, {s['result']['steps']} steps)",
+        "trained": {"name": f"{name} (GRPO, {run.steps} steps)",
                     "backend": {**backend, "model": final, "label": f"{name} (GRPO)"}},
     }
     ev = OmegaConf.merge(OmegaConf.create(stage_node("evaluate", "eval")), cfg.eval)
     ev = OmegaConf.to_container(ev, resolve=False)
     ev.update(models=models, limit=int(pcfg.evaluate.limit), k=int(pcfg.evaluate.k), budgets=list(pcfg.evaluate.budgets),
-              pass_k=[1, int(pcfg.evaluate.k)], temperature=float(policy["temperature"]), top_p=float(policy["top_p"]))
+              pass_k=[1, int(pcfg.evaluate.k)], temperature=float(policy.temperature), top_p=float(policy.top_p))
     return str(evaluate.run(sub_config(cfg, out_dir, eval=ev)))
 
 
@@ -267,7 +272,7 @@ def run(cfg: DictConfig) -> Path:
         if pcfg.evaluate.enabled and "train" in steps:
             with progress.step("evaluate"):
                 steps["evaluate"] = evaluate_step(cfg, steps["train"], out.path / "evaluate")
-    summary: dict[str, Any] = {"steps": {name: str(Path(p).relative_to(out.path)) for name, p in steps.items()}}
+    summary: dict[str, Any] = {"steps": steps_block(out.path, steps)}
     for name, path in steps.items():
         s = read_summary(path)
         keep = ("trap_forecast", "results", "bands", "intervals", "hard_seeds", "problems", "target_policy", "rows", "removed", "train_rows", "val_rows",

@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from mbs.calibration.students import StudentSet
 from mbs.errors import UnknownNameError
+from mbs.runs.policy import sampled_distributions
 from mbs.stages.config import open_run, validate_config
 from mbs.synth.methods import METHODS, MethodSpec
 from mbs.synth.settings import (
@@ -33,7 +34,6 @@ from mbs.synth.settings import (
     Thresholds,
     plain,
 )
-from mbs.training.provenance import sampled_distributions
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,10 @@ from mbs.calibration.sampling import Policy
 from mbs.calibration.students import StudentSet
 from mbs.data import DataError, in_shard
 from mbs.errors import ConfigError, InputNotFoundError
-from mbs.io import Shard, read_records, read_summary, shard_files
+from mbs.io import Shard, read_records, shard_files
 from mbs.records import Calibration, Problem
+from mbs.runs.calibration import CalibrationSummary
+from mbs.runs.summary import SummaryError
 from mbs.synth.settings import SeedInputs
 
 log = logging.getLogger(__name__)
@@ -74,10 +76,10 @@ def seed_provenance(inputs: SeedInputs, target: Policy) -> dict[str, Any]:
     """
     path = calibration_dir(inputs)
     try:
-        summary = read_summary(path)
-    except FileNotFoundError:
-        summary = {}
-    cal_target, cal_budget = summary.get("target_policy"), summary.get("hard_seed_budget")
+        summary: CalibrationSummary | None = CalibrationSummary.read(path)
+    except SummaryError:
+        summary = None
+    cal_target, cal_budget = (summary.target_policy, summary.hard_seed_budget) if summary else (None, None)
     same = cal_target == target.name and cal_budget == target.budget
     if summary and not same:
         log.warning(

@@ -13,6 +13,7 @@ from mbs.calibration.sampling import RolloutWriter
 from mbs.io import RunDir
 from mbs.llm.meter import BackendMeter
 from mbs.records import Problem, Rollout, TreeNode
+from mbs.runs.synthesis import target_block
 from mbs.synth.engine import Engine, run_tasks
 from mbs.synth.grower import SynthBase
 from mbs.synth.inputs import seed_provenance
@@ -30,7 +31,7 @@ def setup_summary(settings: SynthSettings, grower: Any, state: Any) -> dict[str,
     return {
         "thresholds": dict(settings.thresholds_record),
         "students": [p.name for p in grower.students],
-        "target": {"policy": grower.target.name, "budget": grower.target.budget, "n": int(settings.thresholds.N)},
+        "target": target_block(grower.target.name, grower.target.budget, int(settings.thresholds.N)),
         "seeds_from": seed_provenance(settings.inputs, grower.target),
         "teachers": [t.name for t in grower.pool],
         "generator": grower.gen.name,

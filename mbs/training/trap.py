@@ -21,8 +21,11 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from mbs.io import Shard, read_summary, shard_files
+from mbs.io import Shard, shard_files
 from mbs.records import Calibration
+from mbs.runs.calibration import CalibrationSummary
+from mbs.runs.export import ExportSummary
+from mbs.runs.summary import SummaryError
 from mbs.training.dynamic_sampling import compare_draws, draw_forecast
 from mbs.training.forecast import compare_observed, counts_from_calibrations, trap_forecast
 from mbs.training.prior import MIN_EMPIRICAL, BetaPrior, fit_prior
@@ -77,8 +80,8 @@ def training_calibrations(rows: Iterable[dict], policy: str, budget: int | None,
 def _ungradable(run_dir: str) -> set[str]:
     """Problem ids a calibration run's summary lists as ungradable golds (none without a summary)."""
     try:
-        return set((read_summary(run_dir).get("ungradable") or {}).get("ids") or [])
-    except (FileNotFoundError, ValueError):
+        return set(CalibrationSummary.read(run_dir).ungradable)
+    except SummaryError:
         return set()
 
 
@@ -88,15 +91,15 @@ def export_selection(data_dir: str | Path, sources: Iterable[str]) -> str | None
     passed a Goldilocks filter), else the one ``export.select`` they share; ``None`` when the
     export's ``summary.json`` does not say (missing, an unknown source, or different selections)."""
     try:
-        described = read_summary(data_dir).get("sources") or {}
-    except (FileNotFoundError, ValueError):
+        described = ExportSummary.read(data_dir)
+    except SummaryError:
         return None
     seen = set()
     for name in set(sources):
-        s = described.get(name)
-        if not isinstance(s, dict):
+        s = described.source(name)
+        if s is None:
             return None
-        select = "goldilocks" if s.get("kind") == "synthesis" else (s.get("selection") or {}).get("select")
+        select = "goldilocks" if s.kind == "synthesis" else s.select
         seen.add("goldilocks" if select in GOLDILOCKS_ONLY else select)
     return seen.pop() if len(seen) == 1 and None not in seen else None
 

@@ -29,6 +29,7 @@ from typing import Any
 from mbs.errors import ConfigError, MissingExtraError, require_extra
 from mbs.export.prompt_length import PromptCounter, length_report, parquet_prompts
 from mbs.reasoning import FORMATS
+from mbs.runs.policy import TRAINERS
 from mbs.training.launch import TrainError, run_logged
 from mbs.training.policy import TrainPolicy, resolve_policy
 from mbs.training.settings import TrainSettings
@@ -117,8 +118,9 @@ def verl_value(policy: TrainPolicy, key: str) -> Any:
 
 
 def known_differences(policy: TrainPolicy) -> list[str]:
-    """What verl cannot reproduce of the calibrated sampling (verl 0.9.1 has no min-p key)."""
-    if policy.min_p is None:
+    """What verl cannot reproduce of the calibrated sampling (verl 0.9.1 has no min-p key:
+    :data:`mbs.runs.policy.TRAINERS`)."""
+    if policy.min_p is None or TRAINERS["verl"].applies_min_p:
         return []
     note = (f"min_p={policy.min_p}: verl 0.9.1's rollout config has no min-p, so verl samples without it "
             "(calibration applied it; TRL does)")
