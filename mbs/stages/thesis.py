@@ -53,6 +53,8 @@ from mbs.io import read_records, read_summary, write_json_atomic
 from mbs.llm import close_all
 from mbs.records import Calibration, Problem, Rollout
 from mbs.report import render
+from mbs.runs.calibration import CalibrationSummary
+from mbs.runs.training import TrainingSummary
 from mbs.stages import calibrate, train
 from mbs.stages.compose import backend_node
 from mbs.stages.config import open_run, validate_config
@@ -61,6 +63,7 @@ from mbs.thesis.sampling import Sampler
 from mbs.thesis.screen import screen_tasks, with_task
 from mbs.thesis.sets import ARM_SET, ARMS, build_sets, commuted_key, split_heldout
 from mbs.thesis.summary import summarize
+from mbs.training.launch import TrainError
 from mbs.training.policy import resolve_policy
 from mbs.training.settings import TrainSettings
 from mbs.validate import ConfigError
@@ -273,7 +276,7 @@ def run(cfg: DictConfig) -> Path:
     close_all()
     out.timings["calibrate"] = time.perf_counter() - t0
     export_dir = export_runs(cfg, {"corpus": str(cal_dir)}, root / "export")
-    policy_name = read_summary(cal_dir)["target_policy"]
+    policy_name = CalibrationSummary.read(cal_dir).target_policy
     exported = {r["extra_info"]["id"] for r in pq.read_table(export_dir / "train.parquet", columns=["extra_info"]).to_pylist()}
     corpus = [c for c in read_records(cal_dir, "calibrations", Calibration)
               if c.policy == policy_name and c.budget == L and c.problem_id in exported]
@@ -318,10 +321,12 @@ def run(cfg: DictConfig) -> Path:
                     # one training run to the last step; TRL's checkpoint at each evaluation step (kept until
                     # the run is complete) is the policy evaluated there, the final model the last one's
                     log.info("thesis: training %s to step %d", tag, steps[-1])
-                    summary = read_summary(train.run(_train_cfg(cfg, set_dirs[seed][ARM_SET[name]], run_dir, seed, steps[-1],
-                                                                dynamic=name == "dynamic")))
+                    trained_run = TrainingSummary.read(train.run(_train_cfg(cfg, set_dirs[seed][ARM_SET[name]], run_dir, seed,
+                                                                            steps[-1], dynamic=name == "dynamic")))
                     close_all()
-                    final = summary["result"]["final"]
+                    if trained_run.final is None:
+                        raise TrainError(f"{run_dir}: the training run wrote no final model (summary.json result.final)")
+                    final = trained_run.final
                     for s in steps[1:]:
                         model = final if s == steps[-1] else str(run_dir / "checkpoints" / f"checkpoint-{s}")
                         ev(f"{tag}/step{s}", _backend(cfg, model, f"{tag}/step{s}", policy.top_k, policy.min_p), eval_groups[L], k, seed)
