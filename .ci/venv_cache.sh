@@ -14,7 +14,10 @@ cached_venv() {
   [ -e "$venv" ] || [ -L "$venv" ] && return 0
   key=$(sha256sum "$script" | cut -c1-16)
   dir="$MBS_CI_VENV_CACHE/$name-$key"
-  mkdir -p "$dir"
+  if ! mkdir -p "$dir" 2>/dev/null; then
+    echo "$name: cannot write $MBS_CI_VENV_CACHE; building $venv in the checkout" >&2
+    return 0
+  fi
   find "$MBS_CI_VENV_CACHE" -mindepth 1 -maxdepth 1 -name "$name-*" ! -name "$name-$key" -exec rm -rf {} +
   ln -s "$dir" "$venv"
   echo "$name: $venv -> $dir (MBS_CI_VENV_CACHE)"
