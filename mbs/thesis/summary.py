@@ -88,7 +88,9 @@ def _zero_std(root: Path, name: str, seeds: Sequence[int], cals: Sequence[Calibr
         per_seed[str(s)] = dict(zip(steps, shares))
         values += shares
         first += [v for st, v in zip(steps, shares) if st == 1]
-    k, n, early = counts_from_calibrations(cals)
+    # the seeds' sets pooled: a problem two seeds drew counts twice, as it was trained twice
+    # (counts_from_calibrations refuses repeats: one training set of one run has none)
+    k, n, early = [c.successes for c in cals], [c.n for c in cals], [c.early_stopped for c in cals]
     block: dict[str, Any] = {"observed": zero_std_counts(values, prompts_per_step), "observed_step1": zero_std_counts(first, prompts_per_step),
                              "per_seed": per_seed, "problems": len(cals)}
     if values:
