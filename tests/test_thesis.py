@@ -3,6 +3,7 @@ accuracies with intervals, contrasts at the seed level, zero-std counts, band mi
 
 from __future__ import annotations
 
+import json
 import numpy as np
 import pytest
 
@@ -21,8 +22,9 @@ from mbs.thesis.statistics import (
     zero_std_counts,
 )
 from mbs.thesis.screen import screen_tasks, with_task
-from mbs.thesis.summary import construct_validity, primary_by_task
+from mbs.thesis.summary import _zero_std, construct_validity, primary_by_task
 from mbs.thesis.table import results_table
+from mbs.training.prior import BetaPrior
 
 
 def cal(pid: str, successes: int, n: int = 4, complete: bool = True) -> Calibration:
@@ -319,3 +321,17 @@ def test_primary_contrast_per_task_is_holm_corrected_across_tasks():
     assert out["chain_sum"]["problems"] == 4 and out["chain_sum"]["sign_flip_p"] == pytest.approx(2 / 64)
     assert out["chain_sum"]["p_holm"] == pytest.approx(2 * 2 / 64)
     assert primary_by_task({"goldilocks": a, "uncalibrated": b}, ("goldilocks", "uncalibrated"), ids[:4]) == {}  # one task
+
+
+def test_zero_std_forecast_pools_the_seeds_sets_with_repeats(tmp_path):
+    """Each seed draws its own set, so two seeds can train the same problem: the arm's forecast
+    counts it once per draw (a repeat was refused before, and only a run of 2+ seeds hit it)."""
+    for seed, shares in ((0, [0.0, 1.0]), (1, [1.0, 1.0])):
+        run = tmp_path / "runs" / "goldilocks" / f"seed{seed}"
+        run.mkdir(parents=True)
+        run.joinpath("metrics.jsonl").write_text("".join(json.dumps({"step": i + 1, "frac_reward_zero_std": v}) + "\n"
+                                                         for i, v in enumerate(shares)))
+    drawn = [cal("g01", 2), cal("g02", 1), cal("g01", 2), cal("g03", 3)]  # g01 in both seeds' sets
+    block = _zero_std(tmp_path, "goldilocks", [0, 1], drawn, BetaPrior(1.0, 1.0), 4, 1)
+    assert block["problems"] == 4 and block["observed"]["k"] == 3 and block["observed"]["n"] == 4
+    assert block["observed_step1"]["n"] == 2 and 0 < block["forecast"]["expected_share"] < 1
