@@ -4,6 +4,7 @@ accuracies with intervals, contrasts at the seed level, zero-std counts, band mi
 from __future__ import annotations
 
 import json
+
 import numpy as np
 import pytest
 
