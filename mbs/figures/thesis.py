@@ -51,15 +51,16 @@ def accuracy_vs_step(summary: dict[str, Any], out_dir: Path, formats: Sequence[s
                 continue
             x = [int(s) if key is None else v.get(key, int(s) * summary["n"] * summary["prompts_per_step"]) for s, v in pts]
             y = [100 * v["mean"] for _, v in pts]
-            lo = [100 * v["seed_band"][0] for _, v in pts]
-            hi = [100 * v["seed_band"][1] for _, v in pts]
+            # an accuracy lies in [0, 100]: a t band of few seeds is cut there
+            lo = [max(0.0, 100 * v["seed_band"][0]) for _, v in pts]
+            hi = [min(100.0, 100 * v["seed_band"][1]) for _, v in pts]
             seeds = max(len(v["seeds"]) for _, v in pts)
             ax.plot(x, y, color=SET_COLORS[name], marker="o", ms=2.5, lw=1.0, label=f"{name} ({seeds} seeds)")
             ax.fill_between(x, lo, hi, color=SET_COLORS[name], alpha=0.15, lw=0)
         ax.set_xlabel(label)
         ax.set_ylabel(f"held-out avg@{summary['eval_k']} (%)")
-    axes[0].set_title(f"Held-out accuracy at L={summary['budget']} (band: 95% t across seeds)")
-    axes[1].set_title(f"against rollouts drawn (N={summary['n']}, B={summary['prompts_per_step']}; dynamic: every round)")
+    axes[0].set_title(f"Held-out accuracy at L={summary['budget']}\n(band: 95% t across seeds, cut to [0, 100])")
+    axes[1].set_title(f"against rollouts drawn\n(N={summary['n']}, B={summary['prompts_per_step']}; dynamic: every round)")
     axes[0].legend(frameon=False, fontsize=6)
     return save(fig, out_dir, "accuracy_vs_step", formats)
 
