@@ -7,7 +7,8 @@
 # (accuracy_vs_step, zero_std_vs_forecast, band_migration), <OUT>/tables (thesis_final,
 # thesis_paired) and <OUT>/report.html. Rerun the same command to resume.
 #
-#   SIZE: thesis (full, about 90 minutes on 2 quiet cores) or thesis_quick (about 3 minutes);
+#   SIZE: thesis (the full design: hours on 2 cores), thesis_laptop (the size of docs/thesis.md's
+#   result, about 16 minutes a seed) or thesis_quick (the CI size, a few minutes);
 #   OUT: the run folder. Extra arguments are overrides (thesis.seeds=[0,1,2,3], thesis.steps=12).
 set -euo pipefail
 size="${SIZE:-thesis}"
