@@ -23,6 +23,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from mbs.calibration import band_of
 from mbs.records import BANDS, Rollout
 
 __all__ = ["STRICT_ROUTE", "extraction_route", "screen_tasks", "strict_reward", "task_of"]
@@ -63,10 +64,6 @@ def task_of(problem_id: str) -> str:
     return parts[1]
 
 
-def _band(successes: int, n: int) -> str:
-    return "failed_all" if successes == 0 else "solved_all" if successes == n else "goldilocks"
-
-
 def screen_tasks(rollouts: Iterable[Rollout], candidates: Sequence[str], n: int) -> dict[str, Any]:
     """Choose the second task: the first candidate whose strict calibration has all three bands.
 
@@ -100,8 +97,8 @@ def screen_tasks(rollouts: Iterable[Rollout], candidates: Sequence[str], n: int)
                 continue
             graded = sorted(graded, key=lambda r: r.sample_index)[:n]
             problems += 1
-            strict[_band(sum(int(strict_reward(r) == 1.0) for r in graded), n)] += 1
-            loose[_band(sum(int(r.reward == 1.0) for r in graded), n)] += 1
+            strict[band_of(sum(int(strict_reward(r) == 1.0) for r in graded), n)] += 1
+            loose[band_of(sum(int(r.reward == 1.0) for r in graded), n)] += 1
             routes.update(extraction_route(r.reason) for r in graded if r.reward == 1.0)
         qualifies = problems > 0 and all(strict[b] > 0 for b in BANDS)
         out["candidates"][task] = {"problems": problems, "bands": {b: strict[b] for b in BANDS},
