@@ -272,6 +272,24 @@ class RunKind(Record):
         return f"{self.stage}/{self.method}" if self.stage == "synthesize" and self.method is not None else self.stage
 
 
+@dataclass(frozen=True)
+class Headline(Record):
+    """The top-level numbers of a summary of any stage (what a comparison of runs tabulates
+    where the stage has no reader of its own).
+
+    Attributes:
+        numbers: ``{key: number}`` of every top-level ``int`` or ``float`` (not ``true``/``false``),
+            in summary order, as written.
+    """
+
+    numbers: dict[str, int | float]
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> Headline:
+        """The top-level numbers of the summary ``f`` (other values are left out, never raised)."""
+        return cls({k: v for k, v in f.data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
+
+
 def _names(kinds: tuple[type, ...]) -> str:
     return " or ".join({dict: "an object", list: "a list", str: "a string", int: "an integer", float: "a number",
                         bool: "true or false", _Number: "a number"}.get(k, k.__name__)
