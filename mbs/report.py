@@ -15,24 +15,32 @@ import base64
 import html
 import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from mbs.calibration import budget_sort_key
-from mbs.figures import stage_key
 from mbs.figures.mbs_vs_direct import compare_methods
 from mbs.figures.stages import BY_STAGE, FigureFn
 from mbs.figures.story import figure_id, findings, step_id, story_html
-from mbs.io import read_summary, write_text_atomic
+from mbs.io import SUMMARY, read_summary, write_text_atomic
 from mbs.records import BANDS
+from mbs.runs.calibration import CalibrationResults
+from mbs.runs.pipeline import pipeline_steps
+from mbs.runs.summary import RunKind
 from mbs.synth.methods import METHODS
 
 
-def bands_table(summary: dict[str, Any]) -> tuple[str, str]:
-    """The band shares per (policy, budget) as a Markdown and a LaTeX table."""
+def bands_table(summary: CalibrationResults | Mapping[str, Any]) -> tuple[str, str]:
+    """The band shares per (policy, budget) as a Markdown and a LaTeX table.
+
+    Raises:
+        SummaryError: A summary field of the wrong type (names the field).
+    """
+    r = CalibrationResults.of(summary)
     rows = []
-    for policy, per_budget in summary.get("bands", {}).items():
+    for policy, per_budget in r.bands.items():
         for budget, shares in sorted(per_budget.items(), key=lambda kv: budget_sort_key(kv[0])):
-            n = summary.get("counts", {}).get(policy, {}).get(budget, {}).get("n_problems", "")
+            count = r.cell(policy, budget).n_problems
+            n = "" if count is None else count
             rows.append([policy, budget, str(n)] + [f"{100 * shares[b]:.1f}" for b in BANDS])
     head = ["policy", "budget L", "problems", "solved_all %", "goldilocks %", "failed_all %"]
     md = "| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n"
@@ -48,24 +56,31 @@ def bands_table(summary: dict[str, Any]) -> tuple[str, str]:
 
 
 def _steps(run_dir: Path) -> list[tuple[str, Path]]:
-    """(step name, folder) of each stage run inside ``run_dir`` (itself if it is a stage run)."""
-    summary = read_summary(run_dir)
-    if summary.get("stage") == "pipeline":
-        return [(name, run_dir / rel) for name, rel in summary.get("steps", {}).items()]
-    return [(summary.get("stage", "run"), run_dir)]
+    """(step name, folder) of each stage run inside ``run_dir`` (itself if it is a stage run).
+
+    Raises:
+        FileNotFoundError: ``run_dir`` has no ``summary.json``.
+        SummaryError: A field of the wrong type (names the file and the field).
+    """
+    kind = RunKind.of(read_summary(run_dir), str(run_dir / SUMMARY))
+    if kind.stage == "pipeline":
+        return list(pipeline_steps(run_dir).items())
+    return [(kind.stage if kind.stage else "run", run_dir)]
 
 
-def figures_of(summary: dict[str, Any]) -> FigureFn | None:
+def figures_of(summary: RunKind | Mapping[str, Any]) -> FigureFn | None:
     """The function drawing the figures of a run with this summary (``None``: the stage draws none).
 
     Synthesis runs: the method's spec (:data:`mbs.synth.methods.METHODS`); other stages:
     :data:`mbs.figures.stages.BY_STAGE`.
+
+    Raises:
+        SummaryError: ``stage`` or ``method`` is not a string (names the field).
     """
-    stage = summary.get("stage", "")
-    if stage == "synthesize" and "method" in summary:
-        method = summary["method"]
-        return METHODS.get(method).figures if method in METHODS else None
-    return BY_STAGE.get(stage) if stage in BY_STAGE else None
+    kind = RunKind.of(summary)
+    if kind.stage == "synthesize" and kind.method is not None:
+        return METHODS.get(kind.method).figures if kind.method in METHODS else None
+    return BY_STAGE.get(kind.stage) if kind.stage in BY_STAGE else None
 
 
 def render(run_dir: str | Path, out_dir: str | Path, formats: Sequence[str] = ("png", "pdf"), width: str = "single") -> dict[str, Any]:
@@ -89,16 +104,17 @@ def render(run_dir: str | Path, out_dir: str | Path, formats: Sequence[str] = ("
         except FileNotFoundError as err:
             result["skipped"][step] = str(err)
             continue
-        key = stage_key(summary)
-        draw = figures_of(summary)
+        kind = RunKind.of(summary, str(folder / SUMMARY))
+        key = kind.key
+        draw = figures_of(kind)
         if draw is None:
             result["skipped"][step] = f"no figures for stage {key!r}"
             continue
         drawn = draw(folder, out_dir / "figures" / step, formats, width)
         result["skipped"].update({f"{step}/{k}": v for k, v in drawn.get("skipped", {}).items()})
         tables = dict(drawn.get("tables", {}))
-        if summary.get("stage") == "calibrate":
-            md, tex = bands_table(summary)
+        if kind.stage == "calibrate":
+            md, tex = bands_table(CalibrationResults.of(summary, str(folder / SUMMARY)))
             tables["bands"] = {"md": md, "tex": tex}
         for name, texts in sorted(tables.items()):
             for ext, text in sorted(texts.items()):

@@ -13,6 +13,7 @@ the function that draws its figures (a synthesis method's spec names its own).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -21,12 +22,17 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from mbs.runs.summary import RunKind
+
 logging.getLogger("fontTools").setLevel(logging.WARNING)  # PDF font subsetting logs every table at INFO
 
-def stage_key(summary: dict) -> str:
-    """The kind of a run from its summary: its stage, ``synthesize/<method>`` for synthesis."""
-    stage = summary.get("stage", "")
-    return f"{stage}/{summary['method']}" if stage == "synthesize" and "method" in summary else stage
+def stage_key(summary: Mapping[str, Any]) -> str:
+    """The kind of a run from its summary: its stage, ``synthesize/<method>`` for synthesis.
+
+    Raises:
+        SummaryError: ``stage`` or ``method`` is not a string (names the field).
+    """
+    return RunKind.of(summary).key
 
 
 #: Band colours: solved_all (too easy), goldilocks (learnable), failed_all (too hard).

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from mbs.calibration import budget_sort_key
 from mbs.figures import band_bars, figure, save
 from mbs.figures.difficulty import DIFFICULTY_FIGURES, difficulty_report
 from mbs.io import read_summary
+from mbs.runs.calibration import CalibrationResults
 
 log = logging.getLogger(__name__)
 
@@ -20,34 +21,47 @@ def _budget_label(key: str) -> str:
     return f"{n // 1024}K" if n >= 1024 and n % 1024 == 0 else str(n)
 
 
-def trap_bands(summary: dict[str, Any], out_dir: Path, formats: Sequence[str], width: str = "single") -> list[Path]:
-    """Stacked band shares (solved_all / Goldilocks / failed_all) per (policy, budget L)."""
-    bands = summary.get("bands") or {}
+def trap_bands(summary: CalibrationResults | Mapping[str, Any], out_dir: Path, formats: Sequence[str], width: str = "single") -> list[Path]:
+    """Stacked band shares (solved_all / Goldilocks / failed_all) per (policy, budget L).
+
+    Raises:
+        ValueError: The summary has no bands.
+        SummaryError: A summary field of the wrong type (names the field).
+    """
+    r = CalibrationResults.of(summary)
+    bands = r.bands
     rows = [(p, b, bands[p][b]) for p in bands for b in sorted(bands[p], key=budget_sort_key)]
     if not rows:
         raise ValueError("summary has no bands")
-    ci = (summary.get("intervals") or {}).get("bands") or {}
+    ci = r.band_intervals
     fig, ax = band_bars(
         width, [f"{p} @ {_budget_label(b)}" for p, b, _ in rows], [r[2] for r in rows],
         [ci.get(p, {}).get(b) for p, b, _ in rows],
     )
-    n = next(iter(summary.get("counts", {}).values()), {})
-    total = next(iter(n.values()), {}).get("n_problems") if n else None
+    n = next(iter(r.counts.values()), {})
+    first = next(iter(n.values()), None)
+    total = first.n_problems if first is not None else None
     what = f"{total} problems, 95% Wilson intervals" if total and ci else (f"{total} problems" if total else "")
     ax.set_title(f"Zero-advantage trap ({what})" if what else "Zero-advantage trap")
     return save(fig, out_dir, "trap_bands", formats)
 
 
-def failed_all_vs_budget(summary: dict[str, Any], out_dir: Path, formats: Sequence[str], width: str = "single") -> list[Path]:
-    """failed_all share against the budget L (tokens), one line per live policy."""
-    bands = summary.get("bands") or {}
+def failed_all_vs_budget(summary: CalibrationResults | Mapping[str, Any], out_dir: Path, formats: Sequence[str], width: str = "single") -> list[Path]:
+    """failed_all share against the budget L (tokens), one line per live policy.
+
+    Raises:
+        ValueError: No live policy has a budget.
+        SummaryError: A summary field of the wrong type (names the field).
+    """
+    r = CalibrationResults.of(summary)
+    bands = r.bands
     series = {
         p: sorted((int(b), 100 * v["failed_all"]) for b, v in bands[p].items() if b != "recorded") for p in bands
     }
     series = {p: s for p, s in series.items() if s}
     if not series:
         raise ValueError("no live-policy budgets in the summary (recorded policies have no budget L)")
-    ci = (summary.get("intervals") or {}).get("bands") or {}
+    ci = r.band_intervals
     fig, (ax,) = figure(width)
     for p, pts in series.items():
         xs, ys = zip(*pts)
@@ -68,16 +82,21 @@ def failed_all_vs_budget(summary: dict[str, Any], out_dir: Path, formats: Sequen
     return save(fig, out_dir, "failed_all_vs_budget", formats)
 
 
-def reclassification_heatmap(summary: dict[str, Any], out_dir: Path, formats: Sequence[str], width: str = "single") -> list[Path]:
+def reclassification_heatmap(summary: CalibrationResults | Mapping[str, Any], out_dir: Path, formats: Sequence[str], width: str = "single") -> list[Path]:
     """Share of problems whose band changes between each pair of policies (at the budget
-    shared by most policies); with a single policy, between each pair of budgets."""
-    recl = summary.get("reclassification") or {}
-    pol = recl.get("policies") or {}
+    shared by most policies); with a single policy, between each pair of budgets.
+
+    Raises:
+        ValueError: Neither two policies nor two budgets to compare.
+        SummaryError: A summary field of the wrong type (names the field).
+    """
+    r = CalibrationResults.of(summary)
+    pol = r.between_policies
     if pol:
         budget = max(pol, key=lambda b: len(pol[b]))
         pairs, title = pol[budget], f"Band reclassification between policies (L={_budget_label(budget)})"
     else:
-        bud = recl.get("budgets") or {}
+        bud = r.between_budgets
         if not bud:
             raise ValueError("no reclassification data (needs two policies or two budgets)")
         policy = max(bud, key=lambda p: len(bud[p]))
@@ -119,11 +138,11 @@ def calibration_figures(run_dir: str | Path, out_dir: str | Path, formats: Seque
         difficulty levels also gets :data:`mbs.figures.difficulty.DIFFICULTY_FIGURES` and the
         ``tables`` / ``html`` of :func:`mbs.figures.difficulty.difficulty_report`.
     """
-    summary = read_summary(run_dir)
+    summary = CalibrationResults.of(read_summary(run_dir), str(Path(run_dir) / "summary.json"))
     written: list[str] = []
     skipped: dict[str, str] = {}
 
-    by_difficulty = bool(summary.get("by_difficulty"))  # grouped by difficulty level too
+    by_difficulty = bool(summary.by_difficulty)  # grouped by difficulty level too
     for fn in CALIBRATION_FIGURES + (DIFFICULTY_FIGURES if by_difficulty else ()):
         try:
             written += [str(p) for p in fn(summary, Path(out_dir), formats, width)]

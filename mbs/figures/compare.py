@@ -12,13 +12,15 @@ own comparisons: MBS against direct or a threshold sweep to
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
-from mbs.figures import BAND_COLORS, BAND_LABELS, figure, save, stage_key
+from mbs.figures import BAND_COLORS, BAND_LABELS, figure, save
 from mbs.figures.goose import compare_option_counts
 from mbs.figures.labels import run_labels
 from mbs.figures.synthesis import compare_yield
-from mbs.io import read_summary
+from mbs.io import SUMMARY, read_summary
+from mbs.runs.calibration import CalibrationResults
+from mbs.runs.summary import Headline, RunKind
 
 #: Headline numbers per summary kind: (key path in summary.json, label).
 HEADLINES: dict[str, tuple[tuple[str, str], ...]] = {
@@ -33,24 +35,30 @@ HEADLINES: dict[str, tuple[tuple[str, str], ...]] = {
 }
 
 
-def _metrics(summary: dict[str, Any]) -> dict[str, float]:
-    """The headline numbers of one run's summary, by column name."""
-    stage = summary.get("stage")
+def _metrics(summary: Mapping[str, Any], where: str = "summary.json") -> dict[str, float]:
+    """The headline numbers of one run's summary, by column name.
+
+    Raises:
+        SummaryError: A field of the wrong type (names ``where`` and the field).
+    """
     out: dict[str, float] = {}
-    if stage == "calibrate":
-        target = summary.get("target_policy")
-        for policy, per_budget in summary.get("bands", {}).items():
-            if target and policy != target and len(summary["bands"]) > 2:
+    kind = RunKind.of(summary, where)
+    if kind.stage == "calibrate":
+        cal = CalibrationResults.of(summary, where)
+        target = cal.target_policy
+        for policy, per_budget in cal.bands.items():
+            if target and policy != target and len(cal.bands) > 2:
                 continue
             for budget, shares in per_budget.items():
                 for band, share in shares.items():
                     out[f"{policy}@{budget} {band}"] = float(share)
         return out
-    for key, label in HEADLINES.get(stage, ()):
-        if isinstance(summary.get(key), (int, float)):
-            out[label] = float(summary[key])
+    numbers = Headline.of(summary, where).numbers
+    for key, label in HEADLINES.get(kind.stage, ()):
+        if key in numbers:
+            out[label] = float(numbers[key])
     if not out:  # any other stage: its numeric top-level values
-        out = {k: float(v) for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "schema_version"}
+        out = {k: float(v) for k, v in numbers.items() if k != "schema_version"}
     return out
 
 
@@ -80,17 +88,18 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, formats: S
     run_dirs = [Path(r) for r in run_dirs]
     if len(run_dirs) < 2:
         raise ValueError("compare_runs needs at least two run directories")
-    summaries = [read_summary(r) for r in run_dirs]
-    kinds = {stage_key(s) for s in summaries}
+    summaries = [(read_summary(r), str(r / SUMMARY)) for r in run_dirs]
+    run_kinds = [RunKind.of(data, where) for data, where in summaries]
+    kinds = {k.key for k in run_kinds}
     if kinds == {"synthesize/goose"}:  # e.g. the option-count ablation
         return compare_option_counts(run_dirs, out_dir, formats, width)
     if kinds <= {"synthesize/mbs", "synthesize/direct"}:  # MBS vs direct, threshold sweeps
         return compare_yield(run_dirs, out_dir, formats, width)
-    stages = {s.get("stage") for s in summaries}
+    stages = {k.stage or None for k in run_kinds}
     if len(stages) != 1:
         raise ValueError(f"cannot compare runs of different stages: {sorted(map(str, stages))}")
     labels = run_labels(run_dirs)
-    metrics = [_metrics(s) for s in summaries]
+    metrics = [_metrics(data, where) for data, where in summaries]
     table = comparison_table(labels, metrics)
     stage = stages.pop()
     fig, (ax,) = figure(width, aspect=0.45 + 0.08 * len(run_dirs))

@@ -5,19 +5,20 @@ share against L per difficulty (input: ``summary.json``'s ``by_difficulty``, wri
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from mbs.calibration import budget_sort_key
 from mbs.figures import band_bars, figure, save
 from mbs.records import BANDS
+from mbs.runs.calibration import CalibrationResults
 
 __all__ = ["DIFFICULTY_FIGURES", "difficulty_bands", "difficulty_report", "failed_all_vs_budget_by_difficulty"]
 
 
-def _by_difficulty(summary: dict[str, Any]) -> dict[str, Any]:
-    by = summary.get("by_difficulty")
+def _by_difficulty(summary: CalibrationResults | Mapping[str, Any]) -> dict[str, Any]:
+    by = CalibrationResults.of(summary).by_difficulty
     if not by or not by.get("levels"):
         raise ValueError("summary has no by_difficulty (no problem carries a difficulty level)")
     return by
@@ -35,7 +36,7 @@ def _cells(by: dict[str, Any]) -> list[tuple[str, str, str, dict[str, float]]]:
     ]
 
 
-def difficulty_bands(summary: dict[str, Any], out_dir: Path, formats: Sequence[str], width: str = "single") -> list[Path]:
+def difficulty_bands(summary: CalibrationResults | Mapping[str, Any], out_dir: Path, formats: Sequence[str], width: str = "single") -> list[Path]:
     """Stacked band shares (solved_all / Goldilocks / failed_all) per (difficulty level, budget L)."""
     by = _by_difficulty(summary)
     rows = _cells(by)
@@ -48,7 +49,7 @@ def difficulty_bands(summary: dict[str, Any], out_dir: Path, formats: Sequence[s
     return save(fig, out_dir, "difficulty_bands", formats)
 
 
-def failed_all_vs_budget_by_difficulty(summary: dict[str, Any], out_dir: Path, formats: Sequence[str], width: str = "single") -> list[Path]:
+def failed_all_vs_budget_by_difficulty(summary: CalibrationResults | Mapping[str, Any], out_dir: Path, formats: Sequence[str], width: str = "single") -> list[Path]:
     """failed_all share against the budget L (tokens), one line per (policy,) difficulty level."""
     by = _by_difficulty(summary)
     series: dict[str, list[tuple[int, float]]] = {}
@@ -77,7 +78,7 @@ def failed_all_vs_budget_by_difficulty(summary: dict[str, Any], out_dir: Path, f
 DIFFICULTY_FIGURES = (difficulty_bands, failed_all_vs_budget_by_difficulty)
 
 
-def difficulty_report(summary: dict[str, Any]) -> dict[str, Any]:
+def difficulty_report(summary: CalibrationResults | Mapping[str, Any]) -> dict[str, Any]:
     """The report pieces of ``by_difficulty``: a table (Markdown and LaTeX) of band shares per
     (difficulty, policy, L) and an HTML paragraph with ``difficulty_moves`` (what moved where).
 
@@ -102,7 +103,7 @@ def difficulty_report(summary: dict[str, Any]) -> dict[str, Any]:
         "\\begin{tabular}{lllrrrr}\n\\toprule\n" + " & ".join(map(tex_cell, head)) + " \\\\\n\\midrule\n"
         + "".join(" & ".join(map(tex_cell, r)) + " \\\\\n" for r in rows) + "\\bottomrule\n\\end{tabular}\n"
     )
-    moves = summary.get("difficulty_moves") or []
+    moves = CalibrationResults.of(summary).difficulty_moves
     body = "".join(f"<li>{html.escape(m)}</li>" for m in moves)
     return {
         "tables": {"bands_by_difficulty": {"md": md, "tex": tex}},

@@ -1,7 +1,7 @@
 """Evaluation figures and tables: accuracy against the budget L, base model next to trained ones.
 
 Reads ``summary.json`` of an ``mbs-evaluate`` run (``results[model][benchmark][budget]``, see
-:mod:`mbs.stages.evaluate`) and draws:
+:mod:`mbs.stages.evaluate`) through :class:`mbs.runs.evaluation.EvaluationSummary` and draws:
 
 * ``accuracy_vs_budget``: avg@k (%) against the budget L (tokens), one panel per benchmark
   (plus the mean over benchmarks when there are several), one line per model, so the base
@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from mbs.figures import figure, save
 from mbs.io import read_summary
+from mbs.runs.evaluation import EvalCell, EvaluationSummary
 
 log = logging.getLogger(__name__)
 
@@ -33,42 +34,63 @@ def budget_label(budget: str | int) -> str:
     return f"{n // 1024}K" if n >= 1024 and n % 1024 == 0 else str(n)
 
 
-def _series(summary: dict[str, Any]) -> tuple[list[str], list[tuple[str, str]], list[int]]:
-    """(models, [(benchmark key, name)], budgets) of a summary, in summary order."""
-    results = summary.get("results") or {}
-    if not results:
+def _series(summary: EvaluationSummary) -> tuple[list[str], list[tuple[str, str]], list[int]]:
+    """(models, [(benchmark key, name)], budgets) of a summary, in summary order.
+
+    Raises:
+        ValueError: The summary has no results.
+    """
+    if not summary.results:
         raise ValueError("summary has no evaluation results")
-    models = list(summary.get("models") or results)
-    names = {k: v.get("name", k) for k, v in (summary.get("benchmarks") or {}).items()}
-    benches = list(dict.fromkeys(b for m in results.values() for b in m))
-    budgets = sorted({int(L) for m in results.values() for b in m.values() for L in b})
-    return models, [(b, names.get(b, b)) for b in benches], budgets
+    names = summary.benchmarks
+    budgets = sorted({int(L) for m in summary.results.values() for b in m.values() for L in b})
+    return list(summary.models), [(b, names.get(b, b)) for b in summary.benchmark_keys], budgets
 
 
-def mean_over_benchmarks(summary: dict[str, Any], model: str, budget: int) -> float | None:
-    """Unweighted mean avg@k over the benchmarks scored for ``model`` at ``budget`` (None if none)."""
-    vals = [b[str(budget)]["avg"] for b in summary["results"].get(model, {}).values() if str(budget) in b]
+def mean_over_benchmarks(summary: EvaluationSummary | Mapping[str, Any], model: str, budget: int) -> float | None:
+    """Unweighted mean avg@k over the benchmarks scored for ``model`` at ``budget`` (None if none).
+
+    Raises:
+        KeyError: A scored cell has no avg@k.
+        SummaryError: A summary field of the wrong type (names the field).
+    """
+    ev = EvaluationSummary.of(summary)
+    vals = [_avg(b[str(budget)]) for b in ev.results.get(model, {}).values() if str(budget) in b]
     return sum(vals) / len(vals) if vals else None
 
 
-def accuracy_vs_budget(summary: dict[str, Any], out_dir: Path, formats: Sequence[str], width: str = "single") -> list[Path]:
-    """avg@k (%) against the budget L, one panel per benchmark, one line per model."""
-    models, benches, budgets = _series(summary)
+def _avg(cell: EvalCell) -> float:
+    """A cell's avg@k (``KeyError``: not recorded, as a table needs it)."""
+    if cell.avg is None:
+        raise KeyError("avg")
+    return cell.avg
+
+
+def accuracy_vs_budget(summary: EvaluationSummary | Mapping[str, Any], out_dir: Path, formats: Sequence[str], width: str = "single") -> list[Path]:
+    """avg@k (%) against the budget L, one panel per benchmark, one line per model.
+
+    Raises:
+        ValueError: The summary has no results.
+        SummaryError: A summary field of the wrong type (names the field).
+    """
+    ev = EvaluationSummary.of(summary)
+    models, benches, budgets = _series(ev)
     panels = list(benches) + ([(MEAN_KEY, "Mean over benchmarks")] if len(benches) > 1 else [])
     ncols = min(len(panels), 3)
     nrows = math.ceil(len(panels) / ncols)
     fig, _ = figure("double" if ncols > 1 or width == "double" else "single", aspect=0.36 * nrows if ncols > 1 else 0.72)
     fig.clf()
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
-    k = summary.get("k")
+    k = ev.k
     for ax, (key, name) in zip(axes, panels):
         for i, model in enumerate(models):
             pts = []
             for L in budgets:
                 if key == MEAN_KEY:
-                    v = mean_over_benchmarks(summary, model, L)
+                    v = mean_over_benchmarks(ev, model, L)
                 else:
-                    v = summary["results"].get(model, {}).get(key, {}).get(str(L), {}).get("avg")
+                    cell = ev.cells(model, key).get(str(L))
+                    v = cell.avg if cell else None
                 if v is not None:
                     pts.append((L, 100 * v))
             if pts:
@@ -88,35 +110,43 @@ def accuracy_vs_budget(summary: dict[str, Any], out_dir: Path, formats: Sequence
     return save(fig, out_dir, "accuracy_vs_budget", formats)
 
 
-def results_table(summary: dict[str, Any]) -> tuple[str, str]:
+def results_table(summary: EvaluationSummary | Mapping[str, Any]) -> tuple[str, str]:
     """The benchmark table as Markdown and LaTeX.
 
     One row per (benchmark, model) and, with several benchmarks, the mean over them; for each
     budget an avg@k column and one pass@k column per reported k (percent, one decimal).
+
+    Raises:
+        ValueError: The summary has no results.
+        KeyError: A cell lacks its avg@k, a reported pass@k or its problem count.
+        SummaryError: A summary field of the wrong type (names the field).
     """
-    models, benches, budgets = _series(summary)
-    k = summary.get("k")
-    ks = [str(x) for x in summary.get("pass_k") or []]
+    ev = EvaluationSummary.of(summary)
+    models, benches, budgets = _series(ev)
+    k = ev.k
+    ks = list(ev.pass_k)
     head = ["benchmark", "model", "problems"]
     for L in budgets:
         head += [f"avg@{k} % (L={budget_label(L)})"] + [f"pass@{x} % (L={budget_label(L)})" for x in ks if x != "1"]
     rows = []
     for key, name in benches:
         for model in models:
-            cells = summary["results"].get(model, {}).get(key, {})
+            cells = ev.cells(model, key)
             if not cells:
                 continue
-            n = next(iter(cells.values()))["problems"]
+            n = next(iter(cells.values())).problems
+            if n is None:
+                raise KeyError("problems")
             row = [name, model, str(n)]
             for L in budgets:
                 c = cells.get(str(L))
-                row += [_pct(c["avg"]) if c else "-"] + [_pct(c["pass_at"][x]) if c else "-" for x in ks if x != "1"]
+                row += [_pct(_avg(c)) if c else "-"] + [_pct(c.pass_at[x]) if c else "-" for x in ks if x != "1"]
             rows.append(row)
     if len(benches) > 1:
         for model in models:
             row = ["Mean", model, ""]
             for L in budgets:
-                m = mean_over_benchmarks(summary, model, L)
+                m = mean_over_benchmarks(ev, model, L)
                 row += [_pct(m) if m is not None else "-"] + ["" for x in ks if x != "1"]
             rows.append(row)
     md = "| " + " | ".join(head) + " |\n|" + "|".join("---" if i < 2 else "---:" for i in range(len(head))) + "|\n"
@@ -146,7 +176,7 @@ def evaluation_figures(run_dir: str | Path, out_dir: str | Path, formats: Sequen
         ``{"written": [paths], "skipped": {name: reason}, "tables": {"results": {"md", "tex"}}}``;
         a summary without results is skipped with the reason named, never raised.
     """
-    summary = read_summary(run_dir)
+    summary = EvaluationSummary.of(read_summary(run_dir), str(Path(run_dir) / "summary.json"))
     written: list[str] = []
     skipped: dict[str, str] = {}
     tables: dict[str, dict[str, str]] = {}

@@ -12,14 +12,14 @@
 * an HTML section listing items (masked passage, options with the answer marked and each
   distractor's origin, pass rate).
 
-Everything is read through :mod:`mbs.io` (``summary.json``, ``items.*.jsonl``).
+``summary.json`` is read through :class:`mbs.runs.goose.GooseSummary`, ``items.*.jsonl`` through :mod:`mbs.io`.
 """
 
 from __future__ import annotations
 
 import html
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,8 @@ from matplotlib.ticker import MaxNLocator
 from mbs.figures import BAND_COLORS, BAND_LABELS, figure, save
 from mbs.io import read_records, read_summary
 from mbs.records import BANDS
+from mbs.runs.goose import GooseSummary
+from mbs.runs.summary import RunKind
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +46,7 @@ def _rate(item: dict[str, Any]) -> float:
     return float(item["pass_rate"] if est is None else est)
 
 
-def pass_rate_histogram(items: Sequence[dict[str, Any]], summary: dict[str, Any], out_dir: Path, formats: Sequence[str], width: str = "single") -> list[Path]:
+def pass_rate_histogram(items: Sequence[dict[str, Any]], summary: GooseSummary | Mapping[str, Any], out_dir: Path, formats: Sequence[str], width: str = "single") -> list[Path]:
     """Bars of items per pass rate, rounded to s/N (s = 0..N), stacked by the items' bands, chance 1/k marked.
 
     With early stopping a group's s/k over the rollouts it drew is biased (it stops once both
@@ -53,14 +55,16 @@ def pass_rate_histogram(items: Sequence[dict[str, Any]], summary: dict[str, Any]
 
     Raises:
         ValueError: No item has a pass rate (the filter did not run).
+        SummaryError: A summary field of the wrong type (names the field).
     """
+    g = GooseSummary.of(summary)
     rated = [it for it in items if it.get("n")]
     if not rated:
         if not items:
             raise ValueError("no items (no items.*.jsonl in the run directory, or nothing was built)")
         raise ValueError(f"none of {len(items)} items has a pass rate (goose.filter.enabled=false)")
-    n = int(summary.get("filter", {}).get("n") or max(it["n"] for it in rated))
-    k = int(summary.get("options") or rated[0]["n_options"])
+    n = int(g.filter_n or max(it["n"] for it in rated))
+    k = int(g.options or rated[0]["n_options"])
     counts = {b: [0] * (n + 1) for b in BANDS}
     for it in rated:
         s = min(n, max(0, round(_rate(it) * n)))
@@ -72,15 +76,15 @@ def pass_rate_histogram(items: Sequence[dict[str, Any]], summary: dict[str, Any]
         ax.bar(xs, counts[b], width=0.8 / n, color=BAND_COLORS[b], bottom=bottom)
         bottom = [x + y for x, y in zip(bottom, counts[b])]
     ax.axvline(1.0 / k, color="0.3", linestyle="--", linewidth=0.8, label=f"chance 1/{k}")
-    eff = summary.get("effective_share")
-    acc = (summary.get("student") or {}).get("accuracy")
+    eff = g.effective_share
+    acc = g.student.accuracy
     title = f"{k} options, {len(rated)} items"
     if eff is not None:
         title += f": {100 * eff:.0f}% Goldilocks"
     if acc is not None:
         title += f", accuracy {100 * acc:.0f}%"
     ax.set_title(title)
-    early = bool(summary.get("filter", {}).get("early_stop"))
+    early = g.early_stop
     ax.set_xlabel(f"student pass rate ({'unbiased under early stopping, ' if early else ''}N = {n})")
     ax.set_ylabel("items")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
@@ -90,57 +94,65 @@ def pass_rate_histogram(items: Sequence[dict[str, Any]], summary: dict[str, Any]
     return save(fig, out_dir, "goose_pass_rates", formats)
 
 
-def letter_distribution(summary: dict[str, Any], out_dir: Path, formats: Sequence[str], width: str = "single") -> list[Path]:
+def letter_distribution(summary: GooseSummary | Mapping[str, Any], out_dir: Path, formats: Sequence[str], width: str = "single") -> list[Path]:
     """Grouped bars of answer-letter counts (built and kept items) with the uniform expectation.
 
     Raises:
         ValueError: The summary has no built items.
+        KeyError: The built letters have no expected count or chi-square.
+        SummaryError: A summary field of the wrong type (names the field).
     """
-    letters = summary.get("letters") or {}
-    built = (letters.get("built") or {}).get("counts") or {}
+    g = GooseSummary.of(summary)
+    built = g.letters_built.counts
     if not sum(built.values()):
         raise ValueError("no items built")
-    kept = (letters.get("kept") or {}).get("counts") or {}
+    kept = g.letters_kept.counts
+    expected, chi2 = g.letters_built.expected_per_letter, g.letters_built.chi2
+    if expected is None or chi2 is None:
+        raise KeyError("expected_per_letter" if expected is None else "chi2")
     keys = list(built)
     fig, (ax,) = figure(width)
     xs = range(len(keys))
     ax.bar([x - 0.2 for x in xs], [built[L] for L in keys], width=0.4, color="#8172B2", label="built")
     if sum(kept.values()):
         ax.bar([x + 0.2 for x in xs], [kept.get(L, 0) for L in keys], width=0.4, color=BAND_COLORS["goldilocks"], label="kept")
-    ax.axhline(letters["built"]["expected_per_letter"], color="0.3", linestyle="--", linewidth=0.8, label="uniform (built)")
+    ax.axhline(expected, color="0.3", linestyle="--", linewidth=0.8, label="uniform (built)")
     ax.set_xticks(list(xs), keys)
     ax.set_xlabel("answer letter")
     ax.set_ylabel("items")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_title(f"Answer positions (chi2 = {letters['built']['chi2']:.2f} over {len(keys)} letters)")
+    ax.set_title(f"Answer positions (chi2 = {chi2:.2f} over {len(keys)} letters)")
     ax.legend(frameon=False, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.2))
     return save(fig, out_dir, "goose_letters", formats)
 
 
-def audit_figure(summary: dict[str, Any], out_dir: Path, formats: Sequence[str], width: str = "single") -> list[Path]:
+def audit_figure(summary: GooseSummary | Mapping[str, Any], out_dir: Path, formats: Sequence[str], width: str = "single") -> list[Path]:
     """Horizontal bars: each audit solver's accuracy on built (first builds) and kept items, with
     chance 1/k and 2x chance marked.
 
     Raises:
         ValueError: The summary has no audit (a run before the audit existed) or no items.
+        SummaryError: A summary field of the wrong type (names the field).
     """
-    audit = summary.get("audit")
-    if not audit or not (audit.get("built") or {}).get("n"):
+    audit = GooseSummary.of(summary).audit
+    if audit is None or not audit.built.n:
         raise ValueError("no shortcut audit in summary.json")
-    built, kept = audit["built"]["solvers"], (audit.get("kept") or {}).get("solvers") or {}
-    names = sorted(built, key=lambda n: built[n]["accuracy"] or 0.0)
+    built, kept = audit.built.solvers, audit.kept.solvers if audit.kept else {}
+    if audit.chance is None:
+        raise KeyError("chance")
+    names = sorted(built, key=lambda n: built[n] or 0.0)
     fig, (ax,) = figure(width, aspect=0.25 + 0.06 * len(names))
     ys = range(len(names))
-    ax.barh([y + 0.2 for y in ys], [100 * (built[n]["accuracy"] or 0) for n in names], height=0.4, color="#8172B2", label=f"built ({audit['built']['n']})")
-    if kept:
-        ax.barh([y - 0.2 for y in ys], [100 * ((kept.get(n) or {}).get("accuracy") or 0) for n in names], height=0.4, color=BAND_COLORS["goldilocks"], label=f"kept ({audit['kept']['n']})")
-    c = 100 * audit["chance"]
-    ax.axvline(c, color="0.3", linestyle="--", linewidth=0.8, label=f"chance 1/{round(1 / audit['chance'])}")
+    ax.barh([y + 0.2 for y in ys], [100 * (built[n] or 0) for n in names], height=0.4, color="#8172B2", label=f"built ({audit.built.n})")
+    if kept and audit.kept:
+        ax.barh([y - 0.2 for y in ys], [100 * (kept.get(n) or 0) for n in names], height=0.4, color=BAND_COLORS["goldilocks"], label=f"kept ({audit.kept.n})")
+    c = 100 * audit.chance
+    ax.axvline(c, color="0.3", linestyle="--", linewidth=0.8, label=f"chance 1/{round(1 / audit.chance)}")
     ax.axvline(2 * c, color="0.3", linestyle=":", linewidth=0.8, label="2x chance")
-    ax.set_yticks(list(ys), [n.replace("_", " ") + (" *" if n in (audit.get("flagged") or []) else "") for n in names])
+    ax.set_yticks(list(ys), [n.replace("_", " ") + (" *" if n in audit.flagged else "") for n in names])
     ax.set_xlabel("accuracy without the passage (%)")
     ax.set_xlim(0, 100)
-    ax.set_title(f"Shortcut audit (policy {audit.get('policy')}; * flagged)")
+    ax.set_title(f"Shortcut audit (policy {audit.policy}; * flagged)")
     ax.legend(frameon=False, fontsize=6, loc="lower right")
     return save(fig, out_dir, "goose_audit", formats)
 
@@ -149,21 +161,26 @@ def _pct(x: Any) -> str:
     return "" if x is None else f"{100 * x:.1f}"
 
 
-def summary_table(summary: dict[str, Any]) -> tuple[str, str]:
-    """Headline numbers of one run as a Markdown and a LaTeX table."""
-    st = summary.get("student") or {}
+def summary_table(summary: GooseSummary | Mapping[str, Any]) -> tuple[str, str]:
+    """Headline numbers of one run as a Markdown and a LaTeX table.
+
+    Raises:
+        SummaryError: A summary field of the wrong type (names the field).
+    """
+    g = GooseSummary.of(summary)
+    st = g.student
     rows = [
-        ("source", str(summary.get("source")) + (" (teacher-free)" if summary.get("teacher_free") else " (teacher)")),
-        ("options k", str(summary.get("options"))),
-        ("passages", str(summary.get("passages"))),
-        ("items built", str(summary.get("items_built"))),
-        ("rejected", ", ".join(f"{r} {n}" for r, n in (summary.get("rejected") or {}).items()) or "0"),
-        ("effective share %", _pct(summary.get("effective_share"))),
-        *((f"{b} %", _pct((summary.get("bands") or {}).get(b))) for b in BANDS),
-        ("student", str(st.get("policy"))),
-        ("student accuracy %", _pct(st.get("accuracy"))),
-        ("chance 1/k %", _pct(st.get("chance"))),
-        ("Goldilocks share of a guessing policy %", _pct(st.get("chance_goldilocks_share"))),
+        ("source", str(g.source) + (" (teacher-free)" if g.teacher_free else " (teacher)")),
+        ("options k", str(g.options)),
+        ("passages", str(g.passages)),
+        ("items built", str(g.items_built)),
+        ("rejected", ", ".join(f"{r} {n}" for r, n in g.rejected.items()) or "0"),
+        ("effective share %", _pct(g.effective_share)),
+        *((f"{b} %", _pct(g.bands.get(b))) for b in BANDS),
+        ("student", str(st.policy)),
+        ("student accuracy %", _pct(st.accuracy)),
+        ("chance 1/k %", _pct(st.chance)),
+        ("Goldilocks share of a guessing policy %", _pct(st.chance_goldilocks_share)),
     ]
     md = "| quantity | value |\n|---|---|\n" + "".join(f"| {a} | {b} |\n" for a, b in rows)
     esc = lambda s: s.replace("_", "\\_").replace("%", "\\%").replace("&", "\\&")
@@ -172,7 +189,7 @@ def summary_table(summary: dict[str, Any]) -> tuple[str, str]:
     return md, tex
 
 
-def items_html(items: Sequence[dict[str, Any]], summary: dict[str, Any], limit: int = HTML_ITEMS) -> str:
+def items_html(items: Sequence[dict[str, Any]], summary: GooseSummary | Mapping[str, Any], limit: int = HTML_ITEMS) -> str:
     """A browsable HTML section: each item's masked passage, its options with the answer marked
     and every distractor's origin, its pass rate and band (the first ``limit`` items)."""
     parts = [f"<h3>Golden Goose items ({len(items)} built, first {min(limit, len(items))} shown)</h3>"]
@@ -203,7 +220,7 @@ def goose_figures(run_dir: str | Path, out_dir: str | Path, formats: Sequence[st
         ``{"written": [paths], "skipped": {name: why}, "tables": {name: {"md", "tex"}}, "html": section}``.
     """
     run_dir, out_dir = Path(run_dir), Path(out_dir)
-    summary = read_summary(run_dir)
+    summary = GooseSummary.read(run_dir)
     items = read_records(run_dir, "items")
     written: list[str] = []
     skipped: dict[str, str] = {}
@@ -221,14 +238,27 @@ def goose_figures(run_dir: str | Path, out_dir: str | Path, formats: Sequence[st
     return {"written": written, "skipped": skipped, "tables": {"goose_summary": {"md": md, "tex": tex}}, "html": items_html(items, summary)}
 
 
-def _best_shortcut(summary: dict[str, Any], part: str) -> str:
+def _best_shortcut(g: GooseSummary, part: str) -> str:
     """``"<accuracy %> (<solver>)"`` of the audit solver most accurate on ``part`` items ('' without an audit)."""
-    solvers = (((summary.get("audit") or {}).get(part) or {}).get("solvers")) or {}
-    scored = [(v["accuracy"], n) for n, v in solvers.items() if v.get("accuracy") is not None]
+    audit = g.audit
+    solvers = (audit.built if part == "built" else audit.kept) if audit else None
+    scored = [(acc, n) for n, acc in (solvers.solvers if solvers else {}).items() if acc is not None]
     if not scored:
         return ""
     acc, name = max(scored)
     return f"{100 * acc:.1f} ({name.replace('_', ' ')})"
+
+
+def _options(g: GooseSummary) -> int:
+    """k of a run in the ablation (``KeyError``: not recorded, as the table needs it)."""
+    if g.options is None:
+        raise KeyError("options")
+    return g.options
+
+
+def _band(g: GooseSummary, band: str) -> float:
+    """The share of ``band`` among a run's filtered items (``KeyError``: not recorded)."""
+    return g.bands[band]
 
 
 def compare_option_counts(run_dirs: Sequence[str | Path], out_dir: str | Path, formats: Sequence[str] = ("png", "pdf"), width: str = "double") -> dict[str, Any]:
@@ -247,22 +277,24 @@ def compare_option_counts(run_dirs: Sequence[str | Path], out_dir: str | Path, f
     skipped: dict[str, str] = {}
     for rd in run_dirs:
         try:
-            s = read_summary(rd)
+            data = read_summary(rd)
         except FileNotFoundError as err:
             skipped[str(rd)] = str(err)
             continue
-        if s.get("method") != "goose":
-            skipped[str(rd)] = f"not a Goose run (method={s.get('method')!r})"
+        where = str(Path(rd) / "summary.json")
+        kind = RunKind.of(data, where)
+        if kind.method != "goose":
+            skipped[str(rd)] = f"not a Goose run (method={kind.method!r})"
             continue
-        runs.append((s, [it for it in read_records(rd, "items") if it.get("n")]))
-    runs.sort(key=lambda r: r[0]["options"])
+        runs.append((GooseSummary.of(data, where), [it for it in read_records(rd, "items") if it.get("n")]))
+    runs.sort(key=lambda r: _options(r[0]))
     head = ["options k", "items", "solved_all %", "goldilocks %", "failed_all %", "accuracy %", "chance %", "guessing goldilocks %",
             "best shortcut built %", "best shortcut kept %"]
     rows = []
-    for s, _ in runs:
-        st = s.get("student") or {}
-        best = {p: _best_shortcut(s, p) for p in ("built", "kept")}
-        rows.append([str(s["options"]), str(s["items_built"])] + [_pct(s["bands"][b]) for b in BANDS] + [_pct(st.get("accuracy")), _pct(st.get("chance")), _pct(st.get("chance_goldilocks_share"))]
+    for g, _ in runs:
+        st = g.student
+        best = {p: _best_shortcut(g, p) for p in ("built", "kept")}
+        rows.append([str(_options(g)), str(g.items_built)] + [_pct(_band(g, b)) for b in BANDS] + [_pct(st.accuracy), _pct(st.chance), _pct(st.chance_goldilocks_share)]
                     + [best["built"], best["kept"]])
     md = "| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n" + "".join("| " + " | ".join(r) + " |\n" for r in rows)
     tex = "\\begin{tabular}{" + "r" * len(head) + "}\n\\toprule\n" + " & ".join(h.replace("%", "\\%").replace("_", "\\_") for h in head) + " \\\\\n\\midrule\n"
@@ -273,21 +305,21 @@ def compare_option_counts(run_dirs: Sequence[str | Path], out_dir: str | Path, f
         return {"written": written, "skipped": skipped, "tables": {"goose_option_counts": {"md": md, "tex": tex}}}
     fig, (left, right) = figure(width, aspect=0.35, ncols=2)
     bins = [i / 10 for i in range(11)]
-    for s, items in runs:
+    for g, items in runs:
         rates = [_rate(it) for it in items]
         if rates:
-            left.hist(rates, bins=bins, histtype="step", linewidth=1.2, label=f"k = {s['options']} ({len(rates)} items)")
+            left.hist(rates, bins=bins, histtype="step", linewidth=1.2, label=f"k = {g.options} ({len(rates)} items)")
     left.set_xlabel("student pass rate")
     left.set_ylabel("items")
     left.yaxis.set_major_locator(MaxNLocator(integer=True))
     left.legend(frameon=False)
-    labels = [f"k = {s['options']}" for s, _ in runs]
+    labels = [f"k = {g.options}" for g, _ in runs]
     bottom = [0.0] * len(runs)
     for b in BANDS:
-        vals = [100 * s["bands"][b] for s, _ in runs]
+        vals = [100 * _band(g, b) for g, _ in runs]
         right.bar(labels, vals, bottom=bottom, color=BAND_COLORS[b], label=BAND_LABELS[b], width=0.6)
         bottom = [x + v for x, v in zip(bottom, vals)]
-    guess = [100 * (s.get("student") or {}).get("chance_goldilocks_share", 0.0) for s, _ in runs]
+    guess = [100 * (g.student.chance_goldilocks_share or 0.0) for g, _ in runs]
     right.scatter(labels, guess, color="black", marker="_", s=200, zorder=3, label="guessing: Goldilocks")
     right.set_ylabel("share of items (%)")
     right.set_ylim(0, 100)

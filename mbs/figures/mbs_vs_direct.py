@@ -19,12 +19,14 @@ teacher tokens per qualified problem. Only ``summary.json`` files are read.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from mbs.figures import figure, save, yield_panels
 from mbs.io import read_summary
+from mbs.runs.summary import RunKind
+from mbs.runs.synthesis import PathTotals, SynthesisResults
 from mbs.stats import paired_shares, seeds_to_separate, share
 
 #: Row labels, in table order.
@@ -37,14 +39,19 @@ PAIRED_HEAD = ["MBS against", "paired seeds", "MBS yield %", "baseline yield %",
                "MBS only", "baseline only", "McNemar p"]
 
 
-def role(summary: dict[str, Any]) -> str | None:
-    """``MBS``, ``direct``, ``direct, cost-matched`` or ``None`` for a run's summary."""
-    if summary.get("stage") != "synthesize":
+def role(summary: Mapping[str, Any], where: str = "summary.json") -> str | None:
+    """``MBS``, ``direct``, ``direct, cost-matched`` or ``None`` for a run's summary.
+
+    Raises:
+        SummaryError: A summary field of the wrong type (names ``where`` and the field).
+    """
+    kind = RunKind.of(summary, where)
+    if kind.stage != "synthesize":
         return None
-    if summary.get("method") == "mbs":
+    if kind.method == "mbs":
         return "MBS"
-    if summary.get("method") == "direct":
-        return "direct, cost-matched" if summary.get("cost_match") else "direct"
+    if kind.method == "direct":
+        return "direct, cost-matched" if SynthesisResults.of(summary, where).cost_match else "direct"
     return None
 
 
@@ -58,7 +65,7 @@ def _row(label: str, seeds: int, yld: float, qualified: int, tokens: int, rollou
     }
 
 
-def comparison_rows(summaries: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def comparison_rows(summaries: Mapping[str, SynthesisResults | Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One row per method present, in :data:`LABELS` order.
 
     Args:
@@ -68,22 +75,25 @@ def comparison_rows(summaries: dict[str, dict[str, Any]]) -> list[dict[str, Any]
         Dicts with ``method``, ``hard_seeds``, ``yield``, ``qualified_per_seed``,
         ``qualified_problems``, ``teacher_tokens`` and ``teacher_tokens_per_qualified``
         (``None`` when nothing qualified).
+
+    Raises:
+        SummaryError: A summary field of the wrong type (names the field).
     """
     rows = []
     for label in LABELS:
-        s = summaries.get("MBS" if label == "MBS root-only" else label)
-        if s is None:
+        found = summaries.get("MBS" if label == "MBS root-only" else label)
+        if found is None:
             continue
-        n = int(s.get("hard_seeds") or 0)
+        r = SynthesisResults.of(found)
+        n = r.hard_seeds or 0
         if label == "MBS root-only":
-            if "yield_by_path" not in s:
+            if r.yield_by_path is None:
                 continue
-            p = s.get("paths", {}).get("root_only", {})
-            rows.append(_row(label, n, float(s["yield_by_path"]["root_only"]), int(p.get("qualified_problems", 0)),
-                             int(p.get("teacher_tokens", 0))))
+            p = r.paths.get("root_only") or PathTotals()
+            rows.append(_row(label, n, float(r.yield_by_path["root_only"]), p.qualified_problems, p.teacher_tokens))
         else:
-            rows.append(_row(label, n, float(s.get("yield", 0.0)), int(s.get("qualified_problems", 0)), int(s.get("teacher_tokens", 0)),
-                             s.get("student_rollouts"), s.get("all_tokens")))
+            rows.append(_row(label, n, float(r.yield_share or 0.0), r.qualified_problems or 0, r.teacher_tokens or 0,
+                             r.student_rollouts, r.all_tokens))
     return rows
 
 
@@ -97,22 +107,27 @@ def comparison_table(rows: Sequence[dict[str, Any]]) -> dict[str, str]:
     return _tables(HEAD, cells)
 
 
-def paired_rows(summaries: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def paired_rows(summaries: Mapping[str, SynthesisResults | Mapping[str, Any]]) -> list[dict[str, Any]]:
     """MBS against each baseline on the hard seeds both ran, seed by seed (a seed succeeds when
     it got >= 1 qualified problem): :func:`mbs.stats.paired_shares` (bootstrap interval of the
     yield difference over seeds, exact McNemar test). Runs without ``seed_ids`` are skipped.
+
+    Raises:
+        SummaryError: A summary field of the wrong type (names the field).
     """
-    mbs = summaries.get("MBS")
-    if not mbs or "seed_ids" not in mbs:
+    found = summaries.get("MBS")
+    mbs = SynthesisResults.of(found) if found else None
+    if mbs is None or mbs.seed_ids is None:
         return []
-    m = dict(zip(mbs["seed_ids"], mbs["qualified_per_seed"]))
+    m = dict(zip(mbs.seed_ids, mbs.qualified_per_seed))
     out = []
     for label in ("direct", "direct, cost-matched"):
-        s = summaries.get(label)
-        if not s or "seed_ids" not in s:
+        other = summaries.get(label)
+        base = SynthesisResults.of(other) if other else None
+        if base is None or base.seed_ids is None:
             continue
-        d = dict(zip(s["seed_ids"], s["qualified_per_seed"]))
-        common = [i for i in mbs["seed_ids"] if i in d]
+        d = dict(zip(base.seed_ids, base.qualified_per_seed))
+        common = [i for i in mbs.seed_ids if i in d]
         if common:
             out.append({"baseline": label, **paired_shares([m[i] > 0 for i in common], [d[i] > 0 for i in common])})
     return out
@@ -144,15 +159,16 @@ def compare_methods(run_dirs: Sequence[str | Path], out_dir: str | Path, formats
         "rows": [...], "paired": :func:`paired_rows`, "html": a note when the runs have different
         hard-seed counts}``; ``tables`` also holds ``mbs_vs_direct_paired`` when seeds can be paired.
     """
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, SynthesisResults] = {}
     for rd in run_dirs:
         try:
-            s = read_summary(rd)
+            data = read_summary(rd)
         except FileNotFoundError:
             continue
-        r = role(s)
+        where = str(Path(rd) / "summary.json")
+        r = role(data, where)
         if r is not None and r not in found:
-            found[r] = s
+            found[r] = SynthesisResults.of(data, where)
     if "MBS" not in found or not ({"direct", "direct, cost-matched"} & set(found)):
         return None
     rows = comparison_rows(found)
@@ -164,7 +180,7 @@ def compare_methods(run_dirs: Sequence[str | Path], out_dir: str | Path, formats
     axes[0].errorbar([100 * r["yield"] for r in rows], range(len(rows)),
                      xerr=[[100 * (r["yield"] - r["yield_ci"][0]) for r in rows], [100 * (r["yield_ci"][1] - r["yield"]) for r in rows]],
                      fmt="none", ecolor="black", elinewidth=0.7, capsize=2)
-    mbs = found["MBS"].get("yield_by_path")
+    mbs = found["MBS"].yield_by_path
     if mbs:  # MBS's bar stacked: decomposed (dark) then root-only (light)
         i = labels.index("MBS")
         axes[0].barh([labels[i]], [100 * mbs["decomposed"]], color=COLORS["MBS"], height=0.6, label="decomposed")

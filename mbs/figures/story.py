@@ -14,12 +14,20 @@ the report puts an ``id`` on every figure (:func:`figure_id`).
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from mbs.calibration import budget_sort_key
 from mbs.progress import format_seconds
+from mbs.runs.calibration import CalibrationResults
+from mbs.runs.evaluation import EvalCell, EvaluationSummary
+from mbs.runs.export import ExportSummary
+from mbs.runs.goose import GooseSummary
+from mbs.runs.pipeline import StepTimes
+from mbs.runs.summary import RunKind
+from mbs.runs.synthesis import SynthesisResults
+from mbs.runs.training import TrainingOutcome
 
 
 @dataclass
@@ -66,21 +74,29 @@ def _reasons(counts: dict[str, int], top: int = 3) -> str:
     return text + (f" and {rest} more" if rest else "")
 
 
-def calibration_findings(step: str, s: dict[str, Any]) -> list[Finding]:
-    """The trap, the spread between policies, the budget effect and the hard seeds of a calibration."""
+def calibration_findings(step: str, s: Mapping[str, Any] | CalibrationResults) -> list[Finding]:
+    """The trap, the spread between policies, the budget effect and the hard seeds of a calibration.
+
+    Args:
+        step: The step's name.
+        s: Its summary (a loaded ``summary.json`` or :class:`~mbs.runs.calibration.CalibrationResults`).
+
+    Raises:
+        SummaryError: A field of the wrong type (names the field).
+    """
+    r = CalibrationResults.of(s, f"{step}/summary.json")
     out: list[Finding] = []
-    bands, counts = s.get("bands", {}), s.get("counts", {})
-    target = s.get("target_policy")
-    if not bands:
+    target = r.target
+    if target is None:
         return out
-    target = target if target in bands else next(iter(bands))
+    bands = r.bands
     budgets = sorted(bands[target], key=budget_sort_key)
     top = budgets[-1]
-    b, c = bands[target][top], counts.get(target, {}).get(top, {})
-    n = c.get("n_problems", s.get("problems"))
+    b, c = bands[target][top], r.cell(target, top)
+    n = r.problems if c.n_problems is None else c.n_problems
     at = "" if top == "recorded" else f" at L = {top} tokens"
-    seeds = f" Hard seeds for synthesis (failed_all for {target}): {s['hard_seeds']}." if "hard_seeds" in s else ""
-    ci = s.get("intervals", {}).get("bands", {}).get(target, {}).get(top, {}).get("trapped")
+    seeds = f" Hard seeds for synthesis (failed_all for {target}): {r.hard_seeds}." if r.hard_seeds is not None else ""
+    ci = r.band_intervals.get(target, {}).get(top, {}).get("trapped")
     ci_text = f" (95% interval {_pct(ci['ci'][0])} to {_pct(ci['ci'][1])}, n = {ci['n']})" if ci else ""
     what = (" These are recorded answers under the dataset's prompt settings, each no-hint setting counted as one "
             "rollout: a proxy for the trap, not N samples of one policy at a budget L." if top == "recorded" else "")
@@ -89,13 +105,13 @@ def calibration_findings(step: str, s: dict[str, Any]) -> list[Finding]:
         f"Trapped share{ci_text}: solved_all {_pct(b['solved_all'])}, failed_all {_pct(b['failed_all'])}.{what} "
         "All rollouts of such a problem get "
         f"the same reward, so every GRPO advantage is zero and it teaches nothing. Only {_pct(b['goldilocks'])} "
-        f"({_n(c.get('goldilocks', '?'), 'problem')}) are in the Goldilocks band, with mixed rollouts.{seeds}",
+        f"({_n('?' if c.goldilocks is None else c.goldilocks, 'problem')}) are in the Goldilocks band, with mixed rollouts.{seeds}",
         "trap_bands",
     ))
     if len(bands) > 1:
         per = {p: v[top]["solved_all"] + v[top]["failed_all"] for p, v in bands.items() if top in v}
-        lo, hi = min(per, key=per.get), max(per, key=per.get)
-        pairs = s.get("reclassification", {}).get("policies", {}).get(top, {})
+        lo, hi = min(per, key=per.__getitem__), max(per, key=per.__getitem__)
+        pairs = r.between_policies.get(top, {})
         moved = max(pairs.items(), key=lambda kv: kv[1]) if pairs else None
         text = f"The trapped share runs from {_pct(per[lo])} ({lo}) to {_pct(per[hi])} ({hi}) over {len(per)} policies."
         if moved:
@@ -107,46 +123,60 @@ def calibration_findings(step: str, s: dict[str, Any]) -> list[Finding]:
     if len(numeric) > 1:
         lo_b, hi_b = numeric[0], numeric[-1]
         f_lo, f_hi = bands[target][lo_b]["failed_all"], bands[target][hi_b]["failed_all"]
-        cut = {x: counts.get(target, {}).get(x, {}) for x in (lo_b, hi_b)}
-        trunc = {x: (v.get("truncated", 0) / v["rollouts"]) if v.get("rollouts") else None for x, v in cut.items()}
-        moved = s.get("reclassification", {}).get("budgets", {}).get(target, {}).get(f"{lo_b}|{hi_b}")
+        cut = {x: r.cell(target, x) for x in (lo_b, hi_b)}
+        trunc = {x: (v.truncated / v.rollouts) if v.rollouts else None for x, v in cut.items()}
+        moved_share = r.between_budgets.get(target, {}).get(f"{lo_b}|{hi_b}")
         change = (f"stayed at {_pct(f_lo)} from L = {lo_b} to L = {hi_b}" if f_hi == f_lo else
                   f"{'fell' if f_hi < f_lo else 'rose'} from {_pct(f_lo)} at L = {lo_b} to {_pct(f_hi)} at L = {hi_b}")
         text = (f"failed_all {change}; rollouts cut off by the budget (finish_reason length): "
                 f"{_pct(trunc[lo_b])} at L = {lo_b}, {_pct(trunc[hi_b])} at L = {hi_b}.")
-        if moved is not None:
-            text += f" {_pct(moved)} of the problems changed band between the two budgets."
+        if moved_share is not None:
+            text += f" {_pct(moved_share)} of the problems changed band between the two budgets."
         text += " A problem is hard for a (policy, budget) pair, not by itself."
         out.append(Finding(step, f"With the budget L: failed_all {_pct(f_lo)} → {_pct(f_hi)} ({target})", text,
                            "failed_all_vs_budget"))
-    sim = s.get("early_stop_simulation")
-    if sim and sim.get("rollouts") and sim.get("saved"):
+    sim = r.early_stop
+    if sim and sim.rollouts and sim.saved:
         out.append(Finding(
-            step, f"Early stopping would save {_pct(sim['saved'] / sim['rollouts'])} of the rollouts",
-            f"Drawing in batches of {sim.get('batch')} and stopping once the {sim.get('decision')} is settled: "
-            f"{sim['saved']} of {sim['rollouts']} rollouts, with {sim.get('identical_decisions')} of "
-            f"{sim.get('groups')} decisions identical (calibrate.early_stop.enabled=true).",
+            step, f"Early stopping would save {_pct(sim.saved / sim.rollouts)} of the rollouts",
+            f"Drawing in batches of {sim.batch} and stopping once the {sim.decision} is settled: "
+            f"{sim.saved} of {sim.rollouts} rollouts, with {sim.identical_decisions} of "
+            f"{sim.groups} decisions identical (calibrate.early_stop.enabled=true).",
         ))
     return out
 
 
-def synthesis_findings(step: str, s: dict[str, Any]) -> list[Finding]:
-    """Yield, qualified problems and the reasons for the rejections of an MBS or direct run."""
-    name = {"mbs": "MagicBeanStalk", "direct": "Direct prompting (baseline)"}.get(s.get("method"), str(s.get("method")))
-    if s.get("cost_match"):  # the direct baseline given MBS's teacher tokens per seed
+_METHOD_NAMES = {"mbs": "MagicBeanStalk", "direct": "Direct prompting (baseline)"}
+
+
+def synthesis_findings(step: str, s: Mapping[str, Any] | SynthesisResults) -> list[Finding]:
+    """Yield, qualified problems and the reasons for the rejections of an MBS or direct run.
+
+    Args:
+        step: The step's name.
+        s: Its summary (a loaded ``summary.json`` or :class:`~mbs.runs.synthesis.SynthesisResults`).
+
+    Raises:
+        SummaryError: A field of the wrong type (names the field).
+    """
+    r = SynthesisResults.of(s, f"{step}/summary.json")
+    name = _METHOD_NAMES.get(r.method or "", str(r.method))
+    if r.cost_match:  # the direct baseline given MBS's teacher tokens per seed
         name = "Direct prompting, cost-matched to MBS"
-    seeds, q_seeds, q = s.get("hard_seeds", 0), s.get("seeds_qualified", 0), s.get("qualified_problems", 0)
-    per = s.get("teacher_tokens_per_qualified")
+    seeds = 0 if r.hard_seeds is None else r.hard_seeds
+    q_seeds = 0 if r.seeds_qualified is None else r.seeds_qualified
+    q = 0 if r.qualified_problems is None else r.qualified_problems
+    per = r.teacher_tokens_per_qualified
     out = [Finding(
-        step, f"{name}: {_n(q, 'qualified problem')} from {q_seeds} of {_n(seeds, 'hard seed')} (yield {_pct(s.get('yield'))})",
+        step, f"{name}: {_n(q, 'qualified problem')} from {q_seeds} of {_n(seeds, 'hard seed')} (yield {_pct(r.yield_share)})",
         "Qualified: the target policy's pass rate is strictly between 0 and 1, with a complete correct response "
         "within L (out of the trap, usable for GRPO)."
-        + (f" Teacher tokens per qualified problem: {per:.0f}." if isinstance(per, (int, float)) else ""),
+        + (f" Teacher tokens per qualified problem: {per:.0f}." if per is not None else ""),
         "yield",
     )]
-    if not q and _embedded_teacher(s):
-        out[0].text += " " + _why_none(s.get("method"))
-    rej = s.get("rejections") or {}
+    if not q and _embedded_teacher(r):
+        out[0].text += " " + _why_none(r.method)
+    rej = r.rejections
     if rej:
         out.append(Finding(
             step, f"{name} rejected {_n(sum(rej.values()), 'candidate')}",
@@ -162,11 +192,9 @@ REAL_TEACHER = ("mbs-pipeline teacher=hosted 'pipeline.synthesize.overrides.mbs=
                 "'pipeline.synthesize.overrides.direct=[synth.seeds_limit=2]'")
 
 
-def _embedded_teacher(s: dict[str, Any]) -> bool:
+def _embedded_teacher(r: SynthesisResults) -> bool:
     """Whether a live teacher of the run is the embedded SmolLM2-135M (by its label or model file)."""
-    names = [str(t) for t in s.get("teachers") or [] if t != "reference"]
-    names += [str(b.get("model_id", "")) for k, b in (s.get("backends") or {}).items()
-              if str(k).startswith("teacher:") and isinstance(b, dict)]
+    names = [t for t in r.teachers if t != "reference"] + list(r.teacher_models)
     return any(EMBEDDED_MARK in n.lower() for n in names)
 
 
@@ -183,36 +211,55 @@ def _why_none(method: Any) -> str:
             f"teacher.pool.0.backend.base_url and teacher.pool.0.backend.model), e.g. {REAL_TEACHER}.")
 
 
-def goose_findings(step: str, s: dict[str, Any]) -> list[Finding]:
-    """Items built, rejected by reason, and kept by the difficulty filter against chance."""
-    k = s.get("options")
+def goose_findings(step: str, s: Mapping[str, Any] | GooseSummary) -> list[Finding]:
+    """Items built, rejected by reason, and kept by the difficulty filter against chance.
+
+    Args:
+        step: The step's name.
+        s: Its summary (a loaded ``summary.json`` or :class:`~mbs.runs.goose.GooseSummary`).
+
+    Raises:
+        SummaryError: A field of the wrong type (names the field).
+    """
+    g = GooseSummary.of(s, f"{step}/summary.json")
+    k = g.options
+    built = 0 if g.items_built is None else g.items_built
     out = [Finding(
-        step, f"Golden Goose: {_n(s.get('items_built', 0), f'{k}-option item')} from {_n(s.get('passages', 0), 'passage')}",
-        (f"Rejected {_n(s.get('rejected_total', 0), 'passage')}: {_reasons(s['rejected'])}." if s.get("rejected")
-         else "No passage was rejected.") + " An item masks a span of key reasoning steps; its distractors break it subtly.",
+        step, f"Golden Goose: {_n(built, f'{k}-option item')} from {_n(0 if g.passages is None else g.passages, 'passage')}",
+        (f"Rejected {_n(0 if g.rejected_total is None else g.rejected_total, 'passage')}: {_reasons(g.rejected)}."
+         if g.rejected else "No passage was rejected.")
+        + " An item masks a span of key reasoning steps; its distractors break it subtly.",
         "goose_letters",
     )]
-    st = s.get("student") or {}
-    if s.get("effective_share") is not None:
+    st = g.student
+    if g.effective_share is not None:
         out.append(Finding(
-            step, f"The difficulty filter kept {_n(s.get('kept', 0), 'item')} ({_pct(s['effective_share'])})",
-            f"Kept: items whose rollouts disagree (Goldilocks). {st.get('policy')}'s accuracy is "
-            f"{_pct(st.get('accuracy'))} against {_pct(st.get('chance'))} for guessing one of {k} letters; "
-            f"failed_all {_pct(s.get('bands', {}).get('failed_all'))}, solved_all {_pct(s.get('bands', {}).get('solved_all'))}.",
+            step, f"The difficulty filter kept {_n(0 if g.kept is None else g.kept, 'item')} ({_pct(g.effective_share)})",
+            f"Kept: items whose rollouts disagree (Goldilocks). {st.policy}'s accuracy is "
+            f"{_pct(st.accuracy)} against {_pct(st.chance)} for guessing one of {k} letters; "
+            f"failed_all {_pct(g.bands.get('failed_all'))}, solved_all {_pct(g.bands.get('solved_all'))}.",
             "goose_pass_rates",
         ))
     return out
 
 
-def export_findings(step: str, s: dict[str, Any]) -> list[Finding]:
-    """Rows written and rows removed (duplicates, contamination) by an export."""
-    rows = s.get("rows", {})
-    per = {name: v.get("exported", 0) for name, v in s.get("sources", {}).items()}
-    removed = s.get("removed") or {}
+def export_findings(step: str, s: Mapping[str, Any] | ExportSummary) -> list[Finding]:
+    """Rows written and rows removed (duplicates, contamination) by an export.
+
+    Args:
+        step: The step's name.
+        s: Its summary (a loaded ``summary.json`` or :class:`~mbs.runs.export.ExportSummary`).
+
+    Raises:
+        SummaryError: A field of the wrong type (names the field).
+    """
+    e = ExportSummary.of(s, f"{step}/summary.json")
+    per = {src.name: src.exported for src in e.sources}
+    removed = e.removed
     text = "Per source: " + ", ".join(f"{k} {v}" for k, v in per.items()) + "." if per else ""
     text += (f" Removed {sum(removed.values())}: {_reasons(removed)}." if removed
              else " Nothing was removed as a duplicate or as contaminated.")
-    return [Finding(step, f"Export: {_n(rows.get('train', 0), 'training row')} and {_n(rows.get('val', 0), 'validation row')} for verl",
+    return [Finding(step, f"Export: {_n(e.train_rows, 'training row')} and {_n(e.val_rows, 'validation row')} for verl",
                     text.strip(), None)]
 
 
@@ -221,66 +268,79 @@ def _interval(ci: Any) -> str:
     return f" [{_pct(ci[0])}, {_pct(ci[1])}]" if isinstance(ci, (list, tuple)) and len(ci) == 2 else ""
 
 
-def train_findings(step: str, s: dict[str, Any]) -> list[Finding]:
+def train_findings(step: str, s: Mapping[str, Any] | TrainingOutcome) -> list[Finding]:
     """What trained on what (policy, rows, steps, group size, budget) and the zero-std share the
-    steps logged against the calibration's forecast (``trap_forecast``)."""
-    policy = s.get("policy") or {}
-    cal = policy.get("calibrated") or {}
-    who = cal.get("policy") or policy.get("model") or "the policy"
-    engine = {"trl": "TRL", "verl": "verl"}.get(s.get("engine"), str(s.get("engine")))
-    tf = s.get("trap_forecast") or {}
-    rows = (tf.get("calibrations") or {}).get("rows") or (s.get("data") or {}).get("trained") or cal.get("rows")
-    source = f" of {cal['source']}" if cal.get("source") else ""
+    steps logged against the calibration's forecast (``trap_forecast``).
+
+    Args:
+        step: The step's name.
+        s: Its summary (a loaded ``summary.json`` or :class:`~mbs.runs.training.TrainingOutcome`).
+
+    Raises:
+        SummaryError: A field of the wrong type (names the field).
+    """
+    t = TrainingOutcome.of(s, f"{step}/summary.json")
+    who = t.calibrated_policy or t.model or "the policy"
+    engine = {"trl": "TRL", "verl": "verl"}.get(t.engine or "", str(t.engine))
+    rows = t.forecast_rows or t.data_trained or t.calibrated_rows
+    source = f" of {t.calibrated_source}" if t.calibrated_source else ""
     on = f"{_n(rows, 'row')}{source}" if rows else f"the export{source}"
-    steps = (s.get("result") or {}).get("steps")
-    if s.get("dry_run"):
+    if t.dry_run:
         title = f"Train (dry run): {who} would train with {engine} on {on}"
-    elif steps is None:
+    elif t.steps is None:
         title = f"Train: {who} submitted to {engine} on {on}"
     else:
-        title = f"Train: {who} trained {_n(steps, 'GRPO step')} with {engine} on {on}"
-    text = (f"Exactly the calibrated policy: group size N = {policy.get('group_size')}, completion length "
-            f"L = {policy.get('max_completion_length')} tokens, temperature {policy.get('temperature')}.")
-    fc, obs = tf.get("forecast") or {}, tf.get("observed") or {}
-    level = fc.get("level", obs.get("level"))
-    lvl = f"{100 * level:.0f}% " if isinstance(level, (int, float)) else ""
-    if obs:
-        inside = "within" if obs.get("mean_within_forecast") else "outside"
-        groups = obs.get("n_steps", 0) * obs.get("prompts_per_value", 1)
-        text += (f" Zero-std groups (every reward equal, so no advantage): {_pct(obs.get('observed_mean'))} observed over "
-                 f"{_n(obs.get('n_steps'), 'step')} ({_n(groups, 'group')}) against {_pct(obs.get('forecast_expected_share'))} "
-                 f"forecast by the calibration ({lvl}predictive interval{_interval(obs.get('forecast_mean_interval'))}: "
+        title = f"Train: {who} trained {_n(t.steps, 'GRPO step')} with {engine} on {on}"
+    text = (f"Exactly the calibrated policy: group size N = {t.group_size}, completion length "
+            f"L = {t.max_completion_length} tokens, temperature {t.temperature}.")
+    fc, obs = t.forecast, t.observed
+    level = fc.level if fc is not None and fc.level is not None else obs.level if obs is not None else None
+    lvl = f"{100 * level:.0f}% " if level is not None else ""
+    if obs is not None:
+        inside = "within" if obs.mean_within_forecast else "outside"
+        groups = (obs.n_steps or 0) * obs.prompts_per_value
+        text += (f" Zero-std groups (every reward equal, so no advantage): {_pct(obs.observed_mean)} observed over "
+                 f"{_n(obs.n_steps, 'step')} ({_n(groups, 'group')}) against {_pct(obs.forecast_expected_share)} "
+                 f"forecast by the calibration ({lvl}predictive interval{_interval(obs.forecast_mean_interval)}: "
                  f"{inside} it).")
-    elif fc:
-        text += (f" The calibration forecasts {_pct(fc.get('expected_zero_std_share'))} zero-std groups "
-                 f"({lvl}interval{_interval(fc.get('share_ci'))}); no step was logged here to compare.")
-    elif tf.get("skipped"):
-        text += f" No zero-std forecast: {tf['skipped']}."
-    draws = s.get("draws") or {}
-    if draws.get("dynamic_sampling"):
-        text += (f" Dynamic sampling drew {_n(draws.get('rollouts_drawn'), 'rollout')} in {_n(draws.get('rounds'), 'round')} "
-                 f"and kept {draws.get('groups_kept')} of {_n(draws.get('groups_drawn'), 'group')}.")
+    elif fc is not None:
+        text += (f" The calibration forecasts {_pct(fc.expected_zero_std_share)} zero-std groups "
+                 f"({lvl}interval{_interval(fc.share_ci)}); no step was logged here to compare.")
+    elif t.forecast_skipped:
+        text += f" No zero-std forecast: {t.forecast_skipped}."
+    d = t.draws
+    if d.dynamic_sampling:
+        text += (f" Dynamic sampling drew {_n(d.rollouts_drawn, 'rollout')} in {_n(d.rounds, 'round')} "
+                 f"and kept {d.groups_kept} of {_n(d.groups_drawn, 'group')}.")
     return [Finding(step, title, text, "zero_std_forecast")]
 
 
-def evaluate_findings(step: str, s: dict[str, Any]) -> list[Finding]:
+def evaluate_findings(step: str, s: Mapping[str, Any] | EvaluationSummary) -> list[Finding]:
     """Each evaluated model's avg@k with its interval, per benchmark and budget; the first model
-    (the pipeline's: the checkpoint training started from) is the one the others are set against."""
-    models, results, out = list(s.get("models") or (s.get("results") or {}).keys()), s.get("results") or {}, []
-    k = s.get("k")
-    for bench, meta in (s.get("benchmarks") or {bench: {} for m in results.values() for bench in m}).items():
-        cells = {m: results.get(m, {}).get(bench, {}) for m in models}
+    (the pipeline's: the checkpoint training started from) is the one the others are set against.
+
+    Args:
+        step: The step's name.
+        s: Its summary (a loaded ``summary.json`` or :class:`~mbs.runs.evaluation.EvaluationSummary`).
+
+    Raises:
+        SummaryError: A field of the wrong type (names the field).
+    """
+    ev = EvaluationSummary.of(s, f"{step}/summary.json")
+    models, out = list(ev.models), []
+    k = ev.k
+    for bench, name in (ev.benchmarks or {b: b for b in ev.benchmark_keys}).items():
+        cells = {m: ev.cells(m, bench) for m in models}
         budgets = sorted({b for c in cells.values() for b in c}, key=budget_sort_key)
         if not budgets:
             continue
-        name = meta.get("name", bench)
         top = budgets[-1]
 
-        def at(m: str, b: str, cells: dict[str, Any] = cells) -> str:  # "12% [5%, 20%]": avg@k and its interval
-            r = cells[m].get(b) or {}
-            return f"{_pct(r.get('avg'))}{_interval(r.get('avg_ci'))}"
+        def at(m: str, b: str, cells: dict[str, dict[str, EvalCell]] = cells) -> str:  # "12% [5%, 20%]": avg@k and its interval
+            r = cells[m].get(b) or EvalCell()
+            return f"{_pct(r.avg)}{_interval(r.avg_ci)}"
 
-        problems = next((c[top].get("problems") for c in cells.values() if top in c), None)
+        problems = next((c[top].problems for c in cells.values() if top in c), None)
         where = f"{name} ({_n(problems, 'problem')})" if problems else name
         if len(models) > 1:
             rest = ", ".join(f"{m} {at(m, top)}" for m in models[1:])
@@ -292,23 +352,23 @@ def evaluate_findings(step: str, s: dict[str, Any]) -> list[Finding]:
             parts.append(f"At L = {b}: " + ", ".join(f"{m} {at(m, b)}" for m in models) + ".")
         cut = []
         for m in models:
-            r = cells[m].get(top) or {}
-            if r.get("truncated") and r.get("problems") and r.get("samples"):
-                cut.append(f"{r['truncated']} of {r['problems'] * r['samples']} ({m})")
+            r = cells[m].get(top) or EvalCell()
+            if r.truncated and r.problems and r.samples:
+                cut.append(f"{r.truncated} of {r.problems * r.samples} ({m})")
         if cut:
             parts.append(f"Samples cut off by the budget L = {top}: " + ", ".join(cut) + ".")
-        cis = [(cells[m].get(top) or {}).get("avg_ci") for m in models]
-        if len(models) > 1 and all(isinstance(c, (list, tuple)) and len(c) == 2 for c in cis):
-            overlap = max(c[0] for c in cis) <= min(c[1] for c in cis)
+        cis = [(cells[m].get(top) or EvalCell()).avg_ci for m in models]
+        if len(models) > 1 and all(c is not None and len(c) == 2 for c in cis):
+            overlap = max(c[0] for c in cis if c) <= min(c[1] for c in cis if c)
             parts.append("The intervals overlap: no difference is shown at this size." if overlap
                          else "The intervals do not overlap.")
-        interval = next((c[top].get("interval") for c in cells.values() if top in c and c[top].get("interval")), None)
+        interval = next((c[top].interval for c in cells.values() if top in c and c[top].interval), None)
         parts.append(f"Intervals: {interval}." if interval else "")
         out.append(Finding(step, title, " ".join(p for p in parts if p), "accuracy_vs_budget"))
     return out
 
 
-def findings(steps: Sequence[tuple[str, dict[str, Any]]], run_summary: dict[str, Any] | None = None) -> list[Finding]:
+def findings(steps: Sequence[tuple[str, Mapping[str, Any]]], run_summary: Mapping[str, Any] | None = None) -> list[Finding]:
     """Every finding of a run, in step order.
 
     Args:
@@ -317,21 +377,25 @@ def findings(steps: Sequence[tuple[str, dict[str, Any]]], run_summary: dict[str,
 
     Returns:
         The findings; a stage without a story (e.g. ``thesis``) contributes none.
+
+    Raises:
+        SummaryError: A summary field of the wrong type (names the step's summary and the field).
     """
-    by_stage = {"calibrate": calibration_findings, "export": export_findings, "train": train_findings,
-                "evaluate": evaluate_findings}
+    by_stage: dict[str, Callable[[str, Any], list[Finding]]] = {
+        "calibrate": calibration_findings, "export": export_findings, "train": train_findings,
+        "evaluate": evaluate_findings}
     out: list[Finding] = []
     for step, s in sorted(steps, key=lambda st: _story_order(*st)):
-        stage = s.get("stage")
-        if stage == "synthesize":
-            fn = goose_findings if s.get("method") == "goose" else synthesis_findings
+        kind = RunKind.of(s, f"{step}/summary.json")
+        if kind.stage == "synthesize":
+            fn = goose_findings if kind.method == "goose" else synthesis_findings
         else:
-            fn = by_stage.get(stage)
+            fn = by_stage.get(kind.stage)
         if fn:
             out.extend(fn(step, s))
-    secs = (run_summary or {}).get("step_seconds") or {}
+    secs = StepTimes.of(run_summary or {}, "summary.json").seconds
     if secs:
-        slow = max(secs, key=secs.get)
+        slow = max(secs, key=secs.__getitem__)
         total = sum(secs.values())
         out.append(Finding(
             slow, f"The steps took {format_seconds(total)}; the slowest was {slow} ({format_seconds(secs[slow])})",
@@ -341,16 +405,17 @@ def findings(steps: Sequence[tuple[str, dict[str, Any]]], run_summary: dict[str,
     return out
 
 
-def _story_order(step: str, s: dict[str, Any]) -> tuple[int, str]:
+def _story_order(step: str, s: Mapping[str, Any]) -> tuple[int, str]:
     """The headline first: live calibrations (N samples of a policy at a budget L; a difficulty
     study before the others), then recorded ones (a proxy), MBS, direct, Goose, export, train,
     evaluate, the rest."""
-    stage, method = s.get("stage"), s.get("method")
-    if stage == "calibrate":
-        rank = (0 if s.get("by_difficulty") else 1) if s.get("budgets") else 2  # "budgets": the live policies' L
+    kind = RunKind.of(s, f"{step}/summary.json")
+    if kind.stage == "calibrate":
+        cal = CalibrationResults.of(s, f"{step}/summary.json")
+        rank = (0 if cal.by_difficulty else 1) if cal.budgets else 2  # budgets: the live policies' L
     else:
         rank = {("synthesize", "mbs"): 3, ("synthesize", "direct"): 4, ("synthesize", "goose"): 5}.get(
-            (stage, method), {"export": 6, "train": 7, "evaluate": 8}.get(stage, 9))
+            (kind.stage, kind.method), {"export": 6, "train": 7, "evaluate": 8}.get(kind.stage, 9))
     return rank, step
 
 

@@ -4,14 +4,14 @@ funnel, one seed's tree, a tree browser for the report, and the MBS-vs-direct yi
 :func:`synthesis_figures` draws one run directory (what ``mbs-figures`` calls through
 the methods' specs, :data:`mbs.synth.methods.METHODS`); :func:`compare_yield` draws the yield of several runs side by
 side (MBS against direct, or the points of a threshold sweep). Both read only ``summary.json``
-and ``trees.*.jsonl`` through :mod:`mbs.io`.
+(through :class:`mbs.runs.synthesis.SynthesisResults`) and ``trees.*.jsonl`` (through :mod:`mbs.io`).
 """
 
 from __future__ import annotations
 
 import html
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,8 @@ from mbs.figures.labels import run_labels
 from mbs.figures.mbs_vs_direct import compare_methods
 from mbs.io import read_records, read_summary
 from mbs.records import TreeNode
+from mbs.runs.summary import RunKind
+from mbs.runs.synthesis import SynthesisResults
 
 #: Node and candidate colours by status.
 STATUS_COLORS = {
@@ -48,24 +50,32 @@ def _table(head: list[str], rows: list[list[str]]) -> dict[str, str]:
     return {"md": md, "tex": tex}
 
 
-def funnel_rows(summary: dict[str, Any]) -> list[tuple[str, int]]:
-    """``(stage, count)`` in the funnel's order."""
-    f = summary.get("funnel") or {}
-    order = summary.get("funnel_order") or list(f)
-    return [(k, int(f[k])) for k in order if k in f]
+def funnel_rows(summary: SynthesisResults | Mapping[str, Any]) -> list[tuple[str, int]]:
+    """``(stage, count)`` in the funnel's order.
+
+    Raises:
+        SummaryError: A summary field of the wrong type (names the field).
+    """
+    return SynthesisResults.of(summary).funnel_rows
 
 
-def yield_figure(summary: dict[str, Any], out_dir: Path, formats: Sequence[str], width: str) -> list[Path]:
-    """Share of hard seeds that got a verified trace and that yielded >= 1 qualified problem."""
-    n = summary.get("hard_seeds") or 0
+def yield_figure(summary: SynthesisResults | Mapping[str, Any], out_dir: Path, formats: Sequence[str], width: str) -> list[Path]:
+    """Share of hard seeds that got a verified trace and that yielded >= 1 qualified problem.
+
+    Raises:
+        ValueError: No hard seeds.
+        SummaryError: A summary field of the wrong type (names the field).
+    """
+    r = SynthesisResults.of(summary)
+    n = r.hard_seeds or 0
     if not n:
         raise ValueError("no hard seeds in the summary")
-    method = summary.get("method", "?")
-    bars = [("verified trace", summary.get("seeds_with_trace")), (">= 1 qualified (yield)", summary.get("seeds_qualified"))]
+    method = "?" if r.method is None else r.method
+    bars = [("verified trace", r.seeds_with_trace), (">= 1 qualified (yield)", r.seeds_qualified)]
     bars = [(label, v) for label, v in bars if v is not None]
     fig, (ax,) = figure(width, aspect=0.35 + 0.1 * len(bars))
     ax.barh([b[0] for b in bars], [100 * b[1] / n for b in bars], color=METHOD_COLORS.get(method, "#4C72B0"), height=0.6)
-    by_path = summary.get("yield_by_path")
+    by_path = r.yield_by_path
     if by_path:  # MBS: the yield bar stacked, decomposed then root-only (variants of the undecomposed seed)
         dec, root = 100 * by_path["decomposed"], 100 * by_path["root_only"]
         y = [b[0] for b in bars][-1]
@@ -77,43 +87,55 @@ def yield_figure(summary: dict[str, Any], out_dir: Path, formats: Sequence[str],
     ax.set_xlim(0, 110)
     ax.set_xlabel("share of hard seeds (%)")
     ax.invert_yaxis()
-    ax.set_title(f"{method}: yield {100 * summary.get('yield', 0.0):.1f}% of {n} hard seeds")
+    ax.set_title(f"{method}: yield {100 * (0.0 if r.yield_share is None else r.yield_share):.1f}% of {n} hard seeds")
     return save(fig, out_dir, "yield", formats)
 
 
-def qualified_per_seed(summary: dict[str, Any], out_dir: Path, formats: Sequence[str], width: str) -> list[Path]:
-    """Histogram of qualified problems per hard seed."""
-    counts = summary.get("qualified_per_seed")
+def qualified_per_seed(summary: SynthesisResults | Mapping[str, Any], out_dir: Path, formats: Sequence[str], width: str) -> list[Path]:
+    """Histogram of qualified problems per hard seed.
+
+    Raises:
+        ValueError: No ``qualified_per_seed``.
+        SummaryError: A summary field of the wrong type (names the field).
+    """
+    r = SynthesisResults.of(summary)
+    counts = r.qualified_per_seed
     if not counts:
         raise ValueError("no qualified_per_seed in the summary")
     top = max(counts)
     fig, (ax,) = figure(width)
-    ax.hist(counts, bins=[x - 0.5 for x in range(top + 2)], color=METHOD_COLORS.get(summary.get("method"), "#4C72B0"), rwidth=0.8)
+    ax.hist(counts, bins=[x - 0.5 for x in range(top + 2)], color=METHOD_COLORS.get(r.method or "", "#4C72B0"), rwidth=0.8)
     ax.set_xticks(range(top + 1))
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # seed counts
     ax.set_xlabel("qualified problems per hard seed")
     ax.set_ylabel("hard seeds")
     mean = sum(counts) / len(counts)
-    ax.set_title(f"{summary.get('method', '?')}: {sum(counts)} qualified, {mean:.2f} per seed")
+    ax.set_title(f"{'?' if r.method is None else r.method}: {sum(counts)} qualified, {mean:.2f} per seed")
     return save(fig, out_dir, "qualified_per_seed", formats)
 
 
-def funnel_figure(summary: dict[str, Any], out_dir: Path, formats: Sequence[str], width: str) -> list[Path]:
-    """Counts through each stage (seeds, attempts, candidates, problems), in order."""
-    rows = funnel_rows(summary)
+def funnel_figure(summary: SynthesisResults | Mapping[str, Any], out_dir: Path, formats: Sequence[str], width: str) -> list[Path]:
+    """Counts through each stage (seeds, attempts, candidates, problems), in order.
+
+    Raises:
+        ValueError: No funnel.
+        SummaryError: A summary field of the wrong type (names the field).
+    """
+    r = SynthesisResults.of(summary)
+    rows = r.funnel_rows
     if not rows:
         raise ValueError("no funnel in the summary")
     fig, (ax,) = figure(width, aspect=0.25 + 0.07 * len(rows))
     labels = [k.replace("_", " ") for k, _ in rows]
     vals = [v for _, v in rows]
-    ax.barh(labels, vals, color=METHOD_COLORS.get(summary.get("method"), "#4C72B0"), height=0.7)
+    ax.barh(labels, vals, color=METHOD_COLORS.get(r.method or "", "#4C72B0"), height=0.7)
     for i, v in enumerate(vals):
         ax.text(v, i, f" {v}", va="center", fontsize=6)
     ax.set_xlim(0, max(vals) * 1.15 + 1)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("count")
     ax.invert_yaxis()
-    ax.set_title(f"{summary.get('method', '?')}: stage funnel")
+    ax.set_title(f"{'?' if r.method is None else r.method}: stage funnel")
     return save(fig, out_dir, "funnel", formats)
 
 
@@ -215,8 +237,8 @@ def _node_html(n: TreeNode, by_id: dict[str, TreeNode]) -> str:
     for a in eff.get("attempts", []):
         line = f"decomposition {a['attempt']}: {'passed' if a.get('passed') else _esc(a.get('reason'))}"
         stud = "; ".join(f"{_esc(s)} acc {r['acc']:.2f} → cond {r['acc_cond']:.2f}" for s, r in a.get("students", {}).items())
-        subs = "".join(f"<li>{_esc(s['status'])}: {_esc(s.get('problem', '')[:200])} {_esc(s.get('reason') or '')}</li>"
-                       for s in a.get("subproblems", []))
+        subs = "".join(f"<li>{_esc(sub['status'])}: {_esc(sub.get('problem', '')[:200])} {_esc(sub.get('reason') or '')}</li>"
+                       for sub in a.get("subproblems", []))
         parts.append(f"<details><summary>{line}{' · ' + stud if stud else ''}</summary><ul>{subs}</ul></details>")
     parts.extend(_candidate_html(v) for v in n.variants)
     parts.extend(_node_html(by_id[c], by_id) for c in n.children if c in by_id)
@@ -247,7 +269,7 @@ def synthesis_figures(run_dir: str | Path, out_dir: str | Path, formats: Sequenc
         FileNotFoundError: ``run_dir`` has no ``summary.json``.
     """
     run_dir, out_dir = Path(run_dir), Path(out_dir)
-    summary = read_summary(run_dir)
+    summary = SynthesisResults.of(read_summary(run_dir), str(run_dir / "summary.json"))
     written: list[str] = []
     skipped: dict[str, str] = {}
     for name, fn in (("yield", yield_figure), ("qualified_per_seed", qualified_per_seed), ("funnel", funnel_figure)):
@@ -262,11 +284,13 @@ def synthesis_figures(run_dir: str | Path, out_dir: str | Path, formats: Sequenc
         written += [str(p) for p in tree_figure(trees[pick_seed(trees)], out_dir, formats, width)]
     else:
         skipped["tree"] = f"no trees.*.jsonl records in {run_dir}"
-    rows = funnel_rows(summary)
+    rows = summary.funnel_rows
     tables = {"funnel": _table(["stage", "count"], [[k, str(v)] for k, v in rows])} if rows else {}
-    headline = {k: summary.get(k) for k in ("hard_seeds", "seeds_with_trace", "seeds_qualified", "yield", "qualified_problems")}
-    if "yield_by_path" in summary:
-        headline.update({f"yield {k}": v for k, v in summary["yield_by_path"].items()})
+    headline: dict[str, Any] = {"hard_seeds": summary.hard_seeds, "seeds_with_trace": summary.seeds_with_trace,
+                                "seeds_qualified": summary.seeds_qualified, "yield": summary.yield_share,
+                                "qualified_problems": summary.qualified_problems}
+    if summary.yield_by_path is not None:
+        headline.update({f"yield {k}": v for k, v in summary.yield_by_path.items()})
     tables["headline"] = _table(["quantity", "value"], [[k, json.dumps(v)] for k, v in headline.items()])
     return {"written": written, "skipped": skipped, "tables": tables, "html": tree_browser(trees) if trees else ""}
 
@@ -289,20 +313,23 @@ def compare_yield(run_dirs: Sequence[str | Path], out_dir: str | Path, formats: 
     run_dirs = [Path(r) for r in run_dirs]
     if not run_dirs:
         raise ValueError("compare_yield needs at least one run directory")
-    summaries = [read_summary(r) for r in run_dirs]
-    for r, s in zip(run_dirs, summaries):
-        if s.get("stage") != "synthesize" or "yield" not in s:
-            raise ValueError(f"{r} is not a synthesis run with a yield (stage {s.get('stage')!r})")
+    summaries = []
+    for r in run_dirs:
+        data, where = read_summary(r), str(r / "summary.json")
+        kind, res = RunKind.of(data, where), SynthesisResults.of(data, where)
+        if kind.stage != "synthesize" or res.yield_share is None or res.method is None:
+            raise ValueError(f"{r} is not a synthesis run with a yield (stage {kind.stage or None!r})")
+        summaries.append(res)
     labels = run_labels(run_dirs) if len(run_dirs) > 1 else [run_dirs[0].name]
-    labels = [lab if s["method"] in lab else f"{s['method']}: {lab}" for lab, s in zip(labels, summaries)]
+    labels = [lab if str(s.method) in lab else f"{s.method}: {lab}" for lab, s in zip(labels, summaries)]
     fig, axes = figure(width, aspect=0.35 + 0.1 * len(run_dirs), ncols=2)
-    ys = [100 * s["yield"] for s in summaries]
-    per = [s["qualified_problems"] / s["hard_seeds"] if s.get("hard_seeds") else 0.0 for s in summaries]
-    colors = [METHOD_COLORS.get(s["method"], "#4C72B0") for s in summaries]
+    ys = [100 * (s.yield_share or 0.0) for s in summaries]
+    per = [(s.qualified_problems or 0) / s.hard_seeds if s.hard_seeds else 0.0 for s in summaries]
+    colors = [METHOD_COLORS.get(str(s.method), "#4C72B0") for s in summaries]
     axes[0].barh(labels, ys, color=colors, height=0.6)
     yield_panels(fig, axes, labels, per, colors, "qualified per seed", "Synthesis yield compared")
     written = [str(p) for p in save(fig, out_dir, "compare_yield", formats)]
-    rows = [[lab, str(s["hard_seeds"]), str(s["seeds_qualified"]), f"{100 * s['yield']:.1f}", str(s["qualified_problems"]), f"{p:.2f}"]
+    rows = [[lab, str(s.hard_seeds), str(s.seeds_qualified), f"{100 * (s.yield_share or 0.0):.1f}", str(s.qualified_problems), f"{p:.2f}"]
             for lab, s, p in zip(labels, summaries, per)]
     table = _table(["run", "hard seeds", "seeds qualified", "yield %", "qualified", "per seed"], rows)
     tables = {"yield": table}

@@ -5,21 +5,23 @@ later stage reads it with :meth:`CalibrationSummary.read`: the policies, the tar
 the hard-seed budget (the default policy and budget an export selects by,
 :meth:`CalibrationSummary.selection`), L and N of the live policies, the problems whose gold the
 verifier cannot grade, and the calibrated policy itself (:meth:`CalibrationSummary.calibrated_policy`).
-The rest of the summary (bands, counts, intervals, reports) is the figures' to read.
+The rest of the summary (bands, counts, intervals, reclassification, the early-stopping
+simulation, the difficulty study) is written by :mod:`mbs.calibration` and read by the figures and
+the report through :class:`CalibrationResults`.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from mbs.runs.policy import CalibratedPolicy, policy_of_run, select
-from mbs.runs.summary import SummaryError, load_summary
+from mbs.runs.summary import Fields, Record, SummaryError, load_summary
 
 STAGE = "calibrate"
 
@@ -137,6 +139,133 @@ class CalibrationSummary:
         conf = self.config()
         return policy_of_run({"source": source, "run_dir": self.run_dir, "stage": STAGE}, self.run_dir, conf,
                              name, at, select(conf, "calibrate.n"), "calibrate")
+
+
+@dataclass(frozen=True)
+class CellCounts:
+    """``counts[policy][budget]`` of a calibration: one (policy, budget L) cell.
+
+    Attributes:
+        n_problems: Problems calibrated in the cell (``None``: not recorded).
+        goldilocks: Of them, in the Goldilocks band (``None``: not recorded).
+        rollouts: Rollouts drawn (``None``: not recorded).
+        truncated: Rollouts cut off by L (finish reason ``length``; ``0`` when not recorded).
+    """
+
+    n_problems: int | None = None
+    goldilocks: int | None = None
+    rollouts: int | None = None
+    truncated: int = 0
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> CellCounts:
+        """One cell (missing counts: ``None``, ``truncated`` 0).
+
+        Raises:
+            SummaryError: A count that is not an integer (names the file and the dotted field).
+        """
+        return cls(f.opt_int("n_problems"), f.opt_int("goldilocks"), f.opt_int("rollouts"), f.get("truncated", int, 0))
+
+
+@dataclass(frozen=True)
+class EarlyStopSimulation:
+    """``early_stop_simulation``: what early stopping would have saved on a full calibration.
+
+    Attributes:
+        rollouts: Rollouts drawn in full.
+        saved: Rollouts early stopping would not have drawn.
+        batch: Rollouts per round (``None``: not recorded).
+        decision: What decided the stop (``band`` or ``usable``; ``None``: not recorded).
+        identical_decisions: Groups whose decision is the same as in full (``None``: not recorded).
+        groups: Groups simulated (``None``: not recorded).
+    """
+
+    rollouts: int
+    saved: int
+    batch: int | None
+    decision: str | None
+    identical_decisions: int | None
+    groups: int | None
+
+
+@dataclass(frozen=True)
+class CalibrationResults(Record):
+    """What a calibration found, as the figures and the report draw it (the rest of its
+    ``summary.json`` beside :class:`CalibrationSummary`'s head). Keys missing in older runs read
+    empty (``None``, ``{}``).
+
+    Attributes:
+        target_policy: The target policy (``None``: not recorded).
+        problems: Problems calibrated (``None``: not recorded).
+        hard_seeds: Hard seeds written (``None``: not recorded).
+        budgets: L of the live policies in tokens (empty: recorded policies only).
+        bands: ``{policy: {budget: {band: share}}}``, budgets as written (``"128"``, ``"recorded"``),
+            shares in [0, 1] and budgets in the calibration's order.
+        counts: ``{policy: {budget: counts}}``.
+        band_intervals: ``intervals.bands``: ``{policy: {budget: {band or "trapped" or "usable":
+            {"ci": [lo, hi], "n": n, ...}}}}`` (95% Wilson).
+        between_policies: ``reclassification.policies``: ``{budget: {"a|b": share of problems in
+            another band for policies a and b}}``.
+        between_budgets: ``reclassification.budgets``: ``{policy: {"x|y": share between budgets x and y}}``.
+        early_stop: The early-stopping simulation (``None``: not run).
+        by_difficulty: The difficulty study's block (``levels``, ``bands``, ``counts``, ``moves``; empty: none).
+        difficulty_moves: Sentences on the problems that changed band per difficulty level.
+    """
+
+    STAGE = "calibrate"
+
+    target_policy: str | None = None
+    problems: int | None = None
+    hard_seeds: int | None = None
+    budgets: tuple[int, ...] = ()
+    bands: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
+    counts: dict[str, dict[str, CellCounts]] = field(default_factory=dict)
+    band_intervals: dict[str, dict[str, dict[str, dict[str, Any]]]] = field(default_factory=dict)
+    between_policies: dict[str, dict[str, float]] = field(default_factory=dict)
+    between_budgets: dict[str, dict[str, float]] = field(default_factory=dict)
+    early_stop: EarlyStopSimulation | None = None
+    by_difficulty: dict[str, Any] = field(default_factory=dict)
+    difficulty_moves: tuple[str, ...] = ()
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> CalibrationResults:
+        """The results of the calibration summary ``f``.
+
+        Raises:
+            SummaryError: A field of the wrong type (names the file and the dotted field).
+        """
+        budgets = f.get("budgets", list, [])
+        if not all(isinstance(b, int) and not isinstance(b, bool) for b in budgets):
+            raise f.error("budgets", f"expected a list of integers, got {budgets!r}")
+        counts = {p: {b: CellCounts.from_fields(per.block(b)) for b in per.data}
+                  for p, per in f.blocks("counts").items()}
+        recl = f.block("reclassification")
+        sim = f.get("early_stop_simulation", dict, None)
+        early = None
+        if sim is not None:
+            e = f.block("early_stop_simulation")
+            early = EarlyStopSimulation(e.get("rollouts", int, 0), e.get("saved", int, 0), e.opt_int("batch"),
+                                        e.opt_str("decision"), e.opt_int("identical_decisions"), e.opt_int("groups"))
+        by = f.get("by_difficulty", (dict, list, bool), None)
+        return cls(
+            target_policy=f.opt_str("target_policy"), problems=f.opt_int("problems"), hard_seeds=f.opt_int("hard_seeds"),
+            budgets=tuple(budgets), bands=f.tree("bands", 3, float), counts=counts,
+            band_intervals=f.block("intervals").tree("bands", 3, dict),
+            between_policies=recl.tree("policies", 2, float), between_budgets=recl.tree("budgets", 2, float),
+            early_stop=early, by_difficulty=dict(by) if isinstance(by, dict) else {},
+            difficulty_moves=f.strings("difficulty_moves"),
+        )
+
+    @property
+    def target(self) -> str | None:
+        """The policy the headline is about: the target where it has bands, else the first policy with bands."""
+        if not self.bands:
+            return None
+        return self.target_policy if self.target_policy in self.bands else next(iter(self.bands))
+
+    def cell(self, policy: str, budget: str) -> CellCounts:
+        """The counts of (``policy``, ``budget``) (all ``None`` where not recorded)."""
+        return self.counts.get(policy, {}).get(budget) or CellCounts()
 
 
 def _templates(conf: DictConfig, key: str) -> dict[str, str] | None:

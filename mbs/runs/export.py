@@ -14,13 +14,13 @@ import json
 import logging
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from mbs.errors import ConfigError, InputNotFoundError
 from mbs.runs.policy import AGREEMENT_KEYS, CalibratedPolicy
-from mbs.runs.summary import Fields, load_summary
+from mbs.runs.summary import Fields, Record, load_summary
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class ExportedSource:
 
 
 @dataclass(frozen=True)
-class ExportSummary:
+class ExportSummary(Record):
     """An export run's ``summary.json``, read back (its rows; the ``policy`` block is
     :class:`ExportProvenance`'s).
 
@@ -103,6 +103,8 @@ class ExportSummary:
         train_rows, val_rows: Rows of ``train.parquet`` and ``val.parquet``.
         removed: Rows removed, by reason.
     """
+
+    STAGE = STAGE
 
     run_dir: str
     sources: tuple[ExportedSource, ...]
@@ -118,11 +120,20 @@ class ExportSummary:
             SummaryError: No ``summary.json``, another stage's, or a field of the wrong type
                 (names the file and the field).
         """
-        f = load_summary(run_dir, STAGE)
+        return replace(cls.from_fields(load_summary(run_dir, STAGE)), run_dir=str(run_dir))
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> ExportSummary:
+        """The export summary ``f`` (``run_dir``: the folder of the file it names).
+
+        Raises:
+            SummaryError: A field of the wrong type (names the file and the field).
+        """
         block = f.block("sources")
         sources = tuple(ExportedSource.read(name, block.block(name)) for name in block.data)
         rows = f.block("rows")
-        return cls(str(run_dir), sources, rows.get("train", int, 0), rows.get("val", int, 0), f.mapping("removed"))
+        return cls(str(Path(f.where).parent), sources, rows.get("train", int, 0), rows.get("val", int, 0),
+                   f.mapping("removed"))
 
     def source(self, name: str) -> ExportedSource | None:
         """The source called ``name`` (``None``: not a source of this export)."""

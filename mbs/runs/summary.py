@@ -11,13 +11,15 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from mbs.errors import UserError
 from mbs.io import SUMMARY
 
 T = TypeVar("T")
+R = TypeVar("R", bound="Record")
 
 _MISSING: Any = object()
 
@@ -110,6 +112,10 @@ class Fields:
                 raise self.error(key, "missing")
             return default
         kinds = kind if isinstance(kind, tuple) else (kind,)
+        if _Number in kinds:  # a number as written
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return value
+            kinds = tuple(k for k in kinds if k is not _Number)
         if float in kinds and isinstance(value, int) and not isinstance(value, bool):
             return float(value)
         if isinstance(value, bool) and bool not in kinds:
@@ -127,6 +133,48 @@ class Fields:
         """A string field that may be missing or ``null``."""
         value = self.get(key, str, None)
         return None if value is None else str(value)
+
+    def num(self, key: str, default: Any = None) -> Any:
+        """A number field as written (an ``int`` stays an ``int``, so tables print it the same),
+        ``default`` where missing or ``null``.
+
+        Raises:
+            SummaryError: The field is not a number (``true``/``false`` are not numbers).
+        """
+        return self.get(key, (int, float, _Number), default)
+
+    def tree(self, key: str, depth: int, leaf: type | tuple[type, ...]) -> dict[str, Any]:
+        """The object at ``key`` as nested plain dicts ``depth`` levels deep, each leaf checked to be
+        of ``leaf`` (``depth`` 1: ``{name: leaf}``; missing or ``null``: empty). Numbers stay as written.
+
+        Raises:
+            SummaryError: A level is not an object, or a leaf of another type (names the dotted field).
+        """
+        f = self.block(key)
+        out: dict[str, Any] = {}
+        for name in f.data:
+            if depth > 1:
+                out[name] = f.tree(name, depth - 1, leaf)
+            else:
+                kinds = leaf if isinstance(leaf, tuple) else (leaf,)
+                out[name] = f.get(name, (*kinds, _Number) if float in kinds else kinds)
+        return out
+
+    def blocks(self, key: str) -> dict[str, Fields]:
+        """Each entry of the object at ``key`` as :class:`Fields` (missing or ``null``: empty).
+
+        Raises:
+            SummaryError: ``key`` or one of its entries is not an object.
+        """
+        return self.block(key).entries()
+
+    def entries(self) -> dict[str, Fields]:
+        """Each entry of this object as :class:`Fields`.
+
+        Raises:
+            SummaryError: An entry is not an object (names the dotted field).
+        """
+        return {name: self.block(name) for name in self.data}
 
     def block(self, key: str) -> Fields:
         """The object at ``key`` as :class:`Fields` (missing or ``null``: empty).
@@ -152,9 +200,100 @@ class Fields:
         return tuple(items)
 
 
+class _Number:
+    """Marker kind of :meth:`Fields.num`: an ``int`` or ``float`` kept as written."""
+
+
+class Record:
+    """Base of the typed records of a summary's blocks: :meth:`read` from a run folder, or
+    :meth:`of` from a summary already loaded; subclasses define :meth:`from_fields`."""
+
+    #: The stage (or stages) whose summary this is (``None``: any).
+    STAGE: ClassVar[str | tuple[str, ...] | None] = None
+
+    @classmethod
+    def from_fields(cls: type[R], f: Fields) -> R:
+        """The record of the summary ``f``.
+
+        Raises:
+            SummaryError: A field of the wrong type (names the file and the dotted field).
+        """
+        raise NotImplementedError
+
+    @classmethod
+    def read(cls: type[R], run_dir: str | os.PathLike) -> R:
+        """Read the record from ``run_dir``'s ``summary.json``.
+
+        Raises:
+            SummaryError: No ``summary.json``, another stage's, or a field of the wrong type
+                (names the file and the dotted field).
+        """
+        return cls.from_fields(load_summary(run_dir, cls.STAGE))
+
+    @classmethod
+    def of(cls: type[R], summary: Any, where: str = "summary.json") -> R:
+        """``summary`` itself if it is already this record, else the record of a loaded summary
+        (a dict, as :func:`mbs.io.read_summary` returns it; ``where`` names it in errors).
+
+        Raises:
+            SummaryError: ``summary`` is not an object, or a field of the wrong type.
+        """
+        if isinstance(summary, cls):
+            return summary
+        if not isinstance(summary, Mapping):
+            raise SummaryError(f"{where}: a {type(summary).__name__}, not a summary object")
+        return cls.from_fields(Fields(summary, where))
+
+
+@dataclass(frozen=True)
+class RunKind(Record):
+    """What kind of run a summary is of: its ``stage`` and, for synthesis, its ``method``.
+
+    Attributes:
+        stage: The stage (``""``: not recorded).
+        method: ``mbs``, ``direct``, ``goose`` for a synthesis run (``None``: not recorded).
+    """
+
+    stage: str = ""
+    method: str | None = None
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> RunKind:
+        """The kind of the summary ``f``.
+
+        Raises:
+            SummaryError: ``stage`` or ``method`` is not a string (names the file and the field).
+        """
+        return cls(f.get("stage", str, ""), f.opt_str("method"))
+
+    @property
+    def key(self) -> str:
+        """``<stage>``, or ``synthesize/<method>`` for a synthesis run that names its method."""
+        return f"{self.stage}/{self.method}" if self.stage == "synthesize" and self.method is not None else self.stage
+
+
+@dataclass(frozen=True)
+class Headline(Record):
+    """The top-level numbers of a summary of any stage (what a comparison of runs tabulates
+    where the stage has no reader of its own).
+
+    Attributes:
+        numbers: ``{key: number}`` of every top-level ``int`` or ``float`` (not ``true``/``false``),
+            in summary order, as written.
+    """
+
+    numbers: dict[str, int | float]
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> Headline:
+        """The top-level numbers of the summary ``f`` (other values are left out, never raised)."""
+        return cls({k: v for k, v in f.data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
+
+
 def _names(kinds: tuple[type, ...]) -> str:
     return " or ".join({dict: "an object", list: "a list", str: "a string", int: "an integer", float: "a number",
-                        bool: "true or false"}.get(k, k.__name__) for k in kinds)
+                        bool: "true or false", _Number: "a number"}.get(k, k.__name__)
+                       for k in kinds if not (k is _Number and (int in kinds or float in kinds)))
 
 
 def _short(value: Any) -> str:
