@@ -8,7 +8,9 @@ import json
 import numpy as np
 import pytest
 
+from mbs.calibration.sampling import Group, RolloutWriter
 from mbs.errors import ConfigError
+from mbs.llm import close_all
 from mbs.records import Calibration, Rollout
 from mbs.thesis.sets import ARMS, SETS, build_sets, commuted_key, split_heldout
 from mbs.thesis.statistics import (
@@ -22,10 +24,13 @@ from mbs.thesis.statistics import (
     seeds_needed,
     zero_std_counts,
 )
+from mbs.thesis.sampling import Sampler, release
 from mbs.thesis.screen import screen_tasks, with_task
 from mbs.thesis.summary import _zero_std, construct_validity, primary_by_task
 from mbs.thesis.table import results_table
 from mbs.training.prior import BetaPrior
+from mbs.verify.pool import GradingPool
+from support.fakes import FakeBackend
 
 
 def cal(pid: str, successes: int, n: int = 4, complete: bool = True) -> Calibration:
@@ -336,3 +341,52 @@ def test_zero_std_forecast_pools_the_seeds_sets_with_repeats(tmp_path):
     block = _zero_std(tmp_path, "goldilocks", [0, 1], drawn, BetaPrior(1.0, 1.0), 4, 1)
     assert block["problems"] == 4 and block["observed"]["k"] == 3 and block["observed"]["n"] == 4
     assert block["observed_step1"]["n"] == 2 and 0 < block["forecast"]["expected_share"] < 1
+
+
+class _Counted(FakeBackend):
+    """A fake backend that counts how often it is built and closed (each build is a model load)."""
+
+    built: list[str] = []
+    closed: list[str] = []
+
+    def __init__(self, tag: str, **kw):
+        super().__init__(answers={"EASY": "2"}, rates={"EASY": 1.0}, **kw)
+        self.tag = tag
+        _Counted.built.append(tag)
+
+    def close(self) -> None:
+        _Counted.closed.append(self.tag)
+
+
+def test_the_sampler_loads_a_checkpoint_once_for_the_calls_that_use_it(tmp_path):
+    """The evaluation at two budgets and the re-calibration of one checkpoint share one load (the
+    label aside); another checkpoint closes it first; release() closes it before training."""
+    close_all()
+    _Counted.built.clear()
+    _Counted.closed.clear()
+
+    def node(tag: str, label: str) -> dict:
+        return {"_target_": "test_thesis._Counted", "tag": tag, "label": label}
+
+    def groups(budget: int) -> list[Group]:
+        return [Group(id=f"toy/{i}", budget=budget, messages=[{"role": "user", "content": "EASY: 1+1"}], ground_truth="2", verifier="math")
+                for i in range(2)]
+
+    cache = str(tmp_path / "cache")
+    with GradingPool(workers=0) as pool:
+        ev = Sampler(RolloutWriter(pool, None), cache, 1.0, 1.0)
+        rc = Sampler(RolloutWriter(pool, None), cache, 1.0, 1.0)
+        ev("base", node("base", "base"), groups(24), 2, 0)
+        ev("base", node("base", "base"), groups(48), 2, 0)
+        rc("base", node("base", "base re-calibrated"), groups(48), 4, 0)
+        assert _Counted.built == ["base"] and _Counted.closed == []  # one load for three calls
+        ev("arm/step1", node("arm", "arm/step1"), groups(48), 2, 0)
+        assert _Counted.built == ["base", "arm"] and _Counted.closed == ["base"]  # the base left memory first
+        ev("arm/step1", node("arm", "arm/step1"), groups(48), 2, 0)  # done: no draw, nothing loaded
+        assert _Counted.built == ["base", "arm"]
+        release()
+        assert _Counted.closed == ["base", "arm"]
+        ev("arm/final", node("arm", "arm/final"), groups(24), 2, 0)  # after a release the checkpoint loads again
+        assert _Counted.built == ["base", "arm", "arm"]
+        release()
+    assert len(ev.writer.done) == 4 * (2 * 2) and len(rc.writer.done) == 2 * 4  # 4 draws of 2 groups x k=2; 2 groups x N=4

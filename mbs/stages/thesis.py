@@ -59,7 +59,7 @@ from mbs.stages import calibrate, train
 from mbs.stages.compose import backend_node
 from mbs.stages.config import open_run, validate_config
 from mbs.stages.pipeline import export_runs, stage_node, sub_config
-from mbs.thesis.sampling import Sampler
+from mbs.thesis.sampling import Sampler, release
 from mbs.thesis.screen import screen_tasks, with_task
 from mbs.thesis.sets import ARM_SET, ARMS, build_sets, commuted_key, split_heldout
 from mbs.thesis.summary import summarize
@@ -321,6 +321,7 @@ def run(cfg: DictConfig) -> Path:
                     # one training run to the last step; TRL's checkpoint at each evaluation step (kept until
                     # the run is complete) is the policy evaluated there, the final model the last one's
                     log.info("thesis: training %s to step %d", tag, steps[-1])
+                    release()  # the evaluation's checkpoint leaves memory before training
                     trained_run = TrainingSummary.read(train.run(_train_cfg(cfg, set_dirs[seed][ARM_SET[name]], run_dir, seed,
                                                                             steps[-1], dynamic=name == "dynamic")))
                     close_all()
@@ -338,6 +339,7 @@ def run(cfg: DictConfig) -> Path:
                 if not bool(t.keep_checkpoints):
                     shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
                 trained[tag] = str(run_dir.relative_to(root))
+        release()
         evals, recals = list(ev.writer.done.values()), list(rc.writer.done.values())
     out.timings["train_and_evaluate"] = time.perf_counter() - t1
     levels = {i: str((problems[i].metadata or {}).get("level")) for i in heldout}

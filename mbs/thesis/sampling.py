@@ -8,7 +8,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from mbs.calibration.sampling import Group, Policy, RolloutWriter, draw
-from mbs.llm import close_all
+from mbs.llm import NON_ARGS, close_all
+
+#: The backend node (without its label) whose checkpoint is in memory, shared by every sampler of
+#: the process: one checkpoint in memory at a time, loaded once for all the calls that use it.
+_resident: dict[str, Any] = {}
 
 
 class Sampler:
@@ -30,15 +34,26 @@ class Sampler:
 
     def __call__(self, name: str, backend: dict[str, Any], groups: list[Group], k: int, seed: int) -> None:
         """Draw what is missing of ``k`` samples per group for policy ``name`` on ``backend``
-        (a backend config node), flush the grading, and close the backend (one checkpoint in
-        memory at a time).
+        (a backend config node) and flush the grading. The backend stays loaded for the next call
+        on the same checkpoint (the label aside); a call on another checkpoint closes it first (one
+        checkpoint in memory at a time), and so does :func:`release`.
 
         Raises:
             mbs.llm.BackendError: The backend failed after its retries (finished work is kept).
         """
         if self.done(name, groups, k):
             return
+        args = {key: value for key, value in backend.items() if key not in NON_ARGS}
+        if args != _resident:  # another checkpoint: free the one in memory first
+            close_all()
+            _resident.clear()
+            _resident.update(args)
         draw(Policy(name=name, source="live", backend=backend), groups, k, self.writer, self.cache_dir,
              temperature=self.temperature, top_p=self.top_p, seed=int(seed), desc=name)
         self.writer.flush(wait=True)
-        close_all()  # one checkpoint in memory at a time
+
+
+def release() -> None:
+    """Close the sampler's backend (before training, which needs the memory, and at the end)."""
+    close_all()
+    _resident.clear()
