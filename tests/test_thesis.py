@@ -4,14 +4,18 @@ accuracies with intervals, contrasts at the seed level, zero-std counts, band mi
 from __future__ import annotations
 
 import json
+from typing import ClassVar
 
 import numpy as np
 import pytest
+from support.fakes import FakeBackend
 
 from mbs.calibration.sampling import Group, RolloutWriter
 from mbs.errors import ConfigError
 from mbs.llm import close_all
 from mbs.records import Calibration, Rollout
+from mbs.thesis.sampling import Sampler, release
+from mbs.thesis.screen import screen_tasks, with_task
 from mbs.thesis.sets import ARMS, SETS, build_sets, commuted_key, split_heldout
 from mbs.thesis.statistics import (
     accuracy_summary,
@@ -24,13 +28,10 @@ from mbs.thesis.statistics import (
     seeds_needed,
     zero_std_counts,
 )
-from mbs.thesis.sampling import Sampler, release
-from mbs.thesis.screen import screen_tasks, with_task
 from mbs.thesis.summary import _zero_std, construct_validity, primary_by_task
 from mbs.thesis.table import results_table
 from mbs.training.prior import BetaPrior
 from mbs.verify.pool import GradingPool
-from support.fakes import FakeBackend
 
 
 def cal(pid: str, successes: int, n: int = 4, complete: bool = True) -> Calibration:
@@ -346,8 +347,8 @@ def test_zero_std_forecast_pools_the_seeds_sets_with_repeats(tmp_path):
 class _Counted(FakeBackend):
     """A fake backend that counts how often it is built and closed (each build is a model load)."""
 
-    built: list[str] = []
-    closed: list[str] = []
+    built: ClassVar[list[str]] = []
+    closed: ClassVar[list[str]] = []
 
     def __init__(self, tag: str, **kw):
         super().__init__(answers={"EASY": "2"}, rates={"EASY": 1.0}, **kw)
