@@ -19,6 +19,7 @@ from mbs.runs.goose import GooseSummary
 from mbs.runs.pipeline import StepTimes
 from mbs.runs.summary import Headline, RunKind, SummaryError
 from mbs.runs.synthesis import SynthesisResults
+from mbs.runs.thesis import ThesisResults
 from mbs.runs.training import TrainingOutcome
 from mbs.stages.calibrate import run as calibrate
 from mbs.stages.synthesize import run as synthesize
@@ -91,6 +92,9 @@ def test_old_summaries_without_newer_keys_read_with_defaults(tmp_path):
     assert ev.models == ("m",) and ev.benchmarks == {} and ev.cells("m", "b")["64"].avg_ci is None
     t = TrainingOutcome.read(_write(tmp_path / "t", "train", {"engine": "trl", "result": {"steps": 2}}))
     assert (t.steps, t.forecast, t.observed, t.draws.dynamic_sampling, t.temperature) == (2, None, None, False, None)
+    th = ThesisResults.read(_write(tmp_path / "th", "thesis", {"budget": 48, "eval_k": 1, "final": {"base": {"48": {"mean": 0.25}}}}))
+    assert (th.n, th.prompts_per_step, th.primary, th.migration, th.extra_budgets) == (None, None, None, {}, ())
+    assert th.final["base"]["48"].mean == 0.25 and th.final["base"]["48"].seed_band is None
     assert StepTimes.of({"stage": "calibrate"}).seconds == {}
     assert Headline.of({"a": 1, "b": True, "c": "x", "d": 0.5}).numbers == {"a": 1, "d": 0.5}
 
@@ -105,8 +109,42 @@ def test_old_summaries_without_newer_keys_read_with_defaults(tmp_path):
     ("evaluate", {"results": {"m": {"b": {"64": {"avg_ci": ["lo", 1]}}}}}, EvaluationSummary, "results.m.b.64.avg_ci"),
     ("train", {"trap_forecast": {"observed": {"n_steps": "2"}}}, TrainingOutcome, "trap_forecast.observed.n_steps"),
     ("pipeline", {"step_seconds": {"calibrate": "1s"}}, StepTimes, "step_seconds.calibrate"),
+    ("thesis", {"budget": 48, "eval_k": 1, "curves": {"goldilocks": {"2": {"mean": 0.5, "seed_band": [0.1]}}}},
+     ThesisResults, "curves.goldilocks.2.seed_band"),
+    ("thesis", {"budget": 48, "eval_k": 1, "contrasts": {"secondary": {"a - b": {"difference": 0.1, "ci": [0, 1]}}}},
+     ThesisResults, "contrasts.secondary.a - b.t_ci_seeds"),
+    ("thesis", {"budget": "48", "eval_k": 1}, ThesisResults, "budget"),
 ])
 def test_a_wrong_typed_field_names_the_file_and_the_field(tmp_path, stage, summary, reader, field):
     d = _write(tmp_path / "bad", stage, summary)
     with pytest.raises(SummaryError, match=rf"bad/summary.json: field '{field}'"):
         reader.read(d)
+
+
+def test_a_thesis_summary_reads_back_what_the_figures_and_tables_draw(tmp_path):
+    """The thesis reader against a summary as :func:`mbs.thesis.summary.summarize` writes it (the
+    slow tests/stages/test_thesis_real.py reads a real one)."""
+    test = {"difference": 0.1, "ci": [0.0, 0.2], "t_ci_seeds": [-0.05, 0.25], "sign_flip_p": 0.25, "a_better_seeds": 3,
+            "b_better_seeds": 0, "problems": 8, "seeds": [0, 1, 2], "seeds_needed_80": 7}
+    d = _write(tmp_path / "th", "thesis", {
+        "budget": 48, "n": 4, "prompts_per_step": 1, "eval_k": 2, "extra_budgets": [24],
+        "curves": {"goldilocks": {"0": {"mean": 0.25, "seed_band": [0.2, 0.3], "seeds": [0, 1], "rollouts_drawn": 0.0}}},
+        "final": {"base": {"48": {"mean": 0.25, "ci": [0.1, 0.4], "seed_band": [0.2, 0.3]}}},
+        "zero_std": {"trapped": {"observed": {"n": 8, "k": 6, "value": 0.75, "ci": [0.4, 0.9]}, "per_seed": {"0": {"1": 1.0}},
+                                 "forecast": {"expected_share": 0.8, "interval": [0.5, 1.0], "per_step_interval": [0.0, 1.0],
+                                              "level": 0.9}}},
+        "migration": {"goldilocks": {"seeds": [0], "calibration_to_trained": {"goldilocks": {"failed_all": 1}}}},
+        "contrasts": {"primary": {"contrast": "goldilocks - uncalibrated", **test},
+                      "secondary": {"goldilocks - trapped": {**test, "p_holm": 0.75}}, "by_task": {}},
+    })
+    r = ThesisResults.read(d)
+    assert (r.budget, r.n, r.prompts_per_step, r.eval_k, r.extra_budgets) == (48, 4, 1, 2, (24,))
+    c = r.curves["goldilocks"]["0"]
+    assert (c.mean, c.seed_band, c.seeds, c.rollouts_drawn) == (0.25, (0.2, 0.3), (0, 1), 0.0)
+    z = r.zero_std["trapped"]
+    assert (z.observed_n, z.observed_value, z.observed_ci, z.expected_share, z.level) == (8, 0.75, (0.4, 0.9), 0.8, 0.9)
+    assert z.has_forecast and z.per_seed == {"0": {"1": 1.0}}
+    assert r.migration["goldilocks"]["calibration_to_trained"] == {"goldilocks": {"failed_all": 1}}
+    assert r.primary is not None and r.primary.contrast == "goldilocks - uncalibrated" and r.primary.p_holm is None
+    assert (r.primary.seeds_needed_80, r.primary.seeds, r.primary.t_ci_seeds) == (7, (0, 1, 2), (-0.05, 0.25))
+    assert r.secondary["goldilocks - trapped"].p_holm == 0.75 and r.secondary["goldilocks - trapped"].contrast is None

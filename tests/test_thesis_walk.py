@@ -12,10 +12,10 @@ from pathlib import Path
 
 from support.thesis_walk import counts, measure
 
-#: The own-code walk of this tree; lower a value when a change lowers it. 34 files when the test was
-#: added, 36 since the report reads run kinds and step times through their readers (mbs/runs/summary.py,
-#: mbs/runs/pipeline.py) instead of by key.
-CEILING = {"files": 36, "climbs": 20, "conf_paths": 1, "stages_reentered": 3}
+#: The own-code walk of this tree; lower a value when a change lowers it. 34 files and 20 climbs when
+#: the test was added; 37 and 21 since the report and the thesis figures read through typed readers
+#: (mbs/runs/summary.py, mbs/runs/pipeline.py, mbs/runs/thesis.py) instead of by key.
+CEILING = {"files": 37, "climbs": 21, "conf_paths": 1, "stages_reentered": 3}
 
 
 def test_the_thesis_walk_only_shrinks():

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from mbs.figures import BAND_COLORS, figure, save
-from mbs.io import read_summary
+from mbs.runs.thesis import Accuracy, ThesisResults, ZeroStd
 from mbs.thesis.sets import ARMS
 from mbs.thesis.table import results_table
 
@@ -34,64 +34,76 @@ SET_COLORS = {"goldilocks": BAND_COLORS["goldilocks"], "trapped": BAND_COLORS["f
 BANDS_SHORT = {"solved_all": "solved", "goldilocks": "Goldil.", "failed_all": "failed"}
 
 
-def accuracy_vs_step(summary: dict[str, Any], out_dir: Path, formats: Sequence[str], width: str) -> list[Path]:
+def _band(v: Accuracy) -> tuple[float, float]:
+    if v.seed_band is None:
+        raise ValueError("an accuracy of the curve has no seed_band")
+    return v.seed_band
+
+
+def accuracy_vs_step(summary: ThesisResults | dict[str, Any], out_dir: Path, formats: Sequence[str], width: str) -> list[Path]:
     """Held-out avg@k (%) against step and against rollouts drawn, per set, with a band across seeds.
 
     Raises:
-        ValueError: The summary has no accuracy curve.
+        ValueError: The summary has no accuracy curve, or no ``n`` or ``prompts_per_step``.
+        mbs.runs.summary.SummaryError: A field of the wrong type.
     """
-    curves = summary.get("curves") or {}
+    res = ThesisResults.of(summary)
+    curves = res.curves
     if not any(curves.get(s) for s in ARMS):
         raise ValueError("summary has no accuracy curves (no evaluation finished)")
+    if res.n is None or res.prompts_per_step is None:
+        raise ValueError("summary has no n or prompts_per_step (the rollouts drawn per step)")
     fig, axes = figure("double" if width == "single" else width, aspect=0.33, ncols=2)
     for ax, key, label in ((axes[0], None, "training step"), (axes[1], "rollouts_drawn", "training rollouts drawn")):
         for name in ARMS:
             pts = sorted(curves.get(name, {}).items(), key=lambda kv: int(kv[0]))
             if not pts:
                 continue
-            x = [int(s) if key is None else v.get(key, int(s) * summary["n"] * summary["prompts_per_step"]) for s, v in pts]
-            y = [100 * v["mean"] for _, v in pts]
+            x = [int(s) if key is None else (v.rollouts_drawn if v.rollouts_drawn is not None
+                                             else int(s) * res.n * res.prompts_per_step) for s, v in pts]
+            y = [100 * v.mean for _, v in pts]
             # an accuracy lies in [0, 100]: a t band of few seeds is cut there
-            lo = [max(0.0, 100 * v["seed_band"][0]) for _, v in pts]
-            hi = [min(100.0, 100 * v["seed_band"][1]) for _, v in pts]
-            seeds = max(len(v["seeds"]) for _, v in pts)
+            lo = [max(0.0, 100 * _band(v)[0]) for _, v in pts]
+            hi = [min(100.0, 100 * _band(v)[1]) for _, v in pts]
+            seeds = max(len(v.seeds) for _, v in pts)
             ax.plot(x, y, color=SET_COLORS[name], marker="o", ms=2.5, lw=1.0, label=f"{name} ({seeds} seeds)")
             ax.fill_between(x, lo, hi, color=SET_COLORS[name], alpha=0.15, lw=0)
         ax.set_xlabel(label)
-        ax.set_ylabel(f"held-out avg@{summary['eval_k']} (%)")
-    axes[0].set_title(f"Held-out accuracy at L={summary['budget']}\n(band: 95% t across seeds, cut to [0, 100])")
-    axes[1].set_title(f"against rollouts drawn\n(N={summary['n']}, B={summary['prompts_per_step']}; dynamic: every round)")
+        ax.set_ylabel(f"held-out avg@{res.eval_k} (%)")
+    axes[0].set_title(f"Held-out accuracy at L={res.budget}\n(band: 95% t across seeds, cut to [0, 100])")
+    axes[1].set_title(f"against rollouts drawn\n(N={res.n}, B={res.prompts_per_step}; dynamic: every round)")
     axes[0].legend(frameon=False, fontsize=6)
     return save(fig, out_dir, "accuracy_vs_step", formats)
 
 
-def zero_std_vs_forecast(summary: dict[str, Any], out_dir: Path, formats: Sequence[str], width: str) -> list[Path]:
+def zero_std_vs_forecast(summary: ThesisResults | dict[str, Any], out_dir: Path, formats: Sequence[str], width: str) -> list[Path]:
     """Observed zero-std share (%) per step of each set's runs against its forecast.
 
     Raises:
-        ValueError: No set logged a step.
+        ValueError: No set logged a step, or a forecast without its interval.
+        mbs.runs.summary.SummaryError: A field of the wrong type.
     """
-    zero = summary.get("zero_std") or {}
-    if not any((zero.get(s) or {}).get("observed", {}).get("n") for s in ARMS):
+    zero = ThesisResults.of(summary).zero_std
+    if not any(zero[s].observed_n for s in ARMS if s in zero):
         raise ValueError("summary has no logged training step")
     fig, axes = figure("double" if width == "single" else width, aspect=0.3, ncols=len(ARMS))
     for ax, name in zip(axes, ARMS):
-        z = zero.get(name) or {}
-        fc = z.get("forecast") or {}
-        steps = sorted({int(st) for per in (z.get("per_seed") or {}).values() for st in per})
-        if fc:
-            lo, hi = fc["per_step_interval"]
+        z = zero.get(name) or ZeroStd()
+        steps = sorted({int(st) for per in z.per_seed.values() for st in per})
+        if z.has_forecast:
+            if z.per_step_interval is None or z.level is None:
+                raise ValueError(f"the zero-std forecast of {name} has no per_step_interval or level")
+            lo, hi = z.per_step_interval
             x0, x1 = (min(steps), max(steps)) if steps else (0, 1)
             ax.fill_between([x0 - 0.3, x1 + 0.3], [100 * lo] * 2, [100 * hi] * 2, color=SET_COLORS[name], alpha=0.15, lw=0,
-                            label=f"forecast, one step ({100 * fc['level']:.0f}%)")
-            ax.hlines(100 * fc["expected_share"], x0 - 0.3, x1 + 0.3, color=SET_COLORS[name], lw=1.2,
-                      label=f"forecast {100 * fc['expected_share']:.0f}%")
-        for i, (seed, per) in enumerate(sorted((z.get("per_seed") or {}).items())):
+                            label=f"forecast, one step ({100 * z.level:.0f}%)")
+            ax.hlines(100 * z.expected_share, x0 - 0.3, x1 + 0.3, color=SET_COLORS[name], lw=1.2,
+                      label=f"forecast {100 * z.expected_share:.0f}%")
+        for i, (seed, per) in enumerate(sorted(z.per_seed.items())):
             pts = sorted((int(a), 100 * float(b)) for a, b in per.items())
             ax.plot([p[0] + 0.08 * (i - 1) for p in pts], [p[1] for p in pts], ls="none", marker="o", ms=2.5,
                     color="black", alpha=0.6, label="observed (each seed)" if i == 0 else None)
-        obs = z.get("observed") or {}
-        share = obs.get("value")
+        share = z.observed_value
         ax.set_title(f"{name}: observed {100 * share:.0f}%" if share is not None else name)
         ax.set_ylim(-5, 105)
         ax.set_xlabel("training step")
@@ -100,9 +112,9 @@ def zero_std_vs_forecast(summary: dict[str, Any], out_dir: Path, formats: Sequen
     return save(fig, out_dir, "zero_std_vs_forecast", formats)
 
 
-def _migration_grid(summary: dict[str, Any], out_dir: Path, formats: Sequence[str], width: str, key: str, stem: str,
-                    xlabel: str, ylabel: str) -> list[Path]:
-    moves = summary.get("migration") or {}
+def _migration_grid(summary: ThesisResults | dict[str, Any], out_dir: Path, formats: Sequence[str], width: str, key: str,
+                    stem: str, xlabel: str, ylabel: str) -> list[Path]:
+    moves = ThesisResults.of(summary).migration
     if not any((moves.get(s) or {}).get("seeds") for s in ARMS):
         raise ValueError("summary has no re-calibration of a trained policy")
     order = ("solved_all", "goldilocks", "failed_all")
@@ -124,7 +136,7 @@ def _migration_grid(summary: dict[str, Any], out_dir: Path, formats: Sequence[st
     return save(fig, out_dir, stem, formats)
 
 
-def band_migration(summary: dict[str, Any], out_dir: Path, formats: Sequence[str], width: str) -> list[Path]:
+def band_migration(summary: ThesisResults | dict[str, Any], out_dir: Path, formats: Sequence[str], width: str) -> list[Path]:
     """Transition matrices (problems, summed over seeds): calibration band before -> band under the trained policy.
 
     Raises:
@@ -134,7 +146,7 @@ def band_migration(summary: dict[str, Any], out_dir: Path, formats: Sequence[str
                            "after training (trained policy)", "calibration (before)")
 
 
-def band_migration_base(summary: dict[str, Any], out_dir: Path, formats: Sequence[str], width: str) -> list[Path]:
+def band_migration_base(summary: ThesisResults | dict[str, Any], out_dir: Path, formats: Sequence[str], width: str) -> list[Path]:
     """The control of :func:`band_migration`: calibration band (llama.cpp) -> band of the untrained base model
     re-calibrated with the evaluation backend (transformers) and each seed: what moves without training.
 
@@ -152,7 +164,7 @@ def thesis_figures(run_dir: str | Path, out_dir: str | Path, formats: Sequence[s
     Returns:
         ``{"written": [paths], "skipped": {figure: reason}, "tables": {name: {"md", "tex"}}}``.
     """
-    summary = read_summary(run_dir)
+    summary = ThesisResults.read(run_dir)
     out: dict[str, Any] = {"written": [], "skipped": {}, "tables": {}}
     for fn in (accuracy_vs_step, zero_std_vs_forecast, band_migration, band_migration_base):
         try:

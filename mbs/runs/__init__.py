@@ -16,6 +16,8 @@ stage's ``summary.json`` contract (the keys a later stage or a figure relies on)
   (:func:`~mbs.runs.export.policy_block`, :class:`~mbs.runs.export.ExportProvenance`);
 * :mod:`mbs.runs.training`: :class:`~mbs.runs.training.TrainingSummary` and
   :class:`~mbs.runs.training.TrainingOutcome` (the report's account of a training run);
+* :mod:`mbs.runs.thesis`: :class:`~mbs.runs.thesis.ThesisResults` (curves, final accuracies,
+  zero-std shares, band migration and the contrasts: what the thesis figures and tables draw);
 * :mod:`mbs.runs.pipeline`: the pipeline's steps and :class:`~mbs.runs.pipeline.StepTimes`;
 * :mod:`mbs.runs.summary`: reading fields typed, a bad one named by file and field
   (:class:`~mbs.runs.summary.SummaryError`); :class:`~mbs.runs.summary.Record`, the base of the

@@ -12,6 +12,7 @@ import pytest
 
 from mbs.io import read_manifest, read_summary
 from mbs.llm import close_all
+from mbs.runs.thesis import ThesisResults
 from mbs.thesis.sets import ARM_SET, ARMS, SETS
 
 pytestmark = pytest.mark.slow
@@ -72,6 +73,9 @@ def test_quick_thesis_runs_measures_and_resumes(make_cfg):
     assert all(f"| {name} |" in table for name in ("base", *ARMS))
     primary = s["contrasts"]["primary"]
     assert primary["contrast"] == "goldilocks - uncalibrated" and primary["seeds"] == [0] and primary["problems"] == 6
+    typed = ThesisResults.read(out)  # the reader the figures and tables draw through reads the real summary
+    assert typed.primary is not None and typed.primary.difference == primary["difference"] and typed.n == 4
+    assert typed.final["base"]["48"].mean == s["final"]["base"]["48"]["mean"] and set(typed.migration) == set(ARMS)
     assert "goldilocks - dynamic" in s["contrasts"]["secondary"]
     for name in ("base", *ARMS):  # what a gain measures: extraction routes, strict format, levels and bands
         cv = s["construct_validity"][name]
