@@ -104,7 +104,7 @@ def zero_std_vs_forecast(summary: ThesisResults | dict[str, Any], out_dir: Path,
             ax.plot([p[0] + 0.08 * (i - 1) for p in pts], [p[1] for p in pts], ls="none", marker="o", ms=2.5,
                     color="black", alpha=0.6, label="observed (each seed)" if i == 0 else None)
         share = z.observed_value
-        ax.set_title(f"{name}: observed {100 * share:.0f}%" if share is not None else name)
+        ax.set_title(f"{name}\nobserved {100 * share:.0f}%" if share is not None else name)  # two lines: four panels side by side
         ax.set_ylim(-5, 105)
         ax.set_xlabel("training step")
         ax.legend(frameon=False, fontsize=5, loc="lower left")
