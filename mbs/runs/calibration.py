@@ -96,12 +96,10 @@ class CalibrationSummary:
                 (names the file and the field).
         """
         f = load_summary(run_dir, STAGE)
-        budgets = f.get("budgets", list, [])
-        if not all(isinstance(b, int) and not isinstance(b, bool) for b in budgets):
-            raise f.error("budgets", f"expected a list of integers, got {budgets!r}")
+        budgets = f.ints("budgets")
         return cls(
             run_dir=str(run_dir), problems=f.get("problems", int, 0), policies=f.strings("policies"),
-            target_policy=f.opt_str("target_policy"), budgets=tuple(budgets), n=f.opt_int("n"),
+            target_policy=f.opt_str("target_policy"), budgets=budgets, n=f.opt_int("n"),
             hard_seeds=f.get("hard_seeds", int, 0), hard_seed_budget=f.opt_int("hard_seed_budget"),
             ungradable=frozenset(f.block("ungradable").strings("ids")),
             by_difficulty=bool(f.get("by_difficulty", (dict, list, bool), None)),
@@ -234,9 +232,7 @@ class CalibrationResults(Record):
         Raises:
             SummaryError: A field of the wrong type (names the file and the dotted field).
         """
-        budgets = f.get("budgets", list, [])
-        if not all(isinstance(b, int) and not isinstance(b, bool) for b in budgets):
-            raise f.error("budgets", f"expected a list of integers, got {budgets!r}")
+        budgets = f.ints("budgets")
         counts = {p: {b: CellCounts.from_fields(per.block(b)) for b in per.data}
                   for p, per in f.blocks("counts").items()}
         recl = f.block("reclassification")
@@ -249,7 +245,7 @@ class CalibrationResults(Record):
         by = f.get("by_difficulty", (dict, list, bool), None)
         return cls(
             target_policy=f.opt_str("target_policy"), problems=f.opt_int("problems"), hard_seeds=f.opt_int("hard_seeds"),
-            budgets=tuple(budgets), bands=f.tree("bands", 3, float), counts=counts,
+            budgets=budgets, bands=f.tree("bands", 3, float), counts=counts,
             band_intervals=f.block("intervals").tree("bands", 3, dict),
             between_policies=recl.tree("policies", 2, float), between_budgets=recl.tree("budgets", 2, float),
             early_stop=early, by_difficulty=dict(by) if isinstance(by, dict) else {},

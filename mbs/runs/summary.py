@@ -188,6 +188,17 @@ class Fields:
         """The object at ``key`` as a plain dict (missing or ``null``: empty)."""
         return dict(self.get(key, dict, {}))
 
+    def ints(self, key: str) -> tuple[int, ...]:
+        """A list of integers at ``key`` (missing or ``null``: empty; ``true``/``false`` are not integers).
+
+        Raises:
+            SummaryError: Not a list, or an item is not an integer.
+        """
+        items = self.get(key, list, [])
+        if not all(isinstance(x, int) and not isinstance(x, bool) for x in items):
+            raise self.error(key, f"expected a list of integers, got {_short(items)}")
+        return tuple(items)
+
     def strings(self, key: str) -> tuple[str, ...]:
         """A list of strings at ``key`` (missing or ``null``: empty).
 

@@ -171,9 +171,7 @@ class SynthesisResults(Record):
         Raises:
             SummaryError: A field of the wrong type (names the file and the dotted field).
         """
-        per_seed = f.get("qualified_per_seed", list, [])
-        if not all(isinstance(x, int) and not isinstance(x, bool) for x in per_seed):
-            raise f.error("qualified_per_seed", "expected a list of integers")
+        per_seed = f.ints("qualified_per_seed")
         paths = {name: PathTotals(p.get("qualified_problems", int, 0), p.get("teacher_tokens", int, 0))
                  for name, p in f.blocks("paths").items()}
         backends = f.block("backends")
@@ -183,7 +181,7 @@ class SynthesisResults(Record):
             method=f.opt_str("method"), cost_match=f.mapping("cost_match"), hard_seeds=f.opt_int("hard_seeds"),
             seeds_with_trace=f.opt_int("seeds_with_trace"), seeds_qualified=f.opt_int("seeds_qualified"),
             yield_share=f.num("yield"), yield_by_path=f.tree("yield_by_path", 1, float) if f.has("yield_by_path") else None,
-            paths=paths, qualified_problems=f.opt_int("qualified_problems"), qualified_per_seed=tuple(per_seed),
+            paths=paths, qualified_problems=f.opt_int("qualified_problems"), qualified_per_seed=per_seed,
             seed_ids=f.strings("seed_ids") if f.has("seed_ids") else None,
             funnel=f.tree("funnel", 1, int), funnel_order=f.strings("funnel_order"), rejections=f.tree("rejections", 1, int),
             teacher_tokens=f.opt_int("teacher_tokens"), teacher_tokens_per_qualified=f.num("teacher_tokens_per_qualified"),

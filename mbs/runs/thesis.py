@@ -24,14 +24,6 @@ def _pair(f: Fields, key: str) -> tuple[float, float] | None:
     return value[0], value[1]
 
 
-def _ints(f: Fields, key: str) -> tuple[int, ...]:
-    """A list of integers at ``key`` (missing or ``null``: empty)."""
-    value = f.get(key, list, [])
-    if not all(isinstance(x, int) and not isinstance(x, bool) for x in value):
-        raise f.error(key, f"expected a list of integers, got {value!r}")
-    return tuple(value)
-
-
 @dataclass(frozen=True)
 class Accuracy:
     """Held-out avg@k of one arm at one step or budget, over its seeds.
@@ -57,7 +49,7 @@ class Accuracy:
         Raises:
             SummaryError: ``mean`` missing, or a field of the wrong type (names the file and field).
         """
-        return cls(f.get("mean", float), _pair(f, "ci"), _pair(f, "seed_band"), _ints(f, "seeds"), f.num("rollouts_drawn"))
+        return cls(f.get("mean", float), _pair(f, "ci"), _pair(f, "seed_band"), f.ints("seeds"), f.num("rollouts_drawn"))
 
 
 @dataclass(frozen=True)
@@ -142,7 +134,7 @@ class Contrast:
         if ci is None or t_ci is None:
             raise f.error("ci" if ci is None else "t_ci_seeds", "missing")
         return cls(f.get("difference", float), ci, t_ci, f.get("sign_flip_p", float), f.get("a_better_seeds", int),
-                   f.get("b_better_seeds", int), _ints(f, "seeds"), f.get("problems", int), f.num("p_holm"),
+                   f.get("b_better_seeds", int), f.ints("seeds"), f.get("problems", int), f.num("p_holm"),
                    f.opt_int("seeds_needed_80"), f.opt_str("contrast"))
 
 
@@ -197,7 +189,7 @@ class ThesisResults(Record):
         primary = tests.block("primary")
         return cls(
             f.get("budget", int), f.get("eval_k", int), f.opt_int("n"), f.opt_int("prompts_per_step"),
-            _ints(f, "extra_budgets"), accuracies("curves"), accuracies("final"),
+            f.ints("extra_budgets"), accuracies("curves"), accuracies("final"),
             {arm: ZeroStd.from_fields(z) for arm, z in f.blocks("zero_std").items()},
             {arm: dict(m.data) for arm, m in f.blocks("migration").items()},
             Contrast.from_fields(primary) if primary.data else None,
