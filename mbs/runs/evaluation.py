@@ -41,10 +41,7 @@ class EvalCell:
         Raises:
             SummaryError: A field of the wrong type (names the file and the dotted field).
         """
-        ci = f.get("avg_ci", list, None)
-        if ci is not None and not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in ci):
-            raise f.error("avg_ci", f"expected a list of numbers, got {ci!r}")
-        return cls(f.num("avg"), None if ci is None else tuple(ci), f.tree("pass_at", 1, float), f.opt_int("problems"),
+        return cls(f.num("avg"), f.numbers("avg_ci"), f.tree("pass_at", 1, float), f.opt_int("problems"),
                    f.opt_int("samples"), f.opt_int("truncated"), f.opt_str("interval"))
 
 

@@ -199,6 +199,22 @@ class Fields:
             raise self.error(key, f"expected a list of integers, got {_short(items)}")
         return tuple(items)
 
+    def numbers(self, key: str, size: int | None = None) -> tuple[Any, ...] | None:
+        """A list of numbers at ``key``, as written (``None``: missing or ``null``); ``size``: the
+        length it must have (2 for an interval ``[lo, hi]``).
+
+        Raises:
+            SummaryError: Not a list, of another length, or an item is not a number.
+        """
+        items = self.get(key, list, None)
+        if items is None:
+            return None
+        if (size is not None and len(items) != size) or not all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) for x in items):
+            what = "a list of numbers" if size is None else f"a list of {size} numbers"
+            raise self.error(key, f"expected {what}, got {_short(items)}")
+        return tuple(items)
+
     def strings(self, key: str) -> tuple[str, ...]:
         """A list of strings at ``key`` (missing or ``null``: empty).
 

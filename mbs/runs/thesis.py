@@ -16,12 +16,8 @@ from mbs.runs.summary import Fields, Record
 
 def _pair(f: Fields, key: str) -> tuple[float, float] | None:
     """An interval ``[lo, hi]`` at ``key`` (``None``: missing or ``null``)."""
-    value = f.get(key, list, None)
-    if value is None:
-        return None
-    if len(value) != 2 or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value):
-        raise f.error(key, f"expected an interval [lo, hi], got {value!r}")
-    return value[0], value[1]
+    value = f.numbers(key, 2)
+    return None if value is None else (value[0], value[1])
 
 
 @dataclass(frozen=True)
