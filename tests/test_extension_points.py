@@ -95,12 +95,12 @@ def plugins(tmp_path, monkeypatch):
     (templates / "word_boxed_v1.txt").write_text("{problem}\nAnswer with one word in \\boxed{}.")
     monkeypatch.setattr(prompts, "TEMPLATE_DIR", templates)
     prompts.load_template.cache_clear()
-    prompts._placeholders.cache_clear()
+    prompts.turns.cache_clear()
     for name in ("toy_word_type", "toy_echo_method"):
         importlib.import_module(name)
     yield
     prompts.load_template.cache_clear()
-    prompts._placeholders.cache_clear()
+    prompts.turns.cache_clear()
     for name in ("toy_word_type", "toy_echo_method"):
         importlib.sys.modules.pop(name, None)
 

@@ -305,7 +305,8 @@ def test_screen_chooses_the_first_candidate_with_every_band_under_the_strict_gra
     with pytest.raises(ValueError, match="not a candidate"):
         screen_tasks(rollouts, ["chain_sum"], n=2)
     assert with_task({"tasks": ["chain_sum"], "levels": {"chain_sum": {"a": {}}}}, "spell_backward", {"len3": {"min_word_len": 3}}) == {
-        "tasks": ["chain_sum", "spell_backward"], "levels": {"chain_sum": {"a": {}}, "spell_backward": {"len3": {"min_word_len": 3}}}}
+        "tasks": ["chain_sum", "spell_backward"], "levels": {"chain_sum": {"a": {}}, "spell_backward": {"len3": {"min_word_len": 3}}},
+        "strict_tasks": ["spell_backward"]}
 
 
 def test_seeds_needed_grows_with_the_spread_and_never_undercuts_the_sign_flip_floor():

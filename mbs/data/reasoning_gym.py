@@ -20,7 +20,9 @@ Each :class:`~mbs.records.Problem` keeps:
   with the generator's own ``score_answer``), ``data_source`` = ``mbs/reasoning_gym/<task>``;
 * ``ground_truth`` = the JSON text of what ``score_answer`` needs:
   ``{"task": ..., "answer": ..., "metadata": {...}}`` (:func:`gold_json`), so calibration, MBS
-  trace checks and verl's ``compute_score`` grade from the ground truth alone;
+  trace checks and verl's ``compute_score`` grade from the ground truth alone; a task named in
+  ``data.strict_tasks`` adds ``"answer_format": "answer tag"``: its answers count only in the
+  answer tag, never by the boxed or last-number fallback (and its ids hash that, too);
 * ``metadata``: ``difficulty`` (``<task>/<level>``, the key summaries and figures group by),
   ``difficulty_rank`` (the level's position on the task's axis), ``task``, ``level``,
   ``params`` (the generator parameters), ``answer`` (the plain oracle answer) and
@@ -41,6 +43,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from mbs.data.base import DataError, LoadReport, register_loader
 from mbs.records import Problem
+from mbs.verify.reasoning_gym import ANSWER_TAG
 from mbs.verify.sources import data_source
 
 ANSWER_TYPE = "reasoning_gym"
@@ -58,6 +61,8 @@ class Level:
         rank: Position of the level on the task's axis (0 = first listed).
         params: Generator config fields (``data.params.<task>`` updated by the level's own).
         count: Problems drawn at this level.
+        strict: Answers count only in the answer tag (``data.strict_tasks``): the ground truth
+            carries ``answer_format: "answer tag"`` and the level's ids differ from the lenient ones.
     """
 
     task: str
@@ -65,6 +70,7 @@ class Level:
     rank: int
     params: dict[str, Any]
     count: int
+    strict: bool = False
 
     @property
     def label(self) -> str:
@@ -151,6 +157,9 @@ def levels_of(data_cfg: Any) -> list[Level]:
         for t in mapping:
             if t not in registry:
                 raise DataError(f"{key}.{t}: {t!r} is not a Reasoning Gym generator; valid: {sorted(registry)}")
+    strict = _plain(data_cfg.get("strict_tasks")) or []
+    if not isinstance(strict, list) or any(t not in registry for t in strict):
+        raise DataError(f"data.strict_tasks={strict!r}: expected a list of Reasoning Gym generators; valid: {sorted(registry)}")
     out: list[Level] = []
     for task in tasks:
         base = _params_of(task, params.get(task), f"data.params.{task}")
@@ -167,7 +176,7 @@ def levels_of(data_cfg: Any) -> list[Level]:
             count = size // len(names) + (1 if rank < size % len(names) else 0)
             if count:
                 _check_level(task, merged, key)
-                out.append(Level(task, name, rank, merged, count))
+                out.append(Level(task, name, rank, merged, count, strict=task in strict))
     return out
 
 
@@ -182,17 +191,25 @@ def _check_level(task: str, params: dict[str, Any], key: str) -> None:
 
 
 def _level_hash(level: Level, seed: int) -> str:
-    text = json.dumps({"task": level.task, "params": level.params, "seed": seed}, sort_keys=True, default=str)
+    # a strict level hashes its answer format too (its rollouts are graded differently); a lenient
+    # level keeps the ids it always had
+    key = {"task": level.task, "params": level.params, "seed": seed, **({"answer_format": ANSWER_TAG} if level.strict else {})}
+    text = json.dumps(key, sort_keys=True, default=str)
     return hashlib.blake2b(text.encode("utf-8"), digest_size=3).hexdigest()
 
 
-def gold_json(task: str, answer: str, metadata: dict[str, Any]) -> str:
+def gold_json(task: str, answer: str, metadata: dict[str, Any], strict: bool = False) -> str:
     """The ground truth of a Reasoning Gym problem: what the generator's ``score_answer`` reads.
+
+    Args:
+        strict: The answer counts only in the answer tag (adds ``"answer_format": "answer tag"``,
+            which :func:`mbs.verify.reasoning_gym.grade_reasoning_gym` enforces).
 
     Returns:
         Compact JSON text ``{"answer": ..., "metadata": ..., "task": ...}`` (keys sorted).
     """
-    return json.dumps({"task": task, "answer": answer, "metadata": metadata}, sort_keys=True, ensure_ascii=False, default=str)
+    gold = {"task": task, "answer": answer, "metadata": metadata, **({"answer_format": ANSWER_TAG} if strict else {})}
+    return json.dumps(gold, sort_keys=True, ensure_ascii=False, default=str)
 
 
 def generate(data_cfg: Any) -> list[Problem]:
@@ -223,7 +240,7 @@ def generate(data_cfg: Any) -> list[Problem]:
                     id=f"reasoning_gym/{level.task}/{level.name}-{h}/{i}",
                     data_source=data_source(ANSWER_TYPE, level.task),
                     prompt=str(entry["question"]),
-                    ground_truth=gold_json(level.task, answer, meta),
+                    ground_truth=gold_json(level.task, answer, meta, strict=level.strict),
                     answer_type=ANSWER_TYPE,
                     metadata={
                         "difficulty": level.label,

@@ -51,6 +51,7 @@ from mbs.errors import UserError
 from mbs.export.verl_schema import write_parquet
 from mbs.io import read_records, read_summary, write_json_atomic
 from mbs.llm import close_all
+from mbs.prompts import turns
 from mbs.records import Calibration, Problem, Rollout
 from mbs.report import render
 from mbs.runs.calibration import CalibrationSummary
@@ -186,6 +187,30 @@ def _write_sets(export_dir: Path, root: Path, sets: dict[int, dict[str, list[str
 _DATA_KEY = re.compile(r"(?<![\w./])data\.")
 
 
+def use_templates(cfg: DictConfig) -> None:
+    """Set ``thesis.templates`` over ``answer_templates`` in ``cfg``: the one prompt of every step of
+    the thesis (screening, calibration, export, training, evaluation interpolate
+    ``answer_templates``), recorded in the run's config and sampling check like any override.
+
+    Raises:
+        ConfigError: ``thesis.templates`` is not a mapping answer type -> template name, or names
+            a template that does not exist or is malformed.
+    """
+    over = cfg.thesis.get("templates")
+    if over is None:
+        return
+    if not isinstance(over, DictConfig) or not all(isinstance(v, str) for v in over.values()):
+        raise ConfigError(f"thesis.templates={over!r}: expected a mapping answer type -> prompt template name")
+    for answer_type, name in over.items():
+        try:
+            turns(name)
+        except (FileNotFoundError, ValueError) as err:
+            raise ConfigError(f"thesis.templates.{answer_type}: {err}") from None
+    with open_dict(cfg):
+        for answer_type, name in over.items():
+            cfg.answer_templates[answer_type] = name
+
+
 def check_config(cfg: DictConfig) -> list[Problem]:
     """Check the whole thesis config before anything is written, every problem at once and in the
     names the user sets (``thesis.n=0``, not the ``calibrate.n`` it becomes): the ranges of
@@ -259,6 +284,7 @@ def run(cfg: DictConfig) -> Path:
         mbs.training.launch.TrainError: A training run failed.
         mbs.errors.MissingExtraError: The ``trl`` extra is not installed.
     """
+    use_templates(cfg)
     corpus_problems = check_config(cfg)
     logging.getLogger("mbs").setLevel(cfg.log_level)
     t = cfg.thesis
@@ -342,7 +368,9 @@ def run(cfg: DictConfig) -> Path:
         release()
         evals, recals = list(ev.writer.done.values()), list(rc.writer.done.values())
     out.timings["train_and_evaluate"] = time.perf_counter() - t1
-    levels = {i: str((problems[i].metadata or {}).get("level")) for i in heldout}
+    # a level is named by its task too when the corpus has two (chain_sum and products both have d1t2)
+    key = "difficulty" if len({(problems[i].metadata or {}).get("task") for i in heldout}) > 1 else "level"
+    levels = {i: str((problems[i].metadata or {}).get(key)) for i in heldout}
     summary = summarize(cfg.thesis, root, corpus, heldout, sets, steps, seeds, budgets, evals, recals, policy, trained, levels)
     # pool problems that are a held-out problem with its operands commuted, left out of every set
     summary["heldout"]["commuted_dropped_from_pool"] = len(corpus) - len(heldout) - len(pool)

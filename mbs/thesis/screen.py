@@ -25,11 +25,12 @@ from typing import Any
 
 from mbs.calibration import band_of
 from mbs.records import BANDS, Rollout
+from mbs.verify.reasoning_gym import ANSWER_TAG
 
 __all__ = ["STRICT_ROUTE", "extraction_route", "screen_tasks", "strict_reward", "task_of"]
 
 #: The extraction route a strict grade accepts (the Reasoning Gym template asks for an answer tag).
-STRICT_ROUTE = "answer tag"
+STRICT_ROUTE = ANSWER_TAG
 
 
 def extraction_route(reason: str | None) -> str:
@@ -110,8 +111,11 @@ def screen_tasks(rollouts: Iterable[Rollout], candidates: Sequence[str], n: int)
 
 
 def with_task(data: Mapping[str, Any], task: str, levels: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The corpus node ``data`` (a ``data/reasoning_gym`` node) with ``task`` and its levels added."""
+    """The corpus node ``data`` (a ``data/reasoning_gym`` node) with ``task`` and its levels added,
+    as a strict task (``strict_tasks``: training and evaluation reward only the answer tag, the
+    format the screening graded)."""
     out = dict(data)
     out["tasks"] = [*list(data.get("tasks") or []), task]
+    out["strict_tasks"] = [*list(data.get("strict_tasks") or []), task]
     out["levels"] = {**dict(data.get("levels") or {}), **({task: dict(levels)} if levels else {})}
     return out

@@ -14,6 +14,10 @@ The answer is extracted in this order (the text before the last ``</think>`` is 
    keep a format, and ``chain_sum``-style answers are one number; the usual GSM8K-style
    fallback).
 
+A ground truth with ``"answer_format": "answer tag"`` (a task in ``data.strict_tasks``) counts
+only route 1: an answer found by the boxed or last-number fallback gets reward 0.0, its reason
+saying so (``last number: not in the answer tag``).
+
 Reasoning Gym scores can be partial (e.g. ``len(oracle) / len(answer)`` when the oracle is a
 substring of the answer); a rollout's reward is binary: 1.0 only when ``score_answer`` gives
 1.0. The reason keeps the raw score.
@@ -35,8 +39,11 @@ from typing import Any
 from mbs.verify.math import boxes
 from mbs.verify.registry import AnswerType, Grade, register_answer_type
 
-__all__ = ["answer_response", "extract_rg_answer", "grade_reasoning_gym", "parse_gold"]
+__all__ = ["ANSWER_TAG", "answer_response", "extract_rg_answer", "grade_reasoning_gym", "parse_gold"]
 
+#: The extraction route of an answer in the answer tag, and the ``answer_format`` of a ground truth
+#: that accepts no other route.
+ANSWER_TAG = "answer tag"
 _THINK_END = "</think>"
 _ANSWER_TAG = re.compile(r"<answer>\s?(.*?)\s?</answer>", re.DOTALL)
 # A number as Reasoning Gym writes them: sign, digits with optional thousands commas, decimals
@@ -96,7 +103,7 @@ def extract_rg_answer(response: str, oracle: str) -> tuple[str | None, str]:
     text = response.rsplit(_THINK_END, 1)[-1]
     tags = _ANSWER_TAG.findall(text)
     if tags:
-        return tags[-1].strip(), "answer tag"
+        return tags[-1].strip(), ANSWER_TAG
     found = boxes(text)
     if found and found[-1].content is not None:
         return found[-1].content, "boxed"
@@ -127,6 +134,8 @@ def grade_reasoning_gym(response: str, ground_truth: str) -> Grade:
     answer, how = extract_rg_answer(response, oracle)
     if answer is None:
         return Grade(0.0, None, how)
+    if gold.get("answer_format") == ANSWER_TAG and how != ANSWER_TAG:
+        return Grade(0.0, answer, f"{how}: not in the answer tag (the task's answer format)")
     entry = {"answer": oracle, "metadata": gold.get("metadata") or {}}
     raw = float(score_answer(answer, entry))
     return Grade(1.0 if raw >= 1.0 else 0.0, answer, f"{how}: score_answer {raw:.3g}")
