@@ -57,6 +57,20 @@ def test_ids_stable_across_runs_and_sizes_and_change_with_seed():
     assert changed[0].id != a[0].id and changed[0].metadata["level"] == "1digit"
 
 
+def test_strict_task_carries_its_answer_format_and_its_own_ids():
+    """data.strict_tasks: the ground truth says "answer tag" (so every reward reads it alike), and
+    the strict problems get new ids while a lenient task keeps the ids it always had."""
+    lenient, _ = load_problems(rg_cfg(size=3))
+    same, _ = load_problems(rg_cfg(size=3, strict_tasks=["products"]))  # a strict task not in data.tasks changes nothing
+    strict, _ = load_problems(rg_cfg(size=3, strict_tasks=["chain_sum"]))
+    assert [(p.id, p.ground_truth) for p in same] == [(p.id, p.ground_truth) for p in lenient]
+    assert "answer_format" not in json.loads(lenient[0].ground_truth)
+    for a, b in zip(lenient, strict):
+        assert a.id != b.id and a.id.rsplit("/", 1)[1] == b.id.rsplit("/", 1)[1] and a.prompt == b.prompt
+        gold = json.loads(b.ground_truth)
+        assert gold["answer_format"] == "answer tag" and gold["answer"] == json.loads(a.ground_truth)["answer"]
+
+
 def test_plain_task_list_default_level_and_params():
     cfg = rg_cfg(tasks=["basic_arithmetic"], size=2, params={"basic_arithmetic": {"max_terms": 2}})
     problems, _ = load_problems(cfg)
@@ -74,6 +88,7 @@ def test_plain_task_list_default_level_and_params():
         ({"levels": {"chain_sumz": {}}}, "data.levels.chain_sumz", "'chain_sum'"),
         ({"size": 0}, "data.size=0", "positive"),
         ({"params": {"chain_sum": {"seed": 3}}}, "data.params.chain_sum.seed", "data.seed"),
+        ({"strict_tasks": ["chain_sums"]}, "data.strict_tasks=['chain_sums']", "'chain_sum'"),
     ],
 )
 def test_bad_config_names_key_and_valid_values(over, key, listed):

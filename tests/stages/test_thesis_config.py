@@ -71,3 +71,17 @@ def test_a_bad_screening_candidate_is_named_before_anything_runs(make_cfg, tmp_p
     msg = _refused(make_cfg, tmp_path, "thesis.screen.candidates=[{task: no_such_task, levels: {}}]", "thesis.screen.size=0")
     assert "thesis.screen.candidates[0]='no_such_task' is not a Reasoning Gym generator" in msg, msg
     assert "thesis.screen.size=0: must be an integer >= 1" in msg, msg
+
+
+def test_thesis_templates_reach_every_step_and_a_bad_one_is_refused(make_cfg, tmp_path):
+    """thesis.templates (the demonstration prompt) replaces answer_templates for the calibration, the
+    export and the evaluation alike; an unknown template is refused before the run directory exists."""
+    from mbs.stages.thesis import use_templates
+
+    cfg = make_cfg("thesis", QUICK, out="run")
+    assert cfg.calibrate.templates.reasoning_gym == "reasoning_gym_v1"
+    use_templates(cfg)
+    for node in (cfg.answer_templates, cfg.calibrate.templates, cfg.export.templates):
+        assert node.reasoning_gym == "reasoning_gym_demo_v1" and node.math == "math_boxed_v1"
+    msg = _refused(make_cfg, tmp_path, "thesis.templates.reasoning_gym=reasoning_gym_v9")
+    assert msg.startswith("thesis.templates.reasoning_gym: prompt template 'reasoning_gym_v9' not found")

@@ -91,3 +91,22 @@ def test_gold_self_check_accepts_rg_entries():
     assert ungradable_golds(problems, None) == {}
     bad = problems[0].__class__(id="x", data_source="mbs/reasoning_gym/chain_sum", prompt="1 + 1 =", ground_truth="2", answer_type="reasoning_gym")
     assert "not gradable" in ungradable_golds([bad], None)["x"]
+
+
+@pytest.mark.parametrize(
+    "response, score, reason",
+    [
+        ("5 + 7 = <answer>12</answer>", 1.0, "answer tag: score_answer 1"),
+        ("5 + 7 = 12", 0.0, "last number: not in the answer tag (the task's answer format)"),
+        ("So the sum is \\boxed{12}.", 0.0, "boxed: not in the answer tag (the task's answer format)"),
+        ("<answer>13</answer>", 0.0, "answer tag: score_answer 0"),
+        ("I cannot say.", 0.0, "no answer found"),
+    ],
+)
+def test_strict_gold_rewards_only_the_answer_tag(response, score, reason):
+    """A strict task's ground truth (data.strict_tasks) is graded alike by calibration and verl's reward."""
+    strict = gold_json("chain_sum", "12", {"expression": "5 + 7"}, strict=True)
+    assert json.loads(strict)["answer_format"] == "answer tag"
+    g = grade(response, strict, "reasoning_gym")
+    assert (g.score, g.reason) == (score, reason)
+    assert compute_score("mbs/reasoning_gym/chain_sum", response, strict)["score"] == score
