@@ -22,6 +22,10 @@ def _lines(path):
     return path.read_text().splitlines() if path.is_file() else []
 
 
+def evals_of(out):
+    return [x for f in out.glob("eval_rollouts.*.jsonl") for x in _lines(f)]
+
+
 def test_quick_thesis_runs_measures_and_resumes(make_cfg):
     from mbs.stages.thesis import run
 
@@ -81,12 +85,25 @@ def test_quick_thesis_runs_measures_and_resumes(make_cfg):
         cv = s["construct_validity"][name]
         assert sum(cv["routes"].values()) == cv["rewarded"] <= cv["samples"] == 6 * 2
         assert cv["strict"]["mean"] <= s["final"][name]["48"]["mean"] + 1e-9
-        assert set(cv["by_level"]) <= {"d1t2", "d1t3", "len3"} and set(cv["by_task"]) <= {"chain_sum", "spell_backward"} and sum(v["problems"] for v in cv["by_band"].values()) == 6
-    # the second task's screening ran (spell_backward, 4 problems x N=4, strict grade) and its choice is recorded
-    sc = s["screen"]["candidates"]["spell_backward"]
-    assert sc["problems"] == 4 and sum(sc["bands"].values()) == 4 and s["screen"]["strict_route"] == "answer tag"
+        assert set(cv["by_level"]) <= {"chain_sum/d1t2", "chain_sum/d1t3", "products/d1t2"} and set(cv["by_task"]) == {"chain_sum", "products"}
+        assert sum(v["problems"] for v in cv["by_band"].values()) == sum(v["problems"] for v in cv["by_task"].values()) == 6
+    # the second task's screening ran (products, 12 problems x N=4, strict grade), chose it, and the
+    # corpus grew by it as a strict task: its ground truths say so and no rollout of it is rewarded
+    # by the last-number fallback, in the calibration, the training or the evaluations
+    sc = s["screen"]["candidates"]["products"]
+    assert sc["problems"] == 12 and sum(sc["bands"].values()) == 12 and s["screen"]["strict_route"] == "answer tag"
     assert sum(sc["bands"][b] for b in ("solved_all", "goldilocks")) <= sum(sc["bands_any_route"][b] for b in ("solved_all", "goldilocks"))
-    assert s["screen"]["chosen"] in (None, "spell_backward") and (s["screen"]["chosen"] is None) == (not sc["qualifies"])
+    assert sc["qualifies"] and s["screen"]["chosen"] == "products" and all(sc["bands"].values())
+    rows = pq.read_table(out / "export" / "train.parquet").to_pylist()
+    products = [r for r in rows if r["data_source"] == "mbs/reasoning_gym/products"]
+    assert 12 <= len(products) <= 24 and all(json.loads(r["reward_model"]["ground_truth"])["answer_format"] == "answer tag" for r in products)
+    assert all("answer_format" not in json.loads(r["reward_model"]["ground_truth"]) for r in rows if r not in products)
+    assert [m["role"] for m in products[0]["prompt"]] == ["user", "assistant", "user", "assistant", "user"]  # the demonstration
+    rewarded = [json.loads(x) for f in (out / "calibrate").glob("rollouts.*.jsonl") for x in _lines(f)]
+    rewarded += [json.loads(x) for x in evals_of(out)]
+    rewarded = [r for r in rewarded if "/products/" in r["problem_id"] and r.get("reward") == 1.0]
+    assert rewarded and all(r["reason"].startswith("answer tag") for r in rewarded)
+    assert set(s["contrasts"]["by_task"]) == {"chain_sum", "products"}
     assert (out / "screen" / "summary.json").is_file()
     assert "thesis" in (out / "report.html").read_text()
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and "final" in p.parts}
