@@ -201,13 +201,14 @@ def use_templates(cfg: DictConfig) -> None:
         return
     if not isinstance(over, DictConfig) or not all(isinstance(v, str) for v in over.values()):
         raise ConfigError(f"thesis.templates={over!r}: expected a mapping answer type -> prompt template name")
-    for answer_type, name in over.items():
+    chosen = {str(k): str(v) for k, v in over.items()}
+    for answer_type, name in chosen.items():
         try:
             turns(name)
         except (FileNotFoundError, ValueError) as err:
             raise ConfigError(f"thesis.templates.{answer_type}: {err}") from None
     with open_dict(cfg):
-        for answer_type, name in over.items():
+        for answer_type, name in chosen.items():
             cfg.answer_templates[answer_type] = name
 
 
