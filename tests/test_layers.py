@@ -211,6 +211,38 @@ def test_no_module_over_600_lines():
     assert long == {}
 
 
+def _unexplained_local_imports(source: str, rel: str) -> list[str]:
+    """``rel:line`` of every import inside a function without a comment saying why: on its own
+    line, or above the block of imports it belongs to (CONTRIBUTING: imports go at the top)."""
+    lines = source.splitlines()
+    found = []
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(fn):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            j = node.lineno - 1
+            while j >= 0 and "#" not in lines[j]:
+                text = lines[j].strip()
+                if j < node.lineno - 1 and not text.startswith(("import ", "from ")) and not text.endswith((",", "(", ")")):
+                    break  # left the block of imports without finding a reason
+                j -= 1
+            if j < 0 or "#" not in lines[j]:
+                found.append(f"{rel}:{node.lineno}")
+    return found
+
+
+def test_every_function_local_import_says_why():
+    found = [x for m, p in MODULES.items() for x in _unexplained_local_imports(p.read_text(encoding="utf-8"), str(p.relative_to(ROOT.parent)))]
+    assert found == []
+
+
+def test_the_local_import_check_names_an_unexplained_one():
+    src = "def f():\n    import torch\n\n\ndef g():\n    # lazy: optional extra\n    import torch\n    import trl\n\n\ndef h():\n    import os  # why\n"
+    assert _unexplained_local_imports(src, "m.py") == ["m.py:2"]
+
+
 #: Parameter names that hold a config (the whole one, or a saved run's).
 CONFIG_NAMES = frozenset({"cfg", "config", "conf"})
 

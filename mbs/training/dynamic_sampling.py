@@ -112,7 +112,7 @@ def extra_rows(dataset: Any, count: int, group_size: int, seed: int, step: int, 
 
 
 def _pad_to(t: Any, width: int, value: float, left: bool) -> Any:
-    import torch
+    import torch  # lazy: the trl extra (torch) is optional; this module is imported without it
 
     extra = width - t.shape[1]
     if extra <= 0:
@@ -137,7 +137,7 @@ def gather_groups(outputs: Sequence[dict[str, Any]], picks: Sequence[tuple[int, 
         ``tool_mask`` with 1), ``num_items_in_batch`` recounted from the picked completion masks,
         per-completion lists picked alike, anything else from the first round.
     """
-    import torch
+    import torch  # lazy: the trl extra (torch) is optional; this module is imported without it
 
     n_rows = len(outputs[0]["advantages"])
 

@@ -48,6 +48,7 @@ def check_data(
         TrainError: A file is missing, unreadable or empty, or holds fewer training rows than one
             batch (names the file, the counts and the override that fixes it).
     """
+    # lazy: pyarrow costs a second of import; only the local launch reads the parquet
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -94,7 +95,7 @@ def submit(s: SubmititSettings, job: Callable[[], Any], name: str) -> Any:
     Returns:
         The submitit job.
     """
-    import submitit
+    import submitit  # lazy: only a SLURM launch needs submitit
 
     executor = submitit.AutoExecutor(folder=str(s.folder), cluster=s.cluster)
     executor.update_parameters(

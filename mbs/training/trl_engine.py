@@ -183,7 +183,7 @@ def batch_sizes(prompts_per_step: int, group_size: int, gradient_accumulation_st
 
 
 def _metrics_callback(path: Path, t0: float) -> Any:
-    from transformers import TrainerCallback
+    from transformers import TrainerCallback  # lazy: the trl extra is optional
 
     class MetricsCallback(TrainerCallback):
         """Appends TRL's per-step logs to ``metrics.jsonl`` as they come."""
@@ -206,7 +206,7 @@ def grpo_args(t: TrlSettings, policy: TrainPolicy, out_dir: Path) -> dict[str, A
     Raises:
         ConfigError: The batch does not split (:func:`batch_sizes`).
     """
-    import torch
+    import torch  # lazy: the trl extra (torch) is optional
 
     cuda = torch.cuda.is_available()
     return {
@@ -325,6 +325,7 @@ def _environment(env: dict[str, Any]):
 
 def _train(train: TrainSettings, policy: TrainPolicy, out: Path, resume: Path | None) -> dict[str, Any]:
     """The body of :func:`train_trl` (the train settings, the output folder, the checkpoint resumed)."""
+    # lazy: the trl extra (datasets, trl) is optional, and its import takes seconds
     import datasets
     from trl import GRPOConfig
 

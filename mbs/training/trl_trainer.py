@@ -54,7 +54,7 @@ class NonFiniteError(TrainError):
 
 def _first_nonfinite(named: Any, grads: bool) -> tuple[str, float] | None:
     """The first parameter (or its gradient) holding a NaN or infinity, with one such value."""
-    import torch
+    import torch  # lazy: the trl extra (torch) is optional
 
     for name, p in named:
         t = p.grad if grads else p
@@ -73,7 +73,7 @@ def finite_guard(output_dir: str) -> Any:
     Raises (from inside ``trainer.train``):
         NonFiniteError: Names the step, the parameter and the value.
     """
-    from transformers import TrainerCallback
+    from transformers import TrainerCallback  # lazy: the trl extra is optional
 
     class FiniteGuard(TrainerCallback):
         def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
@@ -109,6 +109,7 @@ def trainer_class() -> type:
     Raises (from the constructor):
         TrainError: Dynamic sampling with more than one process.
     """
+    # lazy: the trl extra is optional, and its import takes seconds
     from trl import GRPOTrainer
     from trl.trainer.utils import RepeatSampler
 

@@ -309,7 +309,7 @@ class VerlJob:
         self.check_module()
         nodes, rank, head = 1, 0, None
         try:
-            import submitit
+            import submitit  # lazy: present only where a SLURM job runs
 
             job_env = submitit.JobEnvironment()
             nodes, rank, head = job_env.num_nodes, job_env.node, job_env.hostnames[0]
