@@ -253,6 +253,7 @@ RULES: tuple[tuple[str, Check], ...] = (
     ("thesis.extra_budgets", ListOf(BUDGET, nonempty=False)),
     ("thesis.recalibrate", BOOL),
     ("thesis.keep_checkpoints", BOOL),
+    ("thesis.keep_final", BOOL),
     ("thesis.batch_size", COUNT),
     ("thesis.dynamic_max_rounds", COUNT),
     ("thesis.screen.size", COUNT),

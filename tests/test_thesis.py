@@ -392,3 +392,28 @@ def test_the_sampler_loads_a_checkpoint_once_for_the_calls_that_use_it(tmp_path)
         assert _Counted.built == ["base", "arm", "arm"]
         release()
     assert len(ev.writer.done) == 4 * (2 * 2) and len(rc.writer.done) == 2 * 4  # 4 draws of 2 groups x k=2; 2 groups x N=4
+
+
+def test_tidy_removes_only_what_was_asked(tmp_path):
+    """thesis.keep_checkpoints / thesis.keep_final: a complete run keeps its records either way."""
+    from mbs.stages.thesis import tidy
+
+    def make(name):
+        run = tmp_path / name
+        for part in ("checkpoints/checkpoint-2/model.safetensors", "final/model.safetensors", "summary.json", "metrics.jsonl"):
+            (run / part).parent.mkdir(parents=True, exist_ok=True)
+            (run / part).write_text("x")
+        return run
+
+    def left(run):
+        return sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.is_file())
+
+    run = make("default")
+    tidy(run, keep_checkpoints=False, keep_final=True)
+    assert left(run) == ["final/model.safetensors", "metrics.jsonl", "summary.json"]
+    run = make("lean")
+    tidy(run, keep_checkpoints=False, keep_final=False)
+    assert left(run) == ["metrics.jsonl", "summary.json"]
+    run = make("all")
+    tidy(run, keep_checkpoints=True, keep_final=True)
+    assert len(left(run)) == 4

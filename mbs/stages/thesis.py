@@ -187,6 +187,16 @@ def _write_sets(export_dir: Path, root: Path, sets: dict[int, dict[str, list[str
 _DATA_KEY = re.compile(r"(?<![\w./])data\.")
 
 
+def tidy(run_dir: Path, keep_checkpoints: bool, keep_final: bool) -> None:
+    """Remove what a complete (arm, seed) run no longer needs once its evaluations are recorded:
+    TRL's ``checkpoints/`` (optimizer state) unless ``keep_checkpoints``, and the trained model
+    (``final/``) unless ``keep_final``. Its summary, metrics and completions stay."""
+    if not keep_checkpoints:
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+    if not keep_final:
+        shutil.rmtree(run_dir / "final", ignore_errors=True)
+
+
 def use_templates(cfg: DictConfig) -> None:
     """Set ``thesis.templates`` over ``answer_templates`` in ``cfg``: the one prompt of every step of
     the thesis (screening, calibration, export, training, evaluation interpolate
@@ -363,8 +373,7 @@ def run(cfg: DictConfig) -> Path:
                         ev(f"{tag}/final", be, eval_groups[b], k, seed)
                     if bool(t.recalibrate):
                         rc(f"{tag}/final", be, recal_groups[seed][ARM_SET[name]], N, seed)
-                if not bool(t.keep_checkpoints):
-                    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+                tidy(run_dir, keep_checkpoints=bool(t.keep_checkpoints), keep_final=bool(t.keep_final))
                 trained[tag] = str(run_dir.relative_to(root))
         release()
         evals, recals = list(ev.writer.done.values()), list(rc.writer.done.values())
