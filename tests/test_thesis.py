@@ -200,6 +200,16 @@ def test_zero_std_counts_turn_shares_into_group_counts():
     assert z["ci"][0] < 5 / 8 < z["ci"][1]
 
 
+def test_zero_std_counts_weigh_each_step_by_the_groups_it_drew():
+    """Dynamic sampling draws more groups than prompts per step: a step that drew 2 groups, one
+    zero-std, is 1 of 2 (rounding its share x 1 prompt gave 0 of 1, and a dynamic arm read low)."""
+    z = zero_std_counts([0.5, 1.0, 0.75], prompts_per_step=1, groups=[2, 1, 4])
+    assert (z["k"], z["n"], z["steps"]) == (5, 7, 3)
+    assert zero_std_counts([0.5], prompts_per_step=1)["k"] == 0  # the old count, for a step of one group
+    with pytest.raises(ValueError, match="2 step shares but 1 group counts"):
+        zero_std_counts([0.5, 1.0], prompts_per_step=1, groups=[2])
+
+
 def test_migration_counts_every_transition():
     m = migration({"a": "failed_all", "b": "goldilocks", "c": "goldilocks", "d": "solved_all"},
                   {"a": "goldilocks", "b": "goldilocks", "c": "solved_all", "e": "failed_all"})
@@ -343,6 +353,13 @@ def test_zero_std_forecast_pools_the_seeds_sets_with_repeats(tmp_path):
     block = _zero_std(tmp_path, "goldilocks", [0, 1], drawn, BetaPrior(1.0, 1.0), 4, 1)
     assert block["problems"] == 4 and block["observed"]["k"] == 3 and block["observed"]["n"] == 4
     assert block["observed_step1"]["n"] == 2 and 0 < block["forecast"]["expected_share"] < 1
+    # a dynamic-sampling run logs the groups it drew at each step: they are the unit counted
+    run = tmp_path / "runs" / "dynamic" / "seed0"
+    run.mkdir(parents=True)
+    run.joinpath("metrics.jsonl").write_text("".join(json.dumps({"step": i + 1, "frac_reward_zero_std": v, "groups_drawn": g}) + "\n"
+                                                     for i, (v, g) in enumerate([(0.5, 2), (0.0, 1), (2 / 3, 3)])))
+    block = _zero_std(tmp_path, "dynamic", [0], drawn[:2], BetaPrior(1.0, 1.0), 4, 1)
+    assert (block["observed"]["k"], block["observed"]["n"]) == (3, 6) and (block["observed_step1"]["k"], block["observed_step1"]["n"]) == (1, 2)
 
 
 class _Counted(FakeBackend):

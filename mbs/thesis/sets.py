@@ -158,7 +158,7 @@ def build_sets(pool: Sequence[Calibration], corpus: Sequence[Calibration], size:
     trapped_total = counts["failed_all"] + counts["solved_all"]
     if trapped_total == 0:
         raise ConfigError("the corpus has no failed_all or solved_all problem: no trapped set can be built")
-    n_failed = int(math.floor(size * counts["failed_all"] / trapped_total + 0.5))
+    n_failed = math.floor(size * counts["failed_all"] / trapped_total + 0.5)
     sets = {"goldilocks": draw([c for c in pool if c.usable], size, "usable (Goldilocks)")}
     sets["trapped"] = sorted(draw([c for c in pool if c.band == "failed_all"], n_failed, "failed_all")
                              + draw([c for c in pool if c.band == "solved_all"], size - n_failed, "solved_all"))

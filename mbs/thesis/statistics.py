@@ -230,20 +230,28 @@ def contrasts(finals: Mapping[str, Mapping[int, Mapping[str, float]]], primary: 
     return out
 
 
-def zero_std_counts(shares: Sequence[float], prompts_per_step: int) -> dict[str, Any]:
-    """The zero-std group share over logged steps: ``frac_reward_zero_std`` x prompts per step, summed.
+def zero_std_counts(shares: Sequence[float], prompts_per_step: int, groups: Sequence[int] | None = None) -> dict[str, Any]:
+    """The zero-std group share over logged steps: ``frac_reward_zero_std`` x groups drawn, summed.
 
     Args:
-        shares: ``frac_reward_zero_std`` of each step (TRL's share of groups with reward std 0).
-        prompts_per_step: Groups per step.
+        shares: ``frac_reward_zero_std`` of each step (TRL's share of the step's groups drawn with
+            reward std 0; with dynamic sampling, of every group drawn, before the filter).
+        prompts_per_step: Groups per step when ``groups`` is not given.
+        groups: Groups drawn at each step (dynamic sampling draws more than ``prompts_per_step``:
+            ``groups_drawn`` of ``metrics.jsonl``); ``None``: ``prompts_per_step`` each.
 
     Returns:
-        :func:`mbs.stats.share` of zero-std groups among all groups (``value``, ``k``, ``n``, Wilson
-        ``ci``; ``value`` ``None`` without a step), plus ``steps``.
+        :func:`mbs.stats.share` of zero-std groups among all groups drawn (``value``, ``k``, ``n``,
+        Wilson ``ci``; ``value`` ``None`` without a step), plus ``steps``.
+
+    Raises:
+        ValueError: ``groups`` and ``shares`` of different lengths.
     """
-    groups = int(prompts_per_step) * len(shares)
-    zero = int(round(sum(float(s) * int(prompts_per_step) for s in shares)))
-    out = share(zero, groups)
+    drawn = [int(prompts_per_step)] * len(shares) if groups is None else [int(g) for g in groups]
+    if len(drawn) != len(shares):
+        raise ValueError(f"{len(shares)} step shares but {len(drawn)} group counts")
+    zero = round(sum(float(s) * g for s, g in zip(shares, drawn)))
+    out = share(zero, sum(drawn))
     out["steps"] = len(shares)
     return out
 
