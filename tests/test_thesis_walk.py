@@ -14,8 +14,10 @@ from support.thesis_walk import counts, measure
 
 #: The own-code walk of this tree; lower a value when a change lowers it. 34 files and 20 climbs when
 #: the test was added; 37 and 21 since the report and the thesis figures read through typed readers
-#: (mbs/runs/summary.py, mbs/runs/pipeline.py, mbs/runs/thesis.py) instead of by key.
-CEILING = {"files": 37, "climbs": 21, "conf_paths": 1, "stages_reentered": 3}
+#: (mbs/runs/summary.py, mbs/runs/pipeline.py, mbs/runs/thesis.py) instead of by key; 39 and 23
+#: since the thesis checks its own prompt template (mbs/prompts, thesis.templates) and its screening
+#: reads the answer-tag route where the verifier defines it (mbs/verify/reasoning_gym.py).
+CEILING = {"files": 39, "climbs": 23, "conf_paths": 1, "stages_reentered": 3}
 
 
 def test_the_thesis_walk_only_shrinks():

@@ -57,7 +57,7 @@ Measured (files, climbs, conf-path computations, stages re-entered): at 580f471,
 before the third re-homing (``mbs/thesis.py`` and ``mbs/thesis_summary.py`` at the root), the
 own-code walk is 27, 10, 3, 3 and the full walk 43, 16, 3, 4; at a0e7ec7 (``mbs/thesis/``) 34, 20,
 1, 3 and 53, 27, 1, 4; with the figures' typed readers (ca80dc7) 36, 20, 1, 3 and 57, 30, 1, 4; with the thesis's
-own reader (mbs/runs/thesis.py) 37, 21, 1, 3 and 58, 31, 1, 4. Issue 44's "30 files with 27 climbs" was not recorded how it was counted;
+own reader (mbs/runs/thesis.py) 37, 21, 1, 3 and 58, 31, 1, 4; with the thesis's prompt check and the verifier's answer-tag route (the second task) 39, 23, 1, 3 and 59, 32, 1, 4. Issue 44's "30 files with 27 climbs" was not recorded how it was counted;
 neither walk reproduces it.
 
 Run: ``python tests/support/thesis_walk.py [ROOT] [--all]`` (``ROOT``: a tree, the repository by
