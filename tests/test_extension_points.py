@@ -96,11 +96,13 @@ def plugins(tmp_path, monkeypatch):
     monkeypatch.setattr(prompts, "TEMPLATE_DIR", templates)
     prompts.load_template.cache_clear()
     prompts.turns.cache_clear()
+    prompts._placeholders.cache_clear()
     for name in ("toy_word_type", "toy_echo_method"):
         importlib.import_module(name)
     yield
     prompts.load_template.cache_clear()
     prompts.turns.cache_clear()
+    prompts._placeholders.cache_clear()
     for name in ("toy_word_type", "toy_echo_method"):
         importlib.sys.modules.pop(name, None)
 

@@ -37,6 +37,7 @@ def _with_template(monkeypatch, tmp_path, name, text):
     monkeypatch.setattr(prompts, "TEMPLATE_DIR", folder)
     prompts.load_template.cache_clear()
     prompts.turns.cache_clear()
+    prompts._placeholders.cache_clear()
 
 
 @pytest.fixture
@@ -46,6 +47,7 @@ def fresh_templates():
     yield
     prompts.load_template.cache_clear()
     prompts.turns.cache_clear()
+    prompts._placeholders.cache_clear()
 
 
 def test_demonstration_template_gives_the_turns_in_order():

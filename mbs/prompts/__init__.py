@@ -36,12 +36,20 @@ def load_template(name: str) -> str:
     return path.read_text(encoding="utf-8")
 
 
-def _fill(name: str, text: str, fields: dict[str, str]) -> str:
-    missing = sorted(set(_PLACEHOLDER.findall(text)) - set(fields))
-    if missing:
-        raise KeyError(f"template {name!r} needs field(s) {missing}")
+def _fill(text: str, fields: dict[str, str]) -> str:
     # one pass: a "{k}" inside an inserted problem (\binom{n}{k}) is never substituted again
     return _PLACEHOLDER.sub(lambda m: fields[m.group(1)] if m.group(1) in fields else m.group(0), text)
+
+
+@lru_cache(maxsize=64)
+def _placeholders(name: str) -> frozenset[str]:
+    return frozenset(p for _, body in turns(name) for p in _PLACEHOLDER.findall(body))
+
+
+def _require(name: str, fields: dict[str, str]) -> None:
+    missing = sorted(_placeholders(name) - set(fields))
+    if missing:
+        raise KeyError(f"template {name!r} needs field(s) {missing}")
 
 
 @lru_cache(maxsize=64)
@@ -83,7 +91,8 @@ def render(name: str, **fields: str) -> str:
     parts = turns(name)
     if len(parts) > 1:
         raise ValueError(f"template {name!r} has {len(parts)} turns: render it with user_messages")
-    return _fill(name, parts[0][1], fields)
+    _require(name, fields)
+    return _fill(parts[0][1], fields)
 
 
 def user_messages(name: str, **fields: str) -> list[dict[str, str]]:
@@ -97,9 +106,5 @@ def user_messages(name: str, **fields: str) -> list[dict[str, str]]:
         KeyError: A placeholder that ``fields`` lacks (in any turn).
         ValueError: A malformed multi-turn template (:func:`turns`).
     """
-    parts = turns(name)
-    text = "".join(body for _, body in parts)
-    missing = sorted(set(_PLACEHOLDER.findall(text)) - set(fields))
-    if missing:
-        raise KeyError(f"template {name!r} needs field(s) {missing}")
-    return [{"role": role, "content": _fill(name, body, fields)} for role, body in parts]
+    _require(name, fields)
+    return [{"role": role, "content": _fill(body, fields)} for role, body in turns(name)]

@@ -82,22 +82,22 @@ def _zero_std(root: Path, name: str, seeds: Sequence[int], cals: Sequence[Calibr
 
     ``prior`` is fitted on the whole corpus (every band: the sets are chosen from it by band), and
     its Laplace covariance goes into the intervals (issue 41: a fixed prior dropped it)."""
-    values, first, groups, groups1, per_seed = [], [], [], [], {}
+    # (step, zero-std share, groups drawn) of every logged step of every seed; groups drawn exceed
+    # prompts_per_step where dynamic sampling drew rounds
+    logged: list[tuple[int, float, int]] = []
+    per_seed: dict[str, dict[int, float]] = {}
     for s in seeds:
         rows = metrics_rows(root / "runs" / name / f"seed{s}" / "metrics.jsonl", "frac_reward_zero_std")
-        steps, shares = [int(r["step"]) for r in rows], [float(r["frac_reward_zero_std"]) for r in rows]
-        # groups drawn at each step: more than prompts_per_step where dynamic sampling drew rounds
-        drawn = [int(r.get("groups_drawn") or prompts_per_step) for r in rows]
-        per_seed[str(s)] = dict(zip(steps, shares))
-        values += shares
-        groups += drawn
-        first += [v for st, v in zip(steps, shares) if st == 1]
-        groups1 += [g for st, g in zip(steps, drawn) if st == 1]
+        steps = [(int(r["step"]), float(r["frac_reward_zero_std"]), int(r.get("groups_drawn") or prompts_per_step)) for r in rows]
+        per_seed[str(s)] = {st: v for st, v, _ in steps}
+        logged += steps
+    values = [v for _, v, _ in logged]
+    first = [v for st, v, _ in logged if st == 1]
     # the seeds' sets pooled: a problem two seeds drew counts twice, as it was trained twice
     # (counts_from_calibrations refuses repeats: one training set of one run has none)
     k, n, early = [c.successes for c in cals], [c.n for c in cals], [c.early_stopped for c in cals]
-    block: dict[str, Any] = {"observed": zero_std_counts(values, prompts_per_step, groups),
-                             "observed_step1": zero_std_counts(first, prompts_per_step, groups1),
+    block: dict[str, Any] = {"observed": zero_std_counts(values, prompts_per_step, [g for *_, g in logged]),
+                             "observed_step1": zero_std_counts(first, prompts_per_step, [g for st, _, g in logged if st == 1]),
                              "per_seed": per_seed, "problems": len(cals)}
     if values:
         fc = trap_forecast(k, n, group_size, prompts_per_step, early_stopped=early, prior=prior, level=level, steps=len(values))
