@@ -233,10 +233,40 @@ def test_results_table_lists_every_arm_and_contrast():
     md = t["final"]["md"]
     assert md.count("\n") == 2 + 5 and "| trapped | 0.500 [0.400, 0.600]" in md and "1.000 [0.900, 1.000]" in md
     assert "| dynamic |" in md
+    assert set(t) == {"final", "paired"}  # no curves, no construct validity: no such tables
     lines = t["paired"]["md"].splitlines()
     assert lines[2].startswith("| goldilocks - uncalibrated | primary | +0.100") and "| 0.25 | - |" in lines[2]
     assert lines[3].startswith("| goldilocks - trapped | secondary") and "| 0.25 | 0.75 |" in lines[3] and "3 x 8" in lines[3]
     assert t["final"]["tex"].startswith("\\begin{tabular}") and "goldilocks - trapped" in t["paired"]["tex"]
+
+
+def test_tables_of_a_run_report_seeds_length_curve_and_what_the_rewards_measured():
+    """Issue 43: the tables hold what a reviewer reads: per-seed values, completion length and
+    clipped share beside each final accuracy, the curve against steps and rollouts drawn, and the
+    extraction routes, strict grade and per task / level / band accuracies."""
+    def acc(mean, problems=None, **more):
+        return {"mean": mean, "ci": [mean - 0.1, mean + 0.1], "seed_band": [mean - 0.05, mean + 0.05], "seeds": [0, 1],
+                "problems": problems, **more}
+
+    final = {n: {"48": acc(0.25, 32, seed_means=[0.125, 0.375], completion_tokens_mean=20.5, truncated_share=0.25)}
+             for n in ("base", *ARMS)}
+    construct = {"base": {"samples": 64, "rewarded": 16, "routes": {"answer tag": 10, "last number": 6},
+                          "strict": acc(0.15625, 32), "by_level": {"chain_sum/d1t2": acc(0.5, 12), "products/d1t2": acc(0.1, 20)},
+                          "by_band": {"goldilocks": acc(0.4, 20)}, "by_task": {"chain_sum": acc(0.5, 12), "products": acc(0.1, 20)}},
+                 "dynamic": {"samples": 64, "rewarded": 8, "routes": {"answer tag": 8}, "strict": acc(0.125, 32),
+                             "by_level": {}, "by_band": {}, "by_task": {"chain_sum": acc(0.0, 12), "products": acc(0.2, 20)}}}
+    curves = {"dynamic": {"0": acc(0.25), "8": {**acc(0.3), "rollouts_drawn": 90.5}},
+              "goldilocks": {"0": acc(0.25), "8": {**acc(0.5), "rollouts_drawn": 32}}}
+    t = results_table({"budget": 48, "eval_k": 1, "final": final, "curves": curves, "construct_validity": construct})
+    assert "| base | 0.250 [0.150, 0.350] | [0.200, 0.300] | 0.125, 0.375 | 20.5 | 0.250 | - | - |" in t["final"]["md"]
+    curve = t["curve"]["md"].splitlines()
+    assert curve[0] == "| arm | step 0 | step 8 | rollouts drawn by step 8 (mean over seeds) |"
+    assert curve[2:] == ["| goldilocks | 25.0% | 50.0% | 32 |", "| dynamic | 25.0% | 30.0% | 90.5 |"]
+    rows = t["construct"]["md"].splitlines()
+    assert rows[0].startswith("| arm | samples | rewarded | by answer tag | by last number | strict avg@1 (answer tag only) | chain_sum | products |")
+    assert rows[2].startswith("| base | 64 | 16 | 10 | 6 | 15.6% | 50.0% (n=12) | 10.0% (n=20) | 50.0% (n=12) | 10.0% (n=20) | 40.0% (n=20) |")
+    assert rows[3] == "| dynamic | 64 | 8 | 8 | 0 | 12.5% | 0.0% (n=12) | 20.0% (n=20) | - | - | - |"
+    assert "held-out goldilocks" in rows[0] and "15.6\\%" in t["construct"]["tex"] and "chain\\_sum/d1t2" in t["construct"]["tex"]
 
 
 def test_figures_from_a_summary_and_skips_named(tmp_path):
@@ -255,16 +285,20 @@ def test_figures_from_a_summary_and_skips_named(tmp_path):
                      for n in ARMS},
         "migration": {n: {"seeds": [0], "calibration_to_trained": grid, "calibration_to_base": grid} for n in ARMS},
         "contrasts": {},
+        "construct_validity": {n: {"samples": 8, "rewarded": 4, "by_task": {t: {**acc, "seed_means": [0.25, 0.75], "problems": 2}
+                                                                            for t in ("chain_sum", "products")}}
+                               for n in ("base", *ARMS)},
     }
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "summary.json").write_text(json.dumps(summary))
     out = thesis_figures(tmp_path / "run", tmp_path / "fig", formats=("png",))
     assert sorted(p.rsplit("/", 1)[1] for p in out["written"]) == [
-        "accuracy_vs_step.png", "band_migration.png", "band_migration_base.png", "zero_std_vs_forecast.png"]
-    assert set(out["tables"]) == {"final", "paired"} and not out["skipped"]
+        "accuracy_by_task.png", "accuracy_vs_step.png", "band_migration.png", "band_migration_base.png", "zero_std_vs_forecast.png"]
+    assert set(out["tables"]) == {"final", "paired", "curve", "construct"} and not out["skipped"]
+    assert "| goldilocks | 50.0% | 50.0% | 16 |" in out["tables"]["curve"]["md"]
     (tmp_path / "run" / "summary.json").write_text(json.dumps({"stage": "thesis", "budget": 48, "eval_k": 2, "final": {}}))
     empty = thesis_figures(tmp_path / "run", tmp_path / "fig2", formats=("png",))
-    assert not empty["written"] and set(empty["skipped"]) >= {"accuracy_vs_step", "zero_std_vs_forecast", "band_migration"}
+    assert not empty["written"] and set(empty["skipped"]) >= {"accuracy_vs_step", "accuracy_by_task", "zero_std_vs_forecast", "band_migration"}
 
 
 def test_construct_validity_counts_routes_strict_accuracy_levels_and_bands():

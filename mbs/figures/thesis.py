@@ -4,14 +4,19 @@ All are drawn from the run directory's ``summary.json`` (:mod:`mbs.thesis.summar
 
 * ``accuracy_vs_step``: held-out avg@k at L against the training step and against the rollouts
   drawn, one line per training set (mean over seeds) with its 95% t band across seeds;
+* ``accuracy_by_task``: per task of the held-out set, each arm's final avg@k at L (the base model
+  first): every seed's value, their mean and its 95% t band across seeds (the claim is per task);
 * ``zero_std_vs_forecast``: the observed zero-std group share of each set's steps (every seed)
   against the share the calibration forecast (:func:`mbs.training.forecast.trap_forecast`) with
   its 90% predictive interval for one step;
 * ``band_migration``: per set, the calibration band of each training problem before training
   against its band under the trained policy (counts summed over seeds); ``band_migration_base``
   the same for the untrained base model re-calibrated with the evaluation backend (the control);
-* tables ``thesis_final`` (final accuracies at every budget with intervals, zero-std shares) and
-  ``thesis_paired`` (paired differences between sets), Markdown and LaTeX.
+* tables ``thesis_final`` (final accuracies at every budget with intervals, per-seed values,
+  completion length and clipped share, zero-std shares), ``thesis_paired`` (paired differences
+  between sets), ``thesis_curve`` (avg@k per step, rollouts drawn) and ``thesis_construct``
+  (rewarded samples by extraction route, strict avg@k, avg@k per task, level and band), Markdown
+  and LaTeX.
 """
 
 from __future__ import annotations
@@ -76,6 +81,41 @@ def accuracy_vs_step(summary: ThesisResults | dict[str, Any], out_dir: Path, for
     return save(fig, out_dir, "accuracy_vs_step", formats)
 
 
+def accuracy_by_task(summary: ThesisResults | dict[str, Any], out_dir: Path, formats: Sequence[str], width: str) -> list[Path]:
+    """Final held-out avg@k (%) at L per task and arm: each seed's value, the mean and its 95% t band.
+
+    Raises:
+        ValueError: The summary has no per-task accuracy (``construct_validity``), or a cell without
+            its seed band.
+        mbs.runs.summary.SummaryError: A field of the wrong type.
+    """
+    res = ThesisResults.of(summary)
+    arms = [a for a in ("base", *ARMS) if a in res.construct and res.construct[a].by_task]
+    tasks = sorted({t for a in arms for t in res.construct[a].by_task})
+    if not tasks:
+        raise ValueError("summary has no per-task accuracy (construct_validity.<arm>.by_task)")
+    fig, axes = figure("double" if width == "single" else width, aspect=0.33, ncols=len(tasks))
+    for ax, task in zip(axes, tasks):
+        problems = 0
+        for i, arm in enumerate(arms):
+            cell = res.construct[arm].by_task.get(task)
+            if cell is None:
+                continue
+            problems = cell.problems or problems
+            color = SET_COLORS.get(arm, "#555555")
+            lo, hi = _band(cell)
+            ax.vlines(i, max(0.0, 100 * lo), min(100.0, 100 * hi), color=color, lw=2.5, alpha=0.5)
+            ax.plot(i, 100 * cell.mean, marker="D", ms=4, color=color)
+            n = len(cell.seed_means)
+            ax.plot([i + 0.25 + 0.02 * (j - n / 2) for j in range(n)], [100 * x for x in cell.seed_means], ls="none", marker="o",
+                    ms=2, color="black", alpha=0.5)
+        ax.set_xticks(range(len(arms)), arms, rotation=30, fontsize=6)
+        ax.set_title(f"{task} ({problems} held-out problems)\nmean (diamond), 95% t band across seeds, each seed (dots)")
+        ax.set_ylim(-3, 103)
+    axes[0].set_ylabel(f"held-out avg@{res.eval_k} at L={res.budget} (%)")
+    return save(fig, out_dir, "accuracy_by_task", formats)
+
+
 def zero_std_vs_forecast(summary: ThesisResults | dict[str, Any], out_dir: Path, formats: Sequence[str], width: str) -> list[Path]:
     """Observed zero-std share (%) per step of each set's runs against its forecast.
 
@@ -91,8 +131,8 @@ def zero_std_vs_forecast(summary: ThesisResults | dict[str, Any], out_dir: Path,
         z = zero.get(name) or ZeroStd()
         steps = sorted({int(st) for per in z.per_seed.values() for st in per})
         if z.has_forecast:
-            if z.per_step_interval is None or z.level is None:
-                raise ValueError(f"the zero-std forecast of {name} has no per_step_interval or level")
+            if z.per_step_interval is None or z.level is None or z.expected_share is None:
+                raise ValueError(f"the zero-std forecast of {name} has no per_step_interval, level or expected_share")
             lo, hi = z.per_step_interval
             x0, x1 = (min(steps), max(steps)) if steps else (0, 1)
             ax.fill_between([x0 - 0.3, x1 + 0.3], [100 * lo] * 2, [100 * hi] * 2, color=SET_COLORS[name], alpha=0.15, lw=0,
@@ -166,7 +206,7 @@ def thesis_figures(run_dir: str | Path, out_dir: str | Path, formats: Sequence[s
     """
     summary = ThesisResults.read(run_dir)
     out: dict[str, Any] = {"written": [], "skipped": {}, "tables": {}}
-    for fn in (accuracy_vs_step, zero_std_vs_forecast, band_migration, band_migration_base):
+    for fn in (accuracy_vs_step, accuracy_by_task, zero_std_vs_forecast, band_migration, band_migration_base):
         try:
             out["written"] += [str(p) for p in fn(summary, Path(out_dir), formats, width)]
         except (ValueError, KeyError) as err:

@@ -30,6 +30,10 @@ class Accuracy:
         seed_band: 95% t interval over the seeds' means (``None``: not recorded).
         seeds: The training seeds behind it.
         rollouts_drawn: Training rollouts drawn by that step, mean over seeds (``None``: not recorded).
+        problems: Held-out problems behind it (``None``: not recorded).
+        seed_means: Each seed's avg@k, in the order of ``seeds`` (empty: not recorded).
+        completion_tokens: Mean completion length in tokens (``None``: not recorded).
+        clipped: Share of completions cut at the budget (``None``: not recorded).
     """
 
     mean: float
@@ -37,6 +41,10 @@ class Accuracy:
     seed_band: tuple[float, float] | None = None
     seeds: tuple[int, ...] = ()
     rollouts_drawn: float | None = None
+    problems: int | None = None
+    seed_means: tuple[float, ...] = ()
+    completion_tokens: float | None = None
+    clipped: float | None = None
 
     @classmethod
     def from_fields(cls, f: Fields) -> Accuracy:
@@ -45,7 +53,45 @@ class Accuracy:
         Raises:
             SummaryError: ``mean`` missing, or a field of the wrong type (names the file and field).
         """
-        return cls(f.get("mean", float), _pair(f, "ci"), _pair(f, "seed_band"), f.ints("seeds"), f.num("rollouts_drawn"))
+        return cls(f.get("mean", float), _pair(f, "ci"), _pair(f, "seed_band"), f.ints("seeds"), f.num("rollouts_drawn"),
+                   f.opt_int("problems"), f.numbers("seed_means") or (), f.num("completion_tokens_mean"), f.num("truncated_share"))
+
+
+@dataclass(frozen=True)
+class Construct:
+    """What an arm's held-out rewards measured at the final step and L (issue 43's construct validity).
+
+    Attributes:
+        samples: Held-out samples graded (problems x k x seeds).
+        rewarded: Those rewarded.
+        routes: ``{extraction route: rewarded samples}`` (``answer tag``, ``boxed``, ``last number``).
+        strict: avg@k when only an answer in the answer tag counts (``None``: not recorded).
+        by_level: ``{Reasoning Gym level: avg@k on its held-out problems}``.
+        by_band: ``{calibrated band: avg@k on its held-out problems}``.
+        by_task: ``{task: avg@k on its held-out problems}``.
+    """
+
+    samples: int
+    rewarded: int
+    routes: dict[str, int] = field(default_factory=dict)
+    strict: Accuracy | None = None
+    by_level: dict[str, Accuracy] = field(default_factory=dict)
+    by_band: dict[str, Accuracy] = field(default_factory=dict)
+    by_task: dict[str, Accuracy] = field(default_factory=dict)
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> Construct:
+        """One arm of ``construct_validity``.
+
+        Raises:
+            SummaryError: ``samples`` or ``rewarded`` missing, or a field of the wrong type (names the file and field).
+        """
+        def cells(key: str) -> dict[str, Accuracy]:
+            return {name: Accuracy.from_fields(cell) for name, cell in f.blocks(key).items()}
+
+        strict = f.block("strict")
+        return cls(f.get("samples", int), f.get("rewarded", int), f.tree("routes", 1, int),
+                   Accuracy.from_fields(strict) if strict.data else None, cells("by_level"), cells("by_band"), cells("by_task"))
 
 
 @dataclass(frozen=True)
@@ -152,6 +198,7 @@ class ThesisResults(Record):
         primary: The primary contrast (``None``: not computed).
         secondary: ``{"A - B": contrast}``, Holm-corrected.
         by_task: ``{task: the primary contrast on that task's held-out problems}``.
+        construct: ``{arm: what its rewards measured}`` (``base``: the untrained model).
     """
 
     STAGE = "thesis"
@@ -168,6 +215,7 @@ class ThesisResults(Record):
     primary: Contrast | None = None
     secondary: dict[str, Contrast] = field(default_factory=dict)
     by_task: dict[str, Contrast] = field(default_factory=dict)
+    construct: dict[str, Construct] = field(default_factory=dict)
 
     @classmethod
     def from_fields(cls, f: Fields) -> ThesisResults:
@@ -191,4 +239,5 @@ class ThesisResults(Record):
             Contrast.from_fields(primary) if primary.data else None,
             {key: Contrast.from_fields(t) for key, t in tests.blocks("secondary").items()},
             {task: Contrast.from_fields(t) for task, t in tests.blocks("by_task").items()},
+            {arm: Construct.from_fields(c) for arm, c in f.blocks("construct_validity").items()},
         )

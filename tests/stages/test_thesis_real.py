@@ -72,10 +72,12 @@ def test_quick_thesis_runs_measures_and_resumes(make_cfg):
         m = s["migration"][name]["calibration_to_trained"]
         assert sum(v for row in m.values() for v in row.values()) == 2
         assert not (run_dir / "checkpoints").exists()  # thesis.keep_checkpoints=false
-    for p in ("zero_std_vs_forecast", "accuracy_vs_step", "band_migration", "band_migration_base"):
+    for p in ("zero_std_vs_forecast", "accuracy_vs_step", "accuracy_by_task", "band_migration", "band_migration_base"):
         assert (out / "figures" / "thesis" / f"{p}.png").stat().st_size > 1000
-    table = (out / "tables" / "thesis_final.md").read_text()
-    assert all(f"| {name} |" in table for name in ("base", *ARMS))
+    for t in ("final", "construct"):
+        table = (out / "tables" / f"thesis_{t}.md").read_text()
+        assert all(f"| {name} |" in table for name in ("base", *ARMS))
+    assert all(f"| {name} |" in (out / "tables" / "thesis_curve.md").read_text() for name in ARMS)
     primary = s["contrasts"]["primary"]
     assert primary["contrast"] == "goldilocks - uncalibrated" and primary["seeds"] == [0] and primary["problems"] == 6
     typed = ThesisResults.read(out)  # the reader the figures and tables draw through reads the real summary
