@@ -7,7 +7,9 @@ kept and why it rejected the rest (and, with the embedded model as teacher and n
 why and which config runs it with a real teacher), what Golden Goose's difficulty filter kept
 against the 1/k chance level, what the export wrote, what trained on what (the zero-std share the
 steps logged against the calibration's forecast), and the trained checkpoint against its start
-on held-out problems, with intervals. Each finding links to the figure (or table) that shows it;
+on held-out problems, with intervals; for a thesis run, the pre-declared primary contrast at the
+seed level (interval, sign-flip p, "not significant" where it is not), per task, the secondary
+contrasts after Holm's correction, what the rewards measured and what each arm drew. Each finding links to the figure (or table) that shows it;
 the report puts an ``id`` on every figure (:func:`figure_id`).
 """
 
@@ -27,6 +29,7 @@ from mbs.runs.goose import GooseSummary
 from mbs.runs.pipeline import StepTimes
 from mbs.runs.summary import RunKind
 from mbs.runs.synthesis import SynthesisResults
+from mbs.runs.thesis import Contrast, ThesisResults
 from mbs.runs.training import TrainingOutcome
 
 
@@ -368,6 +371,76 @@ def evaluate_findings(step: str, s: Mapping[str, Any] | EvaluationSummary) -> li
     return out
 
 
+def _points(t: Contrast) -> str:
+    """``"+6.9 points [-5.6, +20.0]"``: a contrast's difference and its seeds x problems interval, in points."""
+    return f"{100 * t.difference:+.1f} points [{100 * t.ci[0]:+.1f}, {100 * t.ci[1]:+.1f}]"
+
+
+def thesis_findings(step: str, s: Mapping[str, Any] | ThesisResults, alpha: float = 0.05) -> list[Finding]:
+    """The thesis's result as a reviewer reads it (issue 43): the primary contrast declared before
+    the run (difference in points of held-out avg@k at L, its 95% interval over seeds x problems,
+    the sign-flip p over seeds, "not significant" where p >= ``alpha``, the seeds that favour each
+    arm and the seeds 80% power would need), the primary contrast per task (Holm across tasks),
+    the secondary contrasts after Holm's correction, the rewarded samples by extraction route and
+    the strict grade, and the training rollouts each arm drew.
+
+    Args:
+        step: The step's name (``thesis``).
+        s: Its summary (a loaded ``summary.json`` or :class:`~mbs.runs.thesis.ThesisResults`).
+        alpha: The level the p-values are read at.
+
+    Returns:
+        The findings; none where no contrast was computed.
+
+    Raises:
+        SummaryError: A field of the wrong type (names the field).
+    """
+    r = ThesisResults.of(s, f"{step}/summary.json")
+    p = r.primary
+    if p is None:
+        return []
+    at = f"held-out avg@{r.eval_k} at L = {r.budget}"
+    verdict = "significant" if p.sign_flip_p < alpha else "not significant"
+    a, b = (p.contrast or "A - B").split(" - ", 1)
+    text = (f"{p.a_better_seeds} seeds favour {a}, {p.b_better_seeds} {b}; t interval over the seeds' differences "
+            f"[{100 * p.t_ci_seeds[0]:+.1f}, {100 * p.t_ci_seeds[1]:+.1f}].")
+    if p.seeds_needed_80:
+        text += f" At the measured spread, about {p.seeds_needed_80} seeds would give it 80% power (a planning number, not evidence)."
+    out = [Finding(step, f"Thesis, primary contrast (declared before the run): {p.contrast} = {_points(p)} of {at}, over "
+                         f"{_n(len(p.seeds), 'seed')} x {_n(p.problems, 'problem')}, sign-flip p = {p.sign_flip_p:.3g}: {verdict} "
+                         f"at {alpha:g}", text, "accuracy_by_task" if r.by_task else "accuracy_vs_step")]
+    if r.by_task:
+        per = [f"{task}: {_points(t)} over {_n(t.problems, 'problem')}, p = {t.sign_flip_p:.3g}, Holm p = "
+               f"{t.p_holm:.3g}" if t.p_holm is not None else f"{task}: {_points(t)}" for task, t in r.by_task.items()]
+        out.append(Finding(step, f"Per task, the primary contrast: {'; '.join(per)}",
+                           "Each task's held-out problems alone, Holm-corrected across the tasks.", "accuracy_by_task"))
+    if r.secondary:
+        below = [f"{key} {_points(t)}, Holm p = {t.p_holm:.3g}" for key, t in r.secondary.items()
+                 if t.p_holm is not None and t.p_holm < alpha]
+        low_key, low = min(r.secondary.items(), key=lambda kv: kv[1].sign_flip_p)
+        title = (f"Secondary contrasts, Holm-corrected: {len(below)} of {len(r.secondary)} below {alpha:g}"
+                 + (f": {'; '.join(below)}" if below else ""))
+        out.append(Finding(step, title, f"The smallest uncorrected p: {low_key} {_points(low)}, p = {low.sign_flip_p:.3g}.",
+                           "accuracy_vs_step"))
+    if r.construct:
+        routes: dict[str, int] = {}
+        for c in r.construct.values():
+            for route, n in c.routes.items():
+                routes[route] = routes.get(route, 0) + n
+        rewarded = sum(c.rewarded for c in r.construct.values())
+        strict = ", ".join(f"{arm} {_pct(c.strict.mean)}" for arm, c in r.construct.items() if c.strict is not None)
+        out.append(Finding(step, f"What the rewards measured: of {_n(rewarded, 'rewarded held-out sample')} (every arm, final "
+                                 f"step), " + ", ".join(f"{n} by {route}" for route, n in sorted(routes.items(), key=lambda kv: -kv[1])),
+                           f"Under a strict re-grade (answer tag only), avg@{r.eval_k}: {strict}." if strict else ""))
+    drawn = {arm: max(cells.items(), key=lambda kv: int(kv[0]))[1].rollouts_drawn for arm, cells in r.curves.items() if cells}
+    if any(v is not None for v in drawn.values()):
+        out.append(Finding(step, "Training rollouts drawn by the last step (mean over seeds): "
+                           + ", ".join(f"{arm} {v:g}" for arm, v in drawn.items() if v is not None),
+                           "The cost of each arm's steps: dynamic sampling draws groups until a step holds only groups "
+                           "whose rewards vary.", "accuracy_vs_step"))
+    return out
+
+
 def findings(steps: Sequence[tuple[str, Mapping[str, Any]]], run_summary: Mapping[str, Any] | None = None) -> list[Finding]:
     """Every finding of a run, in step order.
 
@@ -376,17 +449,18 @@ def findings(steps: Sequence[tuple[str, Mapping[str, Any]]], run_summary: Mappin
         run_summary: The pipeline's own ``summary.json`` (its ``step_seconds``), if any.
 
     Returns:
-        The findings; a stage without a story (e.g. ``thesis``) contributes none.
+        The findings; a stage without a story contributes none.
 
     Raises:
         SummaryError: A summary field of the wrong type (names the step's summary and the field).
     """
     by_stage: dict[str, Callable[[str, Any], list[Finding]]] = {
         "calibrate": calibration_findings, "export": export_findings, "train": train_findings,
-        "evaluate": evaluate_findings}
+        "evaluate": evaluate_findings, "thesis": thesis_findings}
     out: list[Finding] = []
     for step, s in sorted(steps, key=lambda st: _story_order(*st)):
         kind = RunKind.of(s, f"{step}/summary.json")
+        fn: Callable[[str, Any], list[Finding]] | None
         if kind.stage == "synthesize":
             fn = goose_findings if kind.method == "goose" else synthesis_findings
         else:
@@ -415,7 +489,7 @@ def _story_order(step: str, s: Mapping[str, Any]) -> tuple[int, str]:
         rank = (0 if cal.by_difficulty else 1) if cal.budgets else 2  # budgets: the live policies' L
     else:
         rank = {("synthesize", "mbs"): 3, ("synthesize", "direct"): 4, ("synthesize", "goose"): 5}.get(
-            (kind.stage, kind.method), {"export": 6, "train": 7, "evaluate": 8}.get(kind.stage, 9))
+            (kind.stage, kind.method or ""), {"export": 6, "train": 7, "evaluate": 8}.get(kind.stage, 9))
     return rank, step
 
 

@@ -49,6 +49,7 @@ from mbs.calibration.sampling import Group, RolloutWriter
 from mbs.data import load_problems
 from mbs.errors import UserError
 from mbs.export.verl_schema import write_parquet
+from mbs.figures.story import thesis_findings
 from mbs.io import read_records, read_summary, write_json_atomic
 from mbs.llm import close_all
 from mbs.prompts import turns
@@ -390,5 +391,7 @@ def run(cfg: DictConfig) -> Path:
     out.write_manifest({"corpus": len(corpus), "heldout": len(heldout), "set_size": int(t.set_size), "seeds": len(seeds),
                         "trainings": len(trained), "eval_rollouts": len(evals), "recal_rollouts": len(recals),
                         "figures": len(report["figures"])}, report=report.get("report"))
+    for finding in thesis_findings(STAGE, summary):  # the pre-declared result first, as the report's summary opens
+        print(f"mbs-thesis: {finding.title}", flush=True)
     print(f"mbs-thesis: outputs in {root} (summary.json, figures/, tables/, report.html)", flush=True)
     return root

@@ -174,3 +174,45 @@ def test_no_qualified_problem_with_the_embedded_teacher_says_why_and_names_a_rea
     # a real teacher that qualified nothing, or the embedded one that qualified something: no such sentence
     assert "Why 0" not in synthesis_findings("synthesize_mbs", {**none, "teachers": ["gpt-5", "reference"]})[0].text
     assert "Why 0" not in synthesis_findings("synthesize_mbs", {**none, "qualified_problems": 1, "seeds_qualified": 1})[0].text
+
+
+def _contrast(diff, lo, hi, p, a, b, **more):
+    return {"difference": diff, "ci": [lo, hi], "t_ci_seeds": [lo - 0.01, hi + 0.01], "sign_flip_p": p, "a_better_seeds": a,
+            "b_better_seeds": b, "seeds": list(range(10)), "problems": 32, **more}
+
+
+def test_thesis_line_states_the_declared_contrast_at_the_seed_level_and_says_not_significant():
+    """Issue 43: a thesis run's summary opens with the pre-declared primary contrast (interval over
+    seeds x problems, sign-flip p, the verdict at 0.05), per task, the Holm-corrected secondary
+    contrasts, the extraction routes with the strict grade, and the rollouts each arm drew."""
+    acc = {"mean": 0.25, "seeds": list(range(10))}
+    thesis = {
+        "stage": "thesis", "budget": 48, "eval_k": 1,
+        "contrasts": {
+            "primary": _contrast(0.069, -0.056, 0.2, 0.285, 7, 2, contrast="goldilocks - uncalibrated", seeds_needed_80=58),
+            "secondary": {"goldilocks - trapped": _contrast(0.025, -0.07, 0.12, 0.53, 4, 4, p_holm=1.0),
+                          "uncalibrated - base": _contrast(-0.3, -0.4, -0.2, 0.002, 0, 10, p_holm=0.016)},
+            "by_task": {"chain_sum": _contrast(0.1, -0.1, 0.3, 0.3, 6, 3, contrast="goldilocks - uncalibrated", p_holm=0.6),
+                        "products": _contrast(0.05, -0.1, 0.2, 0.4, 5, 4, contrast="goldilocks - uncalibrated", p_holm=0.6)}},
+        "construct_validity": {"base": {"samples": 320, "rewarded": 79, "routes": {"last number": 60, "answer tag": 19},
+                                        "strict": {"mean": 0.05}},
+                               "goldilocks": {"samples": 320, "rewarded": 21, "routes": {"answer tag": 21}, "strict": {"mean": 0.065}}},
+        "curves": {"goldilocks": {"0": acc, "8": {**acc, "rollouts_drawn": 32}}, "dynamic": {"0": acc, "8": {**acc, "rollouts_drawn": 90.5}}},
+    }
+    got = findings([("thesis", thesis)])
+    assert got[0].title == ("Thesis, primary contrast (declared before the run): goldilocks - uncalibrated = +6.9 points "
+                            "[-5.6, +20.0] of held-out avg@1 at L = 48, over 10 seeds x 32 problems, sign-flip p = 0.285: "
+                            "not significant at 0.05")
+    assert got[0].text.startswith("7 seeds favour goldilocks, 2 uncalibrated;") and "about 58 seeds" in got[0].text
+    assert got[0].figure == "accuracy_by_task"
+    assert got[1].title == ("Per task, the primary contrast: chain_sum: +10.0 points [-10.0, +30.0] over 32 problems, p = 0.3, "
+                            "Holm p = 0.6; products: +5.0 points [-10.0, +20.0] over 32 problems, p = 0.4, Holm p = 0.6")
+    assert got[2].title == "Secondary contrasts, Holm-corrected: 1 of 2 below 0.05: uncalibrated - base -30.0 points [-40.0, -20.0], Holm p = 0.016"
+    assert got[3].title == "What the rewards measured: of 100 rewarded held-out samples (every arm, final step), 60 by last number, 40 by answer tag"
+    assert got[3].text == "Under a strict re-grade (answer tag only), avg@1: base 5%, goldilocks 6%."
+    assert got[4].title == "Training rollouts drawn by the last step (mean over seeds): goldilocks 32, dynamic 90.5"
+    primary = thesis["contrasts"]["primary"]
+    primary["sign_flip_p"] = 0.004
+    assert findings([("thesis", thesis)])[0].title.endswith("sign-flip p = 0.004: significant at 0.05")
+    thesis["contrasts"] = {}
+    assert findings([("thesis", thesis)]) == []  # no contrast computed (no seed finished): no thesis line
