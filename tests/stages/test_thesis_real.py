@@ -26,7 +26,7 @@ def evals_of(out):
     return [x for f in out.glob("eval_rollouts.*.jsonl") for x in _lines(f)]
 
 
-def test_quick_thesis_runs_measures_and_resumes(make_cfg):
+def test_quick_thesis_runs_measures_and_resumes(make_cfg, capsys):
     from mbs.stages.thesis import run
 
     close_all()
@@ -34,6 +34,12 @@ def test_quick_thesis_runs_measures_and_resumes(make_cfg):
     out = run(cfg)
     close_all()
     s = read_summary(out)
+    # the run ends by stating its pre-declared result (the report's summary opens with the same line)
+    printed = capsys.readouterr().out
+    p = s["contrasts"]["primary"]
+    assert (f"mbs-thesis: Thesis, primary contrast (declared before the run): goldilocks - uncalibrated = "
+            f"{100 * p['difference']:+.1f} points") in printed and f"sign-flip p = {p['sign_flip_p']:.3g}" in printed
+    assert "Thesis, primary contrast (declared before the run)" in (out / "report.html").read_text()
     held = set(json.loads((out / "sets" / "heldout.json").read_text())["ids"])
     assert len(held) == s["heldout"]["problems"] == 6 and s["heldout"]["commuted_dropped_from_pool"] >= 0
     ids = {}
