@@ -9,8 +9,9 @@ against the 1/k chance level, what the export wrote, what trained on what (the z
 steps logged against the calibration's forecast), and the trained checkpoint against its start
 on held-out problems, with intervals; for a thesis run, the pre-declared primary contrast at the
 seed level (interval, sign-flip p, "not significant" where it is not), per task, the secondary
-contrasts after Holm's correction, what the rewards measured and what each arm drew. Each finding links to the figure (or table) that shows it;
-the report puts an ``id`` on every figure (:func:`figure_id`).
+contrasts after Holm's correction, what the rewards measured and what each arm drew. Each
+finding links to the figure (or table) that shows it; the report puts an ``id`` on every figure
+(:func:`figure_id`).
 """
 
 from __future__ import annotations
