@@ -429,10 +429,12 @@ def thesis_findings(step: str, s: Mapping[str, Any] | ThesisResults, alpha: floa
             for route, n in c.routes.items():
                 routes[route] = routes.get(route, 0) + n
         rewarded = sum(c.rewarded for c in r.construct.values())
-        strict = ", ".join(f"{arm} {_pct(c.strict.mean)}" for arm, c in r.construct.items() if c.strict is not None)
+        strict = ", ".join(f"{arm} {_pct(c.strict.mean)}{_interval(c.strict.ci)} of {c.samples}" for arm, c in r.construct.items()
+                           if c.strict is not None)
         out.append(Finding(step, f"What the rewards measured: of {_n(rewarded, 'rewarded held-out sample')} (every arm, final "
                                  f"step), " + ", ".join(f"{n} by {route}" for route, n in sorted(routes.items(), key=lambda kv: -kv[1])),
-                           f"Under a strict re-grade (answer tag only), avg@{r.eval_k}: {strict}." if strict else ""))
+                           f"Under a strict re-grade (answer tag only), avg@{r.eval_k} [95% over seeds x problems] of the samples graded: "
+                           f"{strict}." if strict else ""))
     drawn = {arm: max(cells.items(), key=lambda kv: int(kv[0]))[1].rollouts_drawn for arm, cells in r.curves.items() if cells}
     if any(v is not None for v in drawn.values()):
         out.append(Finding(step, "Training rollouts drawn by the last step (mean over seeds): "

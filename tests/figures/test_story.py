@@ -195,7 +195,7 @@ def test_thesis_line_states_the_declared_contrast_at_the_seed_level_and_says_not
             "by_task": {"chain_sum": _contrast(0.1, -0.1, 0.3, 0.3, 6, 3, contrast="goldilocks - uncalibrated", p_holm=0.6),
                         "products": _contrast(0.05, -0.1, 0.2, 0.4, 5, 4, contrast="goldilocks - uncalibrated", p_holm=0.6)}},
         "construct_validity": {"base": {"samples": 320, "rewarded": 79, "routes": {"last number": 60, "answer tag": 19},
-                                        "strict": {"mean": 0.05}},
+                                        "strict": {"mean": 0.05, "ci": [0.02, 0.09]}},
                                "goldilocks": {"samples": 320, "rewarded": 21, "routes": {"answer tag": 21}, "strict": {"mean": 0.065}}},
         "curves": {"goldilocks": {"0": acc, "8": {**acc, "rollouts_drawn": 32}}, "dynamic": {"0": acc, "8": {**acc, "rollouts_drawn": 90.5}}},
     }
@@ -209,7 +209,8 @@ def test_thesis_line_states_the_declared_contrast_at_the_seed_level_and_says_not
                             "Holm p = 0.6; products: +5.0 points [-10.0, +20.0] over 32 problems, p = 0.4, Holm p = 0.6")
     assert got[2].title == "Secondary contrasts, Holm-corrected: 1 of 2 below 0.05: uncalibrated - base -30.0 points [-40.0, -20.0], Holm p = 0.016"
     assert got[3].title == "What the rewards measured: of 100 rewarded held-out samples (every arm, final step), 60 by last number, 40 by answer tag"
-    assert got[3].text == "Under a strict re-grade (answer tag only), avg@1: base 5%, goldilocks 6%."
+    assert got[3].text == ("Under a strict re-grade (answer tag only), avg@1 [95% over seeds x problems] of the samples graded: "
+                           "base 5% [2%, 9%] of 320, goldilocks 6% of 320.")
     assert got[4].title == "Training rollouts drawn by the last step (mean over seeds): goldilocks 32, dynamic 90.5"
     primary = thesis["contrasts"]["primary"]
     primary["sign_flip_p"] = 0.004
