@@ -394,6 +394,10 @@ def test_zero_std_forecast_pools_the_seeds_sets_with_repeats(tmp_path):
                                                      for i, (v, g) in enumerate([(0.5, 2), (0.0, 1), (2 / 3, 3)])))
     block = _zero_std(tmp_path, "dynamic", [0], drawn[:2], BetaPrior(1.0, 1.0), 4, 1)
     assert (block["observed"]["k"], block["observed"]["n"]) == (3, 6) and (block["observed_step1"]["k"], block["observed_step1"]["n"]) == (1, 2)
+    # ...and by the forecast too: the mean compared is 3/6 groups, not the steps' mean (0.5 + 0 + 2/3) / 3
+    fc = block["forecast"]
+    assert fc["difference"] == pytest.approx(0.5 - fc["expected_share"])
+    assert block["forecast_step1"]["expected_share"] == pytest.approx(fc["expected_share"])
 
 
 class _Counted(FakeBackend):

@@ -26,8 +26,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from matplotlib.patches import Rectangle
+
 from mbs.figures import BAND_COLORS, figure, save
-from mbs.runs.thesis import Accuracy, ThesisResults, ZeroStd
+from mbs.runs.thesis import Accuracy, ThesisResults
 from mbs.thesis.sets import ARMS
 from mbs.thesis.table import results_table
 
@@ -110,45 +112,64 @@ def accuracy_by_task(summary: ThesisResults | dict[str, Any], out_dir: Path, for
             ax.plot([i + 0.25 + 0.02 * (j - n / 2) for j in range(n)], [100 * x for x in cell.seed_means], ls="none", marker="o",
                     ms=2, color="black", alpha=0.5)
         ax.set_xticks(range(len(arms)), arms, rotation=30, fontsize=6)
-        ax.set_title(f"{task} ({problems} held-out problems)\nmean (diamond), 95% t band across seeds, each seed (dots)")
+        ax.set_title(f"{task} ({problems} held-out problems)")
         ax.set_ylim(-3, 103)
     axes[0].set_ylabel(f"held-out avg@{res.eval_k} at L={res.budget} (%)")
+    fig.set_layout_engine("constrained")
+    fig.suptitle("after the last step: mean (diamond), 95% t band across seeds, each seed (dots)", fontsize=7)
     return save(fig, out_dir, "accuracy_by_task", formats)
 
 
 def zero_std_vs_forecast(summary: ThesisResults | dict[str, Any], out_dir: Path, formats: Sequence[str], width: str) -> list[Path]:
-    """Observed zero-std share (%) per step of each set's runs against its forecast.
+    """Each arm's zero-std share (%) against the calibration's forecast, and per step.
+
+    Left: the share of every group the arm's runs drew (all steps, all seeds; Wilson 95%) beside
+    the forecast for that many groups (its expected share and predictive interval), the comparison
+    ``summary.json`` tests. Right: per training step, the mean over seeds of the step's share, with
+    each arm's forecast as a dashed line: where training moves a set out of its calibrated band.
 
     Raises:
         ValueError: No set logged a step, or a forecast without its interval.
         mbs.runs.summary.SummaryError: A field of the wrong type.
     """
     zero = ThesisResults.of(summary).zero_std
-    if not any(zero[s].observed_n for s in ARMS if s in zero):
+    arms = [a for a in ARMS if a in zero and zero[a].observed_n]
+    if not arms:
         raise ValueError("summary has no logged training step")
-    fig, axes = figure("double" if width == "single" else width, aspect=0.3, ncols=len(ARMS))
-    for ax, name in zip(axes, ARMS):
-        z = zero.get(name) or ZeroStd()
-        steps = sorted({int(st) for per in z.per_seed.values() for st in per})
+    fig, (left, right) = figure("double" if width == "single" else width, aspect=0.33, ncols=2)
+    level = None
+    for i, name in enumerate(arms):
+        z, color = zero[name], SET_COLORS[name]
         if z.has_forecast:
-            if z.per_step_interval is None or z.level is None or z.expected_share is None:
-                raise ValueError(f"the zero-std forecast of {name} has no per_step_interval, level or expected_share")
-            lo, hi = z.per_step_interval
-            x0, x1 = (min(steps), max(steps)) if steps else (0, 1)
-            ax.fill_between([x0 - 0.3, x1 + 0.3], [100 * lo] * 2, [100 * hi] * 2, color=SET_COLORS[name], alpha=0.15, lw=0,
-                            label=f"forecast, one step ({100 * z.level:.0f}%)")
-            ax.hlines(100 * z.expected_share, x0 - 0.3, x1 + 0.3, color=SET_COLORS[name], lw=1.2,
-                      label=f"forecast {100 * z.expected_share:.0f}%")
-        for i, (seed, per) in enumerate(sorted(z.per_seed.items())):
-            pts = sorted((int(a), 100 * float(b)) for a, b in per.items())
-            ax.plot([p[0] + 0.08 * (i - 1) for p in pts], [p[1] for p in pts], ls="none", marker="o", ms=2.5,
-                    color="black", alpha=0.6, label="observed (each seed)" if i == 0 else None)
-        share = z.observed_value
-        ax.set_title(f"{name}\nobserved {100 * share:.0f}%" if share is not None else name)  # two lines: four panels side by side
-        ax.set_ylim(-5, 105)
-        ax.set_xlabel("training step")
-        ax.legend(frameon=False, fontsize=5, loc="lower left")
-    axes[0].set_ylabel("zero-std groups (%)")
+            if z.interval is None or z.level is None or z.expected_share is None:
+                raise ValueError(f"the zero-std forecast of {name} has no interval, level or expected_share")
+            level = z.level
+            lo, hi = z.interval
+            left.add_patch(Rectangle((i - 0.3, 100 * lo), 0.6, 100 * (hi - lo), color=color, alpha=0.2, lw=0))
+            left.hlines(100 * z.expected_share, i - 0.3, i + 0.3, color=color, lw=1.5)
+            right.axhline(100 * z.expected_share, color=color, lw=0.8, ls="--")
+        if z.observed_value is not None:
+            lo, hi = z.observed_ci or (z.observed_value, z.observed_value)
+            left.errorbar(i, 100 * z.observed_value, yerr=[[100 * (z.observed_value - lo)], [100 * (hi - z.observed_value)]],
+                          fmt="o", ms=3.5, color="black", capsize=2, lw=1)
+            left.annotate(f"n={z.observed_n}", (i, 100 * hi), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=5)
+        per_step: dict[int, list[float]] = {}
+        for per in z.per_seed.values():
+            for st, v in per.items():
+                per_step.setdefault(int(st), []).append(100 * float(v))
+        steps = sorted(per_step)
+        right.plot(steps, [sum(per_step[st]) / len(per_step[st]) for st in steps], marker="o", ms=2.5, color=color,
+                   label=f"{name} ({len(z.per_seed)} seeds)")
+    left.set_xticks(range(len(arms)), arms, rotation=20, fontsize=6)
+    left.set_xlim(-0.6, len(arms) - 0.4)
+    left.set_ylim(0, 105)
+    left.set_ylabel("zero-std groups (%)")
+    shade = f"forecast {100 * level:.0f}% interval" if level is not None else "forecast"
+    left.set_title(f"all steps: observed (Wilson 95%),\n{shade} (shaded), expected (line)")
+    right.set_ylim(-5, 105)
+    right.set_xlabel("training step")
+    right.set_title("per step, mean over seeds;\nforecast (dashed)")
+    right.legend(frameon=False, fontsize=5)
     return save(fig, out_dir, "zero_std_vs_forecast", formats)
 
 
