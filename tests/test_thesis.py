@@ -255,13 +255,14 @@ def test_tables_of_a_run_report_seeds_length_curve_and_what_the_rewards_measured
                           "by_band": {"goldilocks": acc(0.4, 20)}, "by_task": {"chain_sum": acc(0.5, 12), "products": acc(0.1, 20)}},
                  "dynamic": {"samples": 64, "rewarded": 8, "routes": {"answer tag": 8}, "strict": acc(0.125, 32),
                              "by_level": {}, "by_band": {}, "by_task": {"chain_sum": acc(0.0, 12), "products": acc(0.2, 20)}}}
-    curves = {"dynamic": {"0": acc(0.25), "8": {**acc(0.3), "rollouts_drawn": 90.5}},
+    curves = {"dynamic": {"0": acc(0.25), "8": {**acc(0.3), "rollouts_drawn": 90.5, "rollouts_drawn_seeds": [77, 104]}},
               "goldilocks": {"0": acc(0.25), "8": {**acc(0.5), "rollouts_drawn": 32}}}
     t = results_table({"budget": 48, "eval_k": 1, "final": final, "curves": curves, "construct_validity": construct})
     assert "| base | 0.250 [0.150, 0.350] | [0.200, 0.300] | 0.125, 0.375 | 20.5 | 0.250 | - | - |" in t["final"]["md"]
     curve = t["curve"]["md"].splitlines()
-    assert curve[0] == "| arm | step 0 | step 8 | rollouts drawn by step 8 (mean over seeds) |"
-    assert curve[2:] == ["| goldilocks | 25.0% | 50.0% | 32 |", "| dynamic | 25.0% | 30.0% | 90.5 |"]
+    assert curve[0] == "| arm | step 0 | step 8 | rollouts drawn by step 8: mean [95% t over seeds], range |"
+    # 2 seeds: 90.5 +- t(0.975, 1) x 19.09 / sqrt(2) = 90.5 +- 171.5; the range as drawn
+    assert curve[2:] == ["| goldilocks | 25.0% | 50.0% | 32 |", "| dynamic | 25.0% | 30.0% | 90.5 [-81.0, 262.0], 77-104 (2 seeds) |"]
     rows = t["construct"]["md"].splitlines()
     assert rows[0].startswith("| arm | samples | rewarded | by answer tag | by last number | strict avg@1 (answer tag only) | chain_sum | products |")
     assert rows[2].startswith("| base | 64 | 16 | 10 | 6 | 15.6% | 50.0% (n=12) | 10.0% (n=20) | 50.0% (n=12) | 10.0% (n=20) | 40.0% (n=20) |")

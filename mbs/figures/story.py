@@ -32,6 +32,7 @@ from mbs.runs.summary import RunKind
 from mbs.runs.synthesis import SynthesisResults
 from mbs.runs.thesis import Contrast, ThesisResults
 from mbs.runs.training import TrainingOutcome
+from mbs.thesis.table import drawn_text
 
 
 @dataclass
@@ -435,10 +436,10 @@ def thesis_findings(step: str, s: Mapping[str, Any] | ThesisResults, alpha: floa
                                  f"step), " + ", ".join(f"{n} by {route}" for route, n in sorted(routes.items(), key=lambda kv: -kv[1])),
                            f"Under a strict re-grade (answer tag only), avg@{r.eval_k} [95% over seeds x problems] of the samples graded: "
                            f"{strict}." if strict else ""))
-    drawn = {arm: max(cells.items(), key=lambda kv: int(kv[0]))[1].rollouts_drawn for arm, cells in r.curves.items() if cells}
-    if any(v is not None for v in drawn.values()):
-        out.append(Finding(step, "Training rollouts drawn by the last step (mean over seeds): "
-                           + ", ".join(f"{arm} {v:g}" for arm, v in drawn.items() if v is not None),
+    drawn = {arm: max(cells.items(), key=lambda kv: int(kv[0]))[1] for arm, cells in r.curves.items() if cells}
+    if any(c.rollouts_drawn is not None for c in drawn.values()):
+        out.append(Finding(step, "Training rollouts drawn by the last step (mean [95% t over seeds], range): "
+                           + ", ".join(f"{arm} {drawn_text(c)}" for arm, c in drawn.items() if c.rollouts_drawn is not None),
                            "The cost of each arm's steps: dynamic sampling draws groups until a step holds only groups "
                            "whose rewards vary.", "accuracy_vs_step"))
     return out

@@ -34,6 +34,8 @@ class Accuracy:
         seed_means: Each seed's avg@k, in the order of ``seeds`` (empty: not recorded).
         completion_tokens: Mean completion length in tokens (``None``: not recorded).
         clipped: Share of completions cut at the budget (``None``: not recorded).
+        drawn_seeds: Each seed's training rollouts drawn by that step, in the order of ``seeds``
+            (empty: not recorded).
     """
 
     mean: float
@@ -45,6 +47,7 @@ class Accuracy:
     seed_means: tuple[float, ...] = ()
     completion_tokens: float | None = None
     clipped: float | None = None
+    drawn_seeds: tuple[float, ...] = ()
 
     @classmethod
     def from_fields(cls, f: Fields) -> Accuracy:
@@ -54,7 +57,8 @@ class Accuracy:
             SummaryError: ``mean`` missing, or a field of the wrong type (names the file and field).
         """
         return cls(f.get("mean", float), _pair(f, "ci"), _pair(f, "seed_band"), f.ints("seeds"), f.num("rollouts_drawn"),
-                   f.opt_int("problems"), f.numbers("seed_means") or (), f.num("completion_tokens_mean"), f.num("truncated_share"))
+                   f.opt_int("problems"), f.numbers("seed_means") or (), f.num("completion_tokens_mean"), f.num("truncated_share"),
+                   f.numbers("rollouts_drawn_seeds") or ())
 
 
 @dataclass(frozen=True)

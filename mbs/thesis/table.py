@@ -9,6 +9,7 @@ from typing import Any
 
 from mbs.runs.thesis import Accuracy, Contrast, ThesisResults
 from mbs.thesis.sets import ARMS
+from mbs.thesis.statistics import seed_band
 
 
 def _fmt(x: float | None, ci: Sequence[float] | None = None) -> str:
@@ -105,14 +106,27 @@ def curve_table(res: ThesisResults) -> dict[str, dict[str, str]]:
     if not arms:
         return {}
     steps = sorted({int(s) for a in arms for s in res.curves[a]})
-    head = ["arm"] + [f"step {s}" for s in steps] + [f"rollouts drawn by step {steps[-1]} (mean over seeds)"]
+    head = ["arm"] + [f"step {s}" for s in steps] + [f"rollouts drawn by step {steps[-1]}: mean [95% t over seeds], range"]
     rows = []
     for arm in arms:
         cells = res.curves[arm]
         last = cells.get(str(steps[-1]))
         rows.append([arm] + [f"{100 * cells[str(s)].mean:.1f}%" if str(s) in cells else "-" for s in steps]
-                    + [f"{last.rollouts_drawn:g}" if last and last.rollouts_drawn is not None else "-"])
+                    + [drawn_text(last) if last else "-"])
     return {"curve": _tables(head, rows)}
+
+
+def drawn_text(cell: Accuracy) -> str:
+    """``"111.6 [91.0, 132.2], 72-160 (10 seeds)"``: the training rollouts drawn by a step, mean over
+    seeds with its 95% t interval and range; the mean alone where every seed drew the same (``-``:
+    not recorded)."""
+    if cell.rollouts_drawn is None:
+        return "-"
+    drawn = cell.drawn_seeds
+    if len(drawn) < 2 or min(drawn) == max(drawn):
+        return f"{cell.rollouts_drawn:g}"
+    lo, hi = seed_band(drawn)
+    return f"{cell.rollouts_drawn:g} [{lo:.1f}, {hi:.1f}], {min(drawn):g}-{max(drawn):g} ({len(drawn)} seeds)"
 
 
 def construct_table(res: ThesisResults) -> dict[str, dict[str, str]]:

@@ -211,7 +211,7 @@ def test_thesis_line_states_the_declared_contrast_at_the_seed_level_and_says_not
     assert got[3].title == "What the rewards measured: of 100 rewarded held-out samples (every arm, final step), 60 by last number, 40 by answer tag"
     assert got[3].text == ("Under a strict re-grade (answer tag only), avg@1 [95% over seeds x problems] of the samples graded: "
                            "base 5% [2%, 9%] of 320, goldilocks 6% of 320.")
-    assert got[4].title == "Training rollouts drawn by the last step (mean over seeds): goldilocks 32, dynamic 90.5"
+    assert got[4].title == "Training rollouts drawn by the last step (mean [95% t over seeds], range): goldilocks 32, dynamic 90.5"
     primary = thesis["contrasts"]["primary"]
     primary["sign_flip_p"] = 0.004
     assert findings([("thesis", thesis)])[0].title.endswith("sign-flip p = 0.004: significant at 0.05")
