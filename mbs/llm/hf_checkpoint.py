@@ -30,12 +30,17 @@ import numpy as np
 
 from mbs.errors import require_extra
 
-__all__ = ["SOURCE_FILE", "checkpoint_sha256", "dequantized_gguf", "eog_token_ids", "file_sha256", "trainable_checkpoint"]
+__all__ = ["RUN_RECORDS", "SOURCE_FILE", "checkpoint_sha256", "dequantized_gguf", "eog_token_ids", "file_sha256", "trainable_checkpoint"]
 
 log = logging.getLogger(__name__)
 
 #: File inside a converted checkpoint naming its source GGUF and that file's SHA-256.
 SOURCE_FILE = "mbs_source.json"
+#: Files of a checkpoint folder that record the run, not the model: the source record above,
+#: the Trainer's arguments (output paths, a logging folder named by the start time) and state
+#: (log history, timings), and mbs's sentinel of a complete checkpoint
+#: (:data:`mbs.training.checkpoints.COMPLETE`). Two runs that train the same weights differ here.
+RUN_RECORDS = frozenset({SOURCE_FILE, "training_args.bin", "trainer_state.json", "mbs_complete.json"})
 
 
 def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
@@ -55,9 +60,10 @@ def checkpoint_sha256(folder: str | Path) -> str:
     """Hex SHA-256 over a Hugging Face checkpoint's content: the weights, config and tokenizer.
 
     Hashes, in sorted order, the relative path and bytes of every ``*.safetensors``, ``*.bin``,
-    ``*.json``, ``*.model``, ``*.txt`` and ``*.jinja`` file directly in ``folder`` (TRL and verl
-    checkpoints keep optimizer state in sub-folders or other suffixes, which do not decide
-    outputs). Two folders holding the same files have the same hash wherever they are.
+    ``*.json``, ``*.model``, ``*.txt`` and ``*.jinja`` file directly in ``folder`` except the
+    run's records (:data:`RUN_RECORDS`: they hold paths and times; TRL and verl checkpoints keep
+    optimizer state in sub-folders or other suffixes, which do not decide outputs either). Two
+    folders holding the same model have the same hash wherever and whenever it was trained.
 
     Raises:
         FileNotFoundError: ``folder`` is not a directory or holds no weights file.
@@ -66,7 +72,7 @@ def checkpoint_sha256(folder: str | Path) -> str:
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: not a checkpoint folder")
     suffixes = {".safetensors", ".bin", ".json", ".model", ".txt", ".jinja"}
-    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in suffixes and p.name != SOURCE_FILE)
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in suffixes and p.name not in RUN_RECORDS)
     if not any(p.suffix in (".safetensors", ".bin") for p in files):
         raise FileNotFoundError(f"{folder}: no *.safetensors or *.bin weights in this checkpoint folder")
     h = hashlib.sha256()

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from mbs.llm.hf_checkpoint import SOURCE_FILE, checkpoint_sha256, file_sha256, trainable_checkpoint
+from mbs.training.checkpoints import COMPLETE
 
 torch = pytest.importorskip("torch", reason="needs the trl extra (pip install -e '.[trl]')")
 pytest.importorskip("transformers", reason="needs the trl extra")
@@ -22,6 +23,14 @@ def test_file_sha256_and_checkpoint_hash(tmp_path):
     (tmp_path / "b" / "config.json").write_text("{}")
     assert file_sha256(tmp_path / "a" / "config.json") == "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
     assert checkpoint_sha256(tmp_path / "a") == checkpoint_sha256(tmp_path / "b")
+    # the run's records (paths, times) differ between two runs that trained the same weights
+    for name, text in (("training_args.bin", "out=/runs/a t=18:21"), ("trainer_state.json", '{"log_history": [1]}'),
+                       (COMPLETE, '{"step": 2}')):
+        (tmp_path / "b" / name).write_text(text)
+    assert checkpoint_sha256(tmp_path / "a") == checkpoint_sha256(tmp_path / "b")
+    (tmp_path / "b" / "generation_config.json").write_text('{"top_k": 5}')  # decides outputs
+    assert checkpoint_sha256(tmp_path / "a") != checkpoint_sha256(tmp_path / "b")
+    (tmp_path / "b" / "generation_config.json").unlink()
     (tmp_path / "b" / "model.safetensors").write_bytes(b"x")
     assert checkpoint_sha256(tmp_path / "a") != checkpoint_sha256(tmp_path / "b")
     (tmp_path / "c").mkdir()
