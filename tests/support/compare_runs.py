@@ -30,7 +30,7 @@ SKIP_SUFFIXES = {".log", ".lock"}
 TIME_KEYS = {"elapsed", "seconds", "time", "timestamp", "started", "finished", "created", "date",
              "duration", "wall", "wall_s", "timings", "timing", "git", "revision", "commit",
              "tok_s", "tokens_per_s"}
-_TIME_KEY = re.compile(r"(^|_)(s|seconds|at|time|times|timings|per_s|per_second|sec)$")
+_TIME_KEY = re.compile(r"(^|_)(s|seconds|at|time|times|timings|runtime|per_s|per_second|sec)$")
 
 
 def _is_time_key(key: str) -> bool:
