@@ -117,7 +117,7 @@ def curve_table(res: ThesisResults) -> dict[str, dict[str, str]]:
 
 
 def drawn_text(cell: Accuracy) -> str:
-    """``"111.6 [91.0, 132.2], 72-160 (10 seeds)"``: the training rollouts drawn by a step, mean over
+    """``"111.6 [91.2, 132.0], 60-148 (10 seeds)"``: the training rollouts drawn by a step, mean over
     seeds with its 95% t interval and range; the mean alone where every seed drew the same (``-``:
     not recorded)."""
     if cell.rollouts_drawn is None:
