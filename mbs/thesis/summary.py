@@ -30,9 +30,9 @@ from mbs.thesis.statistics import (
     per_problem_accuracy,
     zero_std_counts,
 )
-from mbs.training.forecast import TrapForecast, compare_observed, counts_from_calibrations, trap_forecast
+from mbs.training.forecast import compare_observed, counts_from_calibrations, trap_forecast
 from mbs.training.prior import BetaPrior, resolve_prior
-from mbs.training.trap import metrics_rows
+from mbs.training.trap import metrics_rows, zero_std_steps
 
 __all__ = ["SECONDARY", "summarize"]
 
@@ -87,51 +87,30 @@ def _zero_std(root: Path, name: str, seeds: Sequence[int], cals: Sequence[Calibr
     logged: list[tuple[int, float, int]] = []
     per_seed: dict[str, dict[int, float]] = {}
     for s in seeds:
-        rows = metrics_rows(root / "runs" / name / f"seed{s}" / "metrics.jsonl", "frac_reward_zero_std")
-        steps = [(int(r["step"]), float(r["frac_reward_zero_std"]), int(r.get("groups_drawn") or prompts_per_step)) for r in rows]
+        steps = zero_std_steps(root / "runs" / name / f"seed{s}" / "metrics.jsonl", prompts_per_step)
         per_seed[str(s)] = {st: v for st, v, _ in steps}
         logged += steps
-    values = [v for _, v, _ in logged]
-    first = [v for st, v, _ in logged if st == 1]
+    values, drawn = [v for _, v, _ in logged], [g for *_, g in logged]
+    first, first_drawn = [v for st, v, _ in logged if st == 1], [g for st, _, g in logged if st == 1]
     # the seeds' sets pooled: a problem two seeds drew counts twice, as it was trained twice
     # (counts_from_calibrations refuses repeats: one training set of one run has none)
     k, n, early = [c.successes for c in cals], [c.n for c in cals], [c.early_stopped for c in cals]
-    block: dict[str, Any] = {"observed": zero_std_counts(values, prompts_per_step, [g for *_, g in logged]),
-                             "observed_step1": zero_std_counts(first, prompts_per_step, [g for st, _, g in logged if st == 1]),
+    block: dict[str, Any] = {"observed": zero_std_counts(values, prompts_per_step, drawn),
+                             "observed_step1": zero_std_counts(first, prompts_per_step, first_drawn),
                              "per_seed": per_seed, "problems": len(cals)}
     if values:
         fc = trap_forecast(k, n, group_size, prompts_per_step, early_stopped=early, prior=prior, level=level, steps=len(values))
-        cmp = _against_forecast(fc, logged, prompts_per_step)
+        cmp = compare_observed(fc, values, groups=drawn)
         block["forecast"] = {"expected_share": fc.expected_zero_std_share, "interval": cmp["forecast_mean_interval"],
                              "per_step_interval": cmp["per_step_interval"], "level": level, "within": cmp["mean_within_forecast"],
                              "p_value": cmp["mean_p_value"], "difference": cmp["difference"],
                              "prior": {**prior.to_dict(), "from": "corpus (empirical Bayes)"}}
         if first:
             f1 = trap_forecast(k, n, group_size, prompts_per_step, early_stopped=early, prior=prior, level=level, steps=len(first))
-            c1 = _against_forecast(f1, [row for row in logged if row[0] == 1], prompts_per_step)
+            c1 = compare_observed(f1, first, groups=first_drawn)
             block["forecast_step1"] = {"expected_share": f1.expected_zero_std_share, "interval": c1["forecast_mean_interval"],
                                        "within": c1["mean_within_forecast"], "p_value": c1["mean_p_value"]}
     return block
-
-
-def _against_forecast(fc: TrapForecast, logged: Sequence[tuple[int, float, int]], prompts_per_step: int) -> dict[str, Any]:
-    """:func:`compare_observed` of logged ``(step, zero-std share, groups drawn)`` rows against ``fc``.
-
-    Where every step drew ``prompts_per_step`` groups, the steps' shares are compared as they are.
-    Where dynamic sampling drew more, a step's share is over the groups it drew, and a step that
-    drew many rounds (most of them zero-std) would weigh as much as one that drew one group: the
-    mean, its interval and its p then come from every drawn group (a 0/1 outcome each), the same
-    count as ``observed``; the per-step interval stays that of one step of ``prompts_per_step``.
-    """
-    cmp = compare_observed(fc, [v for _, v, _ in logged])
-    if all(g == prompts_per_step for *_, g in logged):
-        return cmp
-    outcomes: list[float] = []
-    for _, v, g in logged:
-        zero = round(v * g)
-        outcomes += [1.0] * zero + [0.0] * (g - zero)
-    by_group = compare_observed(fc, outcomes, prompts_per_value=1)
-    return {**cmp, **{key: by_group[key] for key in ("forecast_mean_interval", "mean_within_forecast", "mean_p_value", "difference")}}
 
 
 def _task(problem_id: str) -> str:

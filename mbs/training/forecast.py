@@ -69,6 +69,7 @@ from scipy import stats
 from scipy.special import betaln
 
 from mbs.records import BANDS, Calibration
+from mbs.stats import wilson
 from mbs.training.prior import MIN_EMPIRICAL, PRIORS, BetaPrior, check_prior, resolve_prior
 
 __all__ = ["MIN_EMPIRICAL", "PRIORS", "BetaPrior", "FilterGroupsForecast", "TrapForecast", "compare_observed", "counts_from_calibrations",
@@ -468,7 +469,7 @@ def counts_from_calibrations(calibrations: Iterable[Calibration]) -> tuple[list[
 
 
 def compare_observed(forecast: TrapForecast, observed: Sequence[float], *, steps: Sequence[int] | None = None,
-                     prompts_per_value: int | None = None) -> dict[str, Any]:
+                     prompts_per_value: int | None = None, groups: Sequence[int] | None = None) -> dict[str, Any]:
     """The observed per-step zero-std shares beside the forecast, for ``summary.json``.
 
     Args:
@@ -478,18 +479,25 @@ def compare_observed(forecast: TrapForecast, observed: Sequence[float], *, steps
         steps: The training step of each value (default 1..n_steps), same shape.
         prompts_per_value: Groups behind each value (default ``forecast.batch_size``; a value
             averaged over m generation batches stands for m x B groups).
+        groups: Groups drawn at each step, same shape (``groups_drawn`` of ``metrics.jsonl``;
+            ``None``: ``prompts_per_value`` each). Where dynamic sampling drew more at some steps,
+            a value is the share of its step's groups, so the mean, its interval and its p are
+            over every group drawn: a step that drew 8 rounds weighs 8 times one that drew one.
 
     Returns:
         ``{"n_steps", "level", "steps", "observed", "observed_mean", "observed_mean_ci"`` (Student
-        t over steps, ``None`` for one step; assumes steps independent), ``"forecast_expected_share",
+        t over steps, ``None`` for one step; assumes steps independent; over groups drawn, the
+        Wilson interval of the groups), ``"forecast_expected_share",
         "difference"`` (observed mean - expected), ``"forecast_mean_interval"`` (predictive, for
-        n_steps x prompts_per_value groups), ``"mean_within_forecast", "mean_p_value"`` (two-sided
-        predictive tail probability of the observed total), ``"per_step_interval",
-        "share_steps_within"`` (compare with ``level``: the interval covers at least that)``}``.
+        n_steps x prompts_per_value groups, or the groups drawn), ``"mean_within_forecast",
+        "mean_p_value"`` (two-sided predictive tail probability of the observed total),
+        ``"per_step_interval", "share_steps_within"`` (for one step of prompts_per_value groups;
+        compare with ``level``: the interval covers at least that)``}``.
 
     Raises:
-        ValueError: Empty ``observed``, a value outside [0, 1] or not finite, ``steps`` of another
-            length, ``prompts_per_value`` < 1 (the field is named).
+        ValueError: Empty ``observed``, a value outside [0, 1] or not finite, ``steps`` or
+            ``groups`` of another length, ``prompts_per_value`` or a group count < 1 (the field is
+            named).
     """
     obs = np.asarray(observed, dtype=float)
     if obs.ndim != 1 or obs.size == 0:
@@ -501,15 +509,24 @@ def compare_observed(forecast: TrapForecast, observed: Sequence[float], *, steps
         raise ValueError(f"steps: length {len(step_ids)} differs from observed ({obs.size})")
     per = forecast.batch_size if prompts_per_value is None else _positive_int("prompts_per_value", prompts_per_value)
     s, level = obs.size, forecast.level
-    mean = float(np.mean(obs))
+    drawn = None if groups is None else [_positive_int("groups", g) for g in groups]
+    if drawn is not None and len(drawn) != s:
+        raise ValueError(f"groups: length {len(drawn)} differs from observed ({s})")
     ci = None
-    if s > 1:
-        half = float(stats.t.ppf((1 + level) / 2, s - 1) * np.std(obs, ddof=1) / math.sqrt(s))
-        ci = [max(0.0, mean - half), min(1.0, mean + half)]
-    total = s * per
+    if drawn is None or set(drawn) == {per}:  # every step drew its prompts_per_value groups
+        mean = float(np.mean(obs))
+        if s > 1:
+            half = float(stats.t.ppf((1 + level) / 2, s - 1) * np.std(obs, ddof=1) / math.sqrt(s))
+            ci = [max(0.0, mean - half), min(1.0, mean + half)]
+        total = s * per
+        x = round(mean * total)
+    else:
+        total = sum(drawn)
+        x = sum(round(v * g) for v, g in zip(obs.tolist(), drawn))
+        mean = x / total
+        ci = list(wilson(x, total))
     lo, hi = forecast.predictive_interval(total)
     step_lo, step_hi = forecast.predictive_interval(per)
-    x = round(mean * total)
     zbar = forecast.zbar_draws
     below = float(np.mean(stats.binom.cdf(x, total, zbar)))
     above = float(np.mean(stats.binom.sf(x - 1, total, zbar)))

@@ -31,7 +31,7 @@ from mbs.training.forecast import compare_observed, counts_from_calibrations, tr
 from mbs.training.prior import MIN_EMPIRICAL, BetaPrior, fit_prior
 
 __all__ = ["export_selection", "forecast_block", "observed_draws", "observed_zero_std", "training_calibrations",
-           "training_prior"]
+           "training_prior", "zero_std_steps"]
 
 #: ``export.select`` values that keep Goldilocks rows only (a synthesis run's problems are too).
 GOLDILOCKS_ONLY = ("usable", "goldilocks")
@@ -145,6 +145,14 @@ def observed_zero_std(metrics_path: str | Path) -> tuple[list[int], list[float]]
     return [int(r["step"]) for r in rows], [float(r["frac_reward_zero_std"]) for r in rows]
 
 
+def zero_std_steps(metrics_path: str | Path, prompts_per_step: int) -> list[tuple[int, float, int]]:
+    """``(step, frac_reward_zero_std, groups drawn)`` of every logged step of a TRL run's
+    ``metrics.jsonl``: groups drawn exceed ``prompts_per_step`` where dynamic sampling drew rounds
+    (``groups_drawn``; steps logged without it drew ``prompts_per_step``)."""
+    return [(int(r["step"]), float(r["frac_reward_zero_std"]), int(r.get("groups_drawn") or prompts_per_step))
+            for r in metrics_rows(metrics_path, "frac_reward_zero_std")]
+
+
 def observed_draws(metrics_path: str | Path) -> tuple[list[int], list[int]]:
     """Per logged step of ``metrics.jsonl``, the generation rounds and the rollouts drawn (steps
     logged before these were counted are left out)."""
@@ -193,7 +201,8 @@ def forecast_block(data_dir: str | Path, policy: str | None, budget: int | None,
         return {"skipped": f"no training row has a calibration of {policy} at L={budget}", "calibrations": report}
     k, n, early = counts_from_calibrations(cals)
     planned = steps
-    logged, values = observed_zero_std(metrics_path) if metrics_path else ([], [])
+    logged = zero_std_steps(metrics_path, prompts_per_step) if metrics_path else []
+    values = [v for _, v, _ in logged]
     selection = export_selection(data_dir, {str((r.get("extra_info") or {}).get("source")) for r in rows})
     prior = training_prior(cals, population, selection)
     fc = trap_forecast(k, n, group_size, prompts_per_step, early_stopped=early, prior=prior, steps=max(1, len(values)),
@@ -201,7 +210,7 @@ def forecast_block(data_dir: str | Path, policy: str | None, budget: int | None,
     block: dict[str, Any] = {"forecast": fc.to_dict(), "calibrations": {**report, "population": len(population)},
                              "export_selection": selection}
     if values:
-        block["observed"] = compare_observed(fc, values, steps=logged)
+        block["observed"] = compare_observed(fc, values, steps=[st for st, *_ in logged], groups=[g for *_, g in logged])
     if planned is not None:
         ds = draw_forecast(fc.zbar_draws, prompts_per_step, group_size, int(planned), int(max_rounds or 10), level=fc.level,
                            seed=seed, gen_batch_size=gen_batch_size)

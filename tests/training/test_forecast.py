@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from mbs.records import Calibration
+from mbs.stats import wilson
 from mbs.training.forecast import (
     MIN_EMPIRICAL,
     compare_observed,
@@ -117,6 +118,27 @@ def test_a_drifted_run_falls_outside_the_forecast():
     assert cmp["share_steps_within"] == 0.0 and cmp["steps"][0] == 10
     assert cmp["observed_mean_ci"] is not None  # zero spread: a point interval
     assert compare_observed(f, [0.5])["observed_mean_ci"] is None  # one step: no t interval
+
+
+def test_steps_that_drew_more_groups_weigh_more():
+    """Dynamic sampling: a value is the share of its step's groups, so the comparison is over every
+    group drawn (a step of 6 groups weighs 6), as the same groups one at a time would give it."""
+    _, k, n = population(12, 200)
+    f = trap_forecast(k, n, 8, 2, draws=500)
+    shares, drawn = [5 / 6, 0.0, 0.5], [6, 2, 4]
+    cmp = compare_observed(f, shares, groups=drawn)
+    one_by_one = compare_observed(f, [1.0] * 5 + [0.0] * 1 + [0.0] * 2 + [1.0] * 2 + [0.0] * 2, prompts_per_value=1)
+    assert cmp["observed_mean"] == 7 / 12 != pytest.approx(sum(shares) / 3)
+    for key in ("forecast_mean_interval", "mean_within_forecast", "mean_p_value", "difference"):
+        assert cmp[key] == one_by_one[key]
+    assert cmp["observed_mean_ci"] == list(wilson(7, 12))
+    assert cmp["per_step_interval"] == list(f.predictive_interval(2))  # one step of B = 2 groups, as without groups
+    # every step drew its B groups: the same as no counts given
+    assert compare_observed(f, shares, groups=[2, 2, 2]) == compare_observed(f, shares)
+    with pytest.raises(ValueError, match="groups: length 2"):
+        compare_observed(f, shares, groups=[2, 2])
+    with pytest.raises(ValueError, match="groups"):
+        compare_observed(f, shares, groups=[2, 0, 2])
 
 
 def test_early_stopped_calibrations_keep_the_forecast_unbiased():

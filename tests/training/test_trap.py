@@ -12,7 +12,7 @@ import pytest
 
 from mbs.io import RunDir
 from mbs.records import Calibration
-from mbs.training.trap import export_selection, forecast_block, observed_zero_std, training_calibrations
+from mbs.training.trap import export_selection, forecast_block, observed_zero_std, training_calibrations, zero_std_steps
 
 
 def cal(pid, s, n=4, policy="smol", budget=64):
@@ -85,6 +85,24 @@ def test_forecast_block_forecasts_dynamic_sampling_and_puts_the_draws_beside_it(
     off = forecast_block(data, "smol", 64, group_size=4, prompts_per_step=2, metrics_path=metrics, steps=3)
     assert off["dynamic_sampling"]["enabled"] is False and "observed" not in off["dynamic_sampling"]
     json.dumps(after)
+
+
+def test_forecast_block_counts_every_group_dynamic_sampling_drew(tmp_path):
+    """A dynamic-sampling step logs its share of every group it drew: the observed share set
+    against the forecast is over those groups (9 of 14), not the steps' mean (0.58)."""
+    run = RunDir(tmp_path / "cal", "calibrate")
+    with run.shard("calibrations", Calibration) as shard:
+        shard.append([cal(f"p{i}", s) for i, s in enumerate([0, 0, 0, 1, 2, 3, 4, 4])])
+    data = tmp_path / "export"
+    data.mkdir()
+    pq.write_table(pa.Table.from_pylist([{"extra_info": {"id": f"p{i}", "run_dir": str(tmp_path / "cal")}} for i in range(8)]),
+                   data / "train.parquet")
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text("".join(json.dumps({"step": s, "frac_reward_zero_std": v, "groups_drawn": g}) + "\n"
+                               for s, v, g in ((1, 5 / 6, 6), (2, 0.0, 2), (3, 0.5, 4))) + json.dumps({"step": 4, "frac_reward_zero_std": 1.0}) + "\n")
+    assert zero_std_steps(metrics, 2) == [(1, 5 / 6, 6), (2, 0.0, 2), (3, 0.5, 4), (4, 1.0, 2)]  # no count logged: B groups
+    seen = forecast_block(data, "smol", 64, group_size=4, prompts_per_step=2, metrics_path=metrics)["observed"]
+    assert seen["observed_mean"] == 9 / 14 and seen["steps"] == [1, 2, 3, 4] and seen["n_steps"] == 4
 
 
 def usable_export(tmp_path, name, cals, select="usable", kind="calibration"):
